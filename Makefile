@@ -1,0 +1,55 @@
+# tessera — top-level build. Each component keeps its own rules in a fragment
+# (*/rules.mk) and registers its targets in the lists below, so that `make test`,
+# `make bench` and `make lint` always run everything the repository has.
+#
+# The only things a fresh Debian machine needs beforehand are Go and gcc;
+# `make tools` (run by the targets that need it) installs the rest.
+
+SHELL        := /bin/bash
+.SHELLFLAGS  := -eu -o pipefail -c
+GO           ?= go
+CC           ?= gcc
+ROOT         := $(abspath .)
+BIN          := $(ROOT)/bin
+LIB          := $(ROOT)/lib
+# Cached, untracked tool and binary downloads live outside the checkout.
+TESSERA_CACHE ?= $(HOME)/.cache/tessera
+export TESSERA_CACHE
+
+# Lists that fragments append to.
+BUILD_TARGETS :=
+TEST_TARGETS  :=
+BENCH_TARGETS :=
+LINT_TARGETS  :=
+DEMO_TARGETS  :=
+
+.PHONY: all build test bench demo lint clean go-build go-test go-vet go-fmt tools
+all: build
+
+include $(sort $(wildcard */rules.mk */*/rules.mk))
+
+GO_CMDS := $(notdir $(wildcard cmd/*))
+
+go-build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(GO_CMDS))
+
+# Go tests that load the hook or the simulated GPU find them through these.
+go-test: $(BUILD_TARGETS)
+	TESSERA_LIB_DIR=$(LIB) $(GO) test -count=1 ./...
+
+go-vet:
+	$(GO) vet ./...
+
+go-fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+build: go-build $(BUILD_TARGETS)
+test: build go-test $(TEST_TARGETS)
+	@echo "make test: all suites passed"
+bench: build $(BENCH_TARGETS)
+lint: go-vet go-fmt $(LINT_TARGETS)
+demo: build $(DEMO_TARGETS)
+
+clean:
+	rm -rf $(BIN) $(LIB) build
