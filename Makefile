@@ -28,11 +28,11 @@ all: build
 
 include $(sort $(wildcard */rules.mk */*/rules.mk))
 
-GO_CMDS := $(notdir $(wildcard cmd/*))
+GO_CMDS := $(patsubst cmd/%/main.go,%,$(wildcard cmd/*/main.go))
 
 go-build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(GO_CMDS))
+	$(if $(GO_CMDS),$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(GO_CMDS)))
 
 # Go tests that load the hook or the simulated GPU find them through these.
 go-test: $(BUILD_TARGETS)
