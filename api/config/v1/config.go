@@ -1,0 +1,236 @@
+// Package v1 is the device plugin's typed, versioned configuration file
+// (`version: v1`). Values are resolved in three steps: defaults, then the
+// YAML file, then command-line flags that were explicitly set. Validate
+// rejects every invalid value with the name of its field.
+package v1
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
+)
+
+// Version is the config schema version this package reads.
+const Version = "v1"
+
+// Placement policies for requests that carry no scheduler assignment.
+const (
+	PlacementBinpack = "binpack"
+	PlacementSpread  = "spread"
+)
+
+// MIG strategies.
+const (
+	MIGStrategyNone  = "none"
+	MIGStrategyMixed = "mixed"
+)
+
+// Config is the whole device plugin configuration.
+type Config struct {
+	Version string `json:"version"`
+	// NodeName is this node's name; defaults to $NODE_NAME.
+	NodeName string `json:"nodeName,omitempty"`
+	// SplitCount is the number of tessera.io/gpu slots per GPU: the most
+	// containers one GPU may hold.
+	SplitCount int `json:"splitCount"`
+	// MemoryUnit is the size of one tessera.io/gpu-mem unit (>= 128Mi, a
+	// multiple of 1Mi).
+	MemoryUnit resource.Quantity `json:"memoryUnit"`
+	// ReservedMemory is kept back on each GPU (driver, monitoring) and not advertised.
+	ReservedMemory resource.Quantity `json:"reservedMemory"`
+	// Placement decides where requests without an assignment go.
+	Placement   string `json:"placement"`
+	MIGStrategy string `json:"migStrategy"`
+	// HookLibrary is the host path of libtessera-hook.so; it is mounted at the
+	// same path in containers.
+	HookLibrary string `json:"hookLibrary"`
+	// StateDir holds per-container region and limits files and the ld.so.preload file.
+	StateDir string `json:"stateDir"`
+	// KubeletSocketDir is kubelet's device-plugin directory.
+	KubeletSocketDir string `json:"kubeletSocketDir"`
+	// PodResourcesSocket is kubelet's PodResources API socket.
+	PodResourcesSocket string `json:"podResourcesSocket"`
+	// ContextReserveMiB is charged against the cap per CUDA context by the hook.
+	ContextReserveMiB int `json:"contextReserveMiB"`
+	// HookLogLevel is passed to the hook as TESSERA_LOG.
+	HookLogLevel string `json:"hookLogLevel"`
+	// ReconcileInterval is how often PodResources is read back.
+	ReconcileInterval Duration `json:"reconcileInterval"`
+	// MetricsAddress serves /metrics and /healthz; empty disables it.
+	MetricsAddress string       `json:"metricsAddress"`
+	Health         HealthConfig `json:"health"`
+	Log            LogConfig    `json:"log"`
+}
+
+// HealthConfig controls NVML-event health checking.
+type HealthConfig struct {
+	Enabled bool `json:"enabled"`
+	// IgnoredXids are application-caused Xids that do not make a GPU unhealthy.
+	IgnoredXids []uint64 `json:"ignoredXids"`
+	// RecoverAfter marks a GPU healthy again after this long without a
+	// critical event; 0 keeps it unhealthy until the plugin restarts.
+	RecoverAfter Duration `json:"recoverAfter"`
+}
+
+// LogConfig controls the plugin's own structured logs.
+type LogConfig struct {
+	Level  string `json:"level"`
+	Format string `json:"format"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("30s").
+type Duration struct{ time.Duration }
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return []byte(`"` + d.String() + `"`), nil }
+
+// UnmarshalJSON reads a duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	s := strings.Trim(string(b), `"`)
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("invalid duration %s", b)
+	}
+	d.Duration = v
+	return nil
+}
+
+// DefaultIgnoredXids are Xids usually caused by applications, not hardware.
+var DefaultIgnoredXids = []uint64{13, 31, 43, 45, 68, 109}
+
+// Default returns the configuration used when nothing is set.
+func Default() *Config {
+	return &Config{
+		Version:            Version,
+		NodeName:           os.Getenv("NODE_NAME"),
+		SplitCount:         10,
+		MemoryUnit:         resource.MustParse("1Gi"),
+		ReservedMemory:     resource.MustParse("0"),
+		Placement:          PlacementBinpack,
+		MIGStrategy:        MIGStrategyMixed,
+		HookLibrary:        "/usr/local/tessera/lib/libtessera-hook.so",
+		StateDir:           "/var/lib/tessera",
+		KubeletSocketDir:   "/var/lib/kubelet/device-plugins",
+		PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
+		HookLogLevel:       "warn",
+		ReconcileInterval:  Duration{30 * time.Second},
+		MetricsAddress:     ":9400",
+		Health:             HealthConfig{Enabled: true, IgnoredXids: append([]uint64(nil), DefaultIgnoredXids...)},
+		Log:                LogConfig{Level: "info", Format: "json"},
+	}
+}
+
+// Load reads path over the defaults. An empty path returns the defaults.
+// Unknown fields are errors: a typo must not silently fall back to a default.
+func Load(path string) (*Config, error) {
+	c := Default()
+	if path == "" {
+		return c, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := Parse(data, c); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes YAML into c, keeping c's values for absent fields.
+func Parse(data []byte, c *Config) error {
+	var probe struct {
+		Version string `json:"version"`
+	}
+	if err := yaml.Unmarshal(data, &probe); err != nil {
+		return err
+	}
+	if probe.Version != Version {
+		return fmt.Errorf("version: unsupported %q (want %q)", probe.Version, Version)
+	}
+	return yaml.UnmarshalStrict(data, c)
+}
+
+// MinMemoryUnit is the smallest gpu-mem unit.
+const MinMemoryUnit = 128 << 20
+
+var hookLogLevels = []string{"error", "warn", "info", "debug"}
+
+// Validate checks every field and reports all problems, each with its field name.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if c.Version != Version {
+		bad("version", "unsupported %q (want %q)", c.Version, Version)
+	}
+	if c.NodeName == "" {
+		bad("nodeName", "empty (set it, --node-name, or $NODE_NAME)")
+	}
+	if c.SplitCount < 1 || c.SplitCount > 1000 {
+		bad("splitCount", "%d out of range [1, 1000]", c.SplitCount)
+	}
+	unit := c.MemoryUnit.Value()
+	switch {
+	case unit < MinMemoryUnit:
+		bad("memoryUnit", "%s below the minimum 128Mi", c.MemoryUnit.String())
+	case unit%(1<<20) != 0:
+		bad("memoryUnit", "%s is not a whole number of MiB", c.MemoryUnit.String())
+	}
+	if c.ReservedMemory.Sign() < 0 {
+		bad("reservedMemory", "negative %s", c.ReservedMemory.String())
+	}
+	if c.Placement != PlacementBinpack && c.Placement != PlacementSpread {
+		bad("placement", "%q (want %q or %q)", c.Placement, PlacementBinpack, PlacementSpread)
+	}
+	if c.MIGStrategy != MIGStrategyNone && c.MIGStrategy != MIGStrategyMixed {
+		bad("migStrategy", "%q (want %q or %q)", c.MIGStrategy, MIGStrategyNone, MIGStrategyMixed)
+	}
+	for field, p := range map[string]string{"hookLibrary": c.HookLibrary, "stateDir": c.StateDir,
+		"kubeletSocketDir": c.KubeletSocketDir, "podResourcesSocket": c.PodResourcesSocket} {
+		if !filepath.IsAbs(p) {
+			bad(field, "%q is not an absolute path", p)
+		}
+	}
+	if c.ContextReserveMiB < 0 {
+		bad("contextReserveMiB", "negative %d", c.ContextReserveMiB)
+	}
+	if !contains(hookLogLevels, c.HookLogLevel) {
+		bad("hookLogLevel", "%q (want one of %s)", c.HookLogLevel, strings.Join(hookLogLevels, ", "))
+	}
+	if c.ReconcileInterval.Duration < time.Second {
+		bad("reconcileInterval", "%s below 1s", c.ReconcileInterval.Duration)
+	}
+	if c.Health.RecoverAfter.Duration < 0 {
+		bad("health.recoverAfter", "negative %s", c.Health.RecoverAfter.Duration)
+	}
+	if !contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
+		bad("log.level", "%q (want debug, info, warn or error)", c.Log.Level)
+	}
+	if c.Log.Format != "json" && c.Log.Format != "text" {
+		bad("log.format", "%q (want json or text)", c.Log.Format)
+	}
+	return errors.Join(errs...)
+}
+
+// MemoryUnitBytes is the gpu-mem unit in bytes.
+func (c *Config) MemoryUnitBytes() uint64 { return uint64(c.MemoryUnit.Value()) }
+
+// ReservedMemoryBytes is the per-GPU reservation in bytes.
+func (c *Config) ReservedMemoryBytes() uint64 { return uint64(c.ReservedMemory.Value()) }
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

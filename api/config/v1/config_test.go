@@ -1,0 +1,147 @@
+package v1
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func resolve(t *testing.T, body string, args ...string) (*Config, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	f := BindFlags(fs)
+	if body != "" {
+		args = append([]string{"--config", writeFile(t, body)}, args...)
+	}
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return f.Resolve()
+}
+
+func TestFileThenFlags(t *testing.T) {
+	c, err := resolve(t, `
+version: v1
+nodeName: node-a
+splitCount: 4
+memoryUnit: 256Mi
+placement: spread
+health:
+  enabled: true
+  ignoredXids: [13]
+  recoverAfter: 5m
+`, "--split-count", "7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SplitCount != 7 {
+		t.Errorf("splitCount = %d, want the flag's 7", c.SplitCount)
+	}
+	if c.MemoryUnitBytes() != 256<<20 || c.Placement != PlacementSpread || c.NodeName != "node-a" {
+		t.Errorf("file values lost: %+v", c)
+	}
+	if c.Health.RecoverAfter.Duration != 5*time.Minute || len(c.Health.IgnoredXids) != 1 {
+		t.Errorf("health = %+v", c.Health)
+	}
+	if c.HookLibrary != Default().HookLibrary {
+		t.Errorf("absent field lost its default: %q", c.HookLibrary)
+	}
+}
+
+func TestDefaultsNeedOnlyNodeName(t *testing.T) {
+	c, err := resolve(t, "", "--node-name", "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SplitCount != 10 || c.MemoryUnitBytes() != 1<<30 || len(c.Health.IgnoredXids) != 6 {
+		t.Fatalf("defaults = %+v", c)
+	}
+}
+
+func TestEveryInvalidFieldIsNamed(t *testing.T) {
+	_, err := resolve(t, `
+version: v1
+nodeName: ""
+splitCount: 0
+memoryUnit: 100Mi
+reservedMemory: -1Gi
+placement: random
+migStrategy: single
+hookLibrary: relative/lib.so
+stateDir: /var/lib/tessera
+contextReserveMiB: -5
+hookLogLevel: loud
+reconcileInterval: 10ms
+health:
+  recoverAfter: -1s
+log:
+  level: trace
+  format: xml
+`)
+	if err == nil {
+		t.Fatal("invalid config accepted")
+	}
+	for _, field := range []string{"nodeName:", "splitCount:", "memoryUnit:", "reservedMemory:", "placement:", "migStrategy:",
+		"hookLibrary:", "contextReserveMiB:", "hookLogLevel:", "reconcileInterval:", "health.recoverAfter:", "log.level:", "log.format:"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("error does not name %s: %v", field, err)
+		}
+	}
+}
+
+func TestRejects(t *testing.T) {
+	cases := map[string]struct {
+		body string
+		args []string
+		want string
+	}{
+		"unknown field":   {"version: v1\nnodeName: n\nsplitCnt: 3\n", nil, "splitCnt"},
+		"wrong version":   {"version: v2\nnodeName: n\n", nil, "version: unsupported"},
+		"no version":      {"nodeName: n\n", nil, "version: unsupported"},
+		"bad yaml":        {"version: v1\n  nodeName: [\n", nil, "config"},
+		"unit not MiB":    {"version: v1\nnodeName: n\nmemoryUnit: 200000000\n", nil, "memoryUnit: 200M is not a whole number of MiB"},
+		"bad duration":    {"version: v1\nnodeName: n\nreconcileInterval: soon\n", nil, "invalid duration"},
+		"bad flag int":    {"version: v1\nnodeName: n\n", []string{"--split-count", "x"}, "--split-count: not an integer"},
+		"bad flag xid":    {"version: v1\nnodeName: n\n", []string{"--health-ignored-xids", "13,abc"}, `--health-ignored-xids: not an Xid: "abc"`},
+		"bad flag unit":   {"version: v1\nnodeName: n\n", []string{"--memory-unit", "lots"}, "--memory-unit: not a quantity"},
+		"flag invalid v.": {"version: v1\nnodeName: n\n", []string{"--placement", "x"}, "placement:"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := resolve(t, tc.body, tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestMissingFile(t *testing.T) {
+	if _, err := Load("/nonexistent/tessera.yaml"); err == nil || !strings.Contains(err.Error(), "/nonexistent/tessera.yaml") {
+		t.Fatalf("error = %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add("version: v1\nnodeName: n\nsplitCount: 3\nmemoryUnit: 512Mi\n")
+	f.Add("version: v1\nhealth: {ignoredXids: [1,2]}\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		c := Default()
+		if err := Parse([]byte(s), c); err != nil {
+			return
+		}
+		_ = c.Validate() // must not panic on anything the parser accepted
+	})
+}
