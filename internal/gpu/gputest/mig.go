@@ -1,0 +1,110 @@
+package gputest
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+)
+
+func timeAfter(ms uint32) <-chan time.Time {
+	if ms > 50 {
+		ms = 50
+	}
+	return time.After(time.Duration(ms) * time.Millisecond)
+}
+
+// EnableMIG turns MIG on for GPU i and creates one full-size compute
+// instance in a new GPU instance for each GPU-instance profile ID given
+// (nvml.GPU_INSTANCE_PROFILE_*). It returns the MIG device UUIDs.
+func (n *Node) EnableMIG(i int, giProfiles ...int) ([]string, error) {
+	d := n.Device(i)
+	d.SetMigMode(nvml.DEVICE_MIG_ENABLE)
+	var migs []nvml.Device
+	var uuids []string
+	for _, p := range giProfiles {
+		m, uuid, err := n.createMIGDevice(d, p)
+		if err != nil {
+			return nil, err
+		}
+		migs = append(migs, m)
+		uuids = append(uuids, uuid)
+	}
+	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 7, nvml.SUCCESS }
+	d.GetMigDeviceHandleByIndexFunc = func(idx int) (nvml.Device, nvml.Return) {
+		if idx < len(migs) {
+			return migs[idx], nvml.SUCCESS
+		}
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	d.GetGpuInstanceByIdFunc = func(id int) (nvml.GpuInstance, nvml.Return) {
+		d.RLock()
+		defer d.RUnlock()
+		for gi := range d.GpuInstances {
+			if int(gi.Info.Id) == id {
+				return gi, nvml.SUCCESS
+			}
+		}
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	return uuids, nil
+}
+
+func (n *Node) createMIGDevice(d *server.Device, giProfile int) (nvml.Device, string, error) {
+	giInfo, ret := d.GetGpuInstanceProfileInfo(giProfile)
+	if ret != nvml.SUCCESS {
+		return nil, "", fmt.Errorf("GPU instance profile %d: %v", giProfile, ret)
+	}
+	gi, ret := d.CreateGpuInstance(&giInfo)
+	if ret != nvml.SUCCESS {
+		return nil, "", fmt.Errorf("create GPU instance: %v", ret)
+	}
+	sgi := gi.(*server.GpuInstance)
+	var ciInfo nvml.ComputeInstanceProfileInfo
+	found := false
+	for _, ci := range sgi.MIGProfiles.ComputeInstanceProfiles[giProfile] {
+		if ci.SliceCount == giInfo.SliceCount {
+			ciInfo, found = ci, true
+		}
+	}
+	if !found {
+		return nil, "", fmt.Errorf("no full-size compute instance profile for GPU instance profile %d", giProfile)
+	}
+	ci, ret := gi.CreateComputeInstance(&ciInfo)
+	if ret != nvml.SUCCESS {
+		return nil, "", fmt.Errorf("create compute instance: %v", ret)
+	}
+	sgi.GetComputeInstanceByIdFunc = func(id int) (nvml.ComputeInstance, nvml.Return) {
+		sgi.RLock()
+		defer sgi.RUnlock()
+		for c := range sgi.ComputeInstances {
+			if int(c.Info.Id) == id {
+				return c, nvml.SUCCESS
+			}
+		}
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	n.mu.Lock()
+	n.migUUIDs++
+	uuid := fmt.Sprintf("MIG-%08d-0000-4000-8000-%012d", n.migUUIDs, d.Index)
+	n.mu.Unlock()
+	giID, ciID := int(sgi.Info.Id), int(ci.(*server.ComputeInstance).Info.Id)
+	mem := giInfo.MemorySizeMB
+	m := &mock.Device{
+		GetUUIDFunc:                            func() (string, nvml.Return) { return uuid, nvml.SUCCESS },
+		IsMigDeviceHandleFunc:                  func() (bool, nvml.Return) { return true, nvml.SUCCESS },
+		GetDeviceHandleFromMigDeviceHandleFunc: func() (nvml.Device, nvml.Return) { return d, nvml.SUCCESS },
+		GetGpuInstanceIdFunc:                   func() (int, nvml.Return) { return giID, nvml.SUCCESS },
+		GetComputeInstanceIdFunc:               func() (int, nvml.Return) { return ciID, nvml.SUCCESS },
+		GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
+			return nvml.Memory{Total: mem << 20}, nvml.SUCCESS
+		},
+		GetAttributesFunc: func() (nvml.DeviceAttributes, nvml.Return) {
+			return nvml.DeviceAttributes{MultiprocessorCount: giInfo.MultiprocessorCount, GpuInstanceSliceCount: giInfo.SliceCount,
+				ComputeInstanceSliceCount: ciInfo.SliceCount, MemorySizeMB: mem}, nvml.SUCCESS
+		},
+	}
+	return m, uuid, nil
+}
