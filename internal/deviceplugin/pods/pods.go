@@ -1,0 +1,117 @@
+// Package pods lists the pods kubelet is about to admit on this node, in
+// kubelet's admission order, from a client-go informer restricted to the
+// node by a spec.nodeName field selector.
+package pods
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listerv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Source gives the pods bound to this node.
+type Source interface {
+	// Pending returns this node's pods in phase Pending, in kubelet's
+	// admission order (creation time, then namespace/name).
+	Pending() []*corev1.Pod
+	// Get returns one pod of this node, or nil.
+	Get(namespace, name string) *corev1.Pod
+}
+
+// Informer is a Source backed by a shared informer.
+type Informer struct {
+	factory informers.SharedInformerFactory
+	lister  listerv1.PodLister
+	synced  cache.InformerSynced
+}
+
+// NewInformer watches the pods whose spec.nodeName is node.
+func NewInformer(client kubernetes.Interface, node string) *Informer {
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
+		}))
+	inf := f.Core().V1().Pods()
+	return &Informer{factory: f, lister: inf.Lister(), synced: inf.Informer().HasSynced}
+}
+
+// Start runs the informer until ctx ends and waits for the first sync.
+func (i *Informer) Start(ctx context.Context) error {
+	i.factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), i.synced) {
+		return fmt.Errorf("pod informer: cache did not sync")
+	}
+	return nil
+}
+
+// Pending implements Source.
+func (i *Informer) Pending() []*corev1.Pod {
+	all, err := i.lister.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var out []*corev1.Pod
+	for _, p := range all {
+		if p.Status.Phase == corev1.PodPending && p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	SortAdmissionOrder(out)
+	return out
+}
+
+// Get implements Source.
+func (i *Informer) Get(namespace, name string) *corev1.Pod {
+	p, err := i.lister.Pods(namespace).Get(name)
+	if err != nil {
+		return nil
+	}
+	return p
+}
+
+// SortAdmissionOrder sorts pods the way kubelet admits them.
+func SortAdmissionOrder(ps []*corev1.Pod) {
+	sort.SliceStable(ps, func(a, b int) bool {
+		ta, tb := ps[a].CreationTimestamp, ps[b].CreationTimestamp
+		if !ta.Equal(&tb) {
+			return ta.Before(&tb)
+		}
+		if ps[a].Namespace != ps[b].Namespace {
+			return ps[a].Namespace < ps[b].Namespace
+		}
+		return ps[a].Name < ps[b].Name
+	})
+}
+
+// Containers returns a pod's containers in kubelet's allocation order:
+// init containers first, then app containers.
+func Containers(p *corev1.Pod) []corev1.Container {
+	out := make([]corev1.Container, 0, len(p.Spec.InitContainers)+len(p.Spec.Containers))
+	out = append(out, p.Spec.InitContainers...)
+	return append(out, p.Spec.Containers...)
+}
+
+// Request is the container's integer quantity of an extended resource
+// (limits, which kubelet uses for device plugins), 0 when absent.
+func Request(c *corev1.Container, name string) int64 {
+	q, ok := c.Resources.Limits[corev1.ResourceName(name)]
+	if !ok {
+		q, ok = c.Resources.Requests[corev1.ResourceName(name)]
+	}
+	if !ok {
+		return 0
+	}
+	return quantityValue(q)
+}
+
+func quantityValue(q resource.Quantity) int64 { return q.Value() }

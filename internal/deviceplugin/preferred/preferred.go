@@ -1,0 +1,220 @@
+// Package preferred answers kubelet's GetPreferredAllocation.
+//
+// It first finds the container kubelet is admitting: the first container,
+// in admission order, of a pending pod on this node that requests this
+// resource in this size and holds none of it yet. If the cluster scheduler
+// assigned that container GPUs (annotation tessera.io/assignment), the
+// answer comes from those GPUs. Otherwise the container's other tessera
+// resources pin it to their GPUs, and failing that a local policy places it
+// (binpack or spread; multi-GPU `gpu` requests by go-gpuallocator's
+// NVLink-aware best-effort policy).
+package preferred
+
+import (
+	"fmt"
+	"log/slog"
+	"sort"
+
+	"github.com/NVIDIA/go-gpuallocator/gpuallocator"
+	corev1 "k8s.io/api/core/v1"
+
+	annotations "github.com/tessera-gpu/tessera/api/annotations/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/ledger"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/pods"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
+)
+
+// Warner reports a problem with a pod to its owner (a Kubernetes event).
+type Warner func(pod *corev1.Pod, reason, message string)
+
+// Chooser picks preferred device IDs.
+type Chooser struct {
+	Manager *resource.Manager
+	Pods    pods.Source
+	Ledger  *ledger.Ledger
+	Policy  string
+	// Topology is go-gpuallocator's view of the GPUs; nil disables
+	// NVLink-aware multi-GPU choice.
+	Topology gpuallocator.DeviceList
+	Log      *slog.Logger
+	Warn     Warner
+}
+
+// Candidate is the container a request is believed to serve.
+type Candidate struct {
+	Pod       *corev1.Pod
+	Ref       ledger.ContainerRef
+	Container *corev1.Container
+}
+
+// Preferred returns size IDs out of available, including mustInclude.
+func (c *Chooser) Preferred(res string, available, mustInclude []string, size int) []string {
+	kind, ok := resource.KindOf(res)
+	if !ok || size <= 0 {
+		return nil
+	}
+	pool := c.pool(res, available)
+	must := c.parse(res, mustInclude)
+	cand := c.Candidate(res, size)
+	ids := c.choose(res, kind, cand, pool, must, size)
+	if cand != nil && len(ids) > 0 {
+		c.Ledger.Propose(res, cand.Ref, len(ids))
+	}
+	return ids
+}
+
+func (c *Chooser) choose(res string, kind resource.Kind, cand *Candidate, pool *pool, must []resource.ID, size int) []string {
+	if cand != nil && kind != resource.KindMIG {
+		log := c.Log.With("pod", cand.Ref.Namespace+"/"+cand.Ref.Pod, "container", cand.Ref.Container, "resource", res, "size", size)
+		if ids, used, err := c.fromAssignment(cand, kind, pool, must, size); used {
+			if err == nil {
+				log.Debug("preferred allocation from assignment", "ids", len(ids))
+				return ids
+			}
+			log.Warn("assignment unusable, placing locally", "err", err)
+			c.warn(cand.Pod, "TesseraAssignmentUnusable", fmt.Sprintf("container %s, %s: %v; placed by the node's local policy", cand.Ref.Container, res, err))
+		}
+		if gpus := c.siblingGPUs(cand.Ref, res); len(gpus) > 0 {
+			if ids := pickLocal(kind, pool.only(gpus), must, size, c.Policy, c.Topology); len(ids) == size {
+				return ids
+			}
+		}
+	}
+	return pickLocal(kind, pool, must, size, c.Policy, c.Topology)
+}
+
+func (c *Chooser) warn(p *corev1.Pod, reason, msg string) {
+	if c.Warn != nil {
+		c.Warn(p, reason, msg)
+	}
+}
+
+// Candidate finds the container kubelet is most likely allocating.
+func (c *Chooser) Candidate(res string, size int) *Candidate {
+	if c.Pods == nil {
+		return nil
+	}
+	for _, p := range c.Pods.Pending() {
+		for _, ctr := range pods.Containers(p) {
+			if pods.Request(&ctr, res) != int64(size) {
+				continue
+			}
+			ref := ledger.ContainerRef{PodUID: string(p.UID), Namespace: p.Namespace, Pod: p.Name, Container: ctr.Name}
+			if c.Ledger.Has(ref, res) {
+				continue
+			}
+			return &Candidate{Pod: p, Ref: ref, Container: &ctr}
+		}
+	}
+	return nil
+}
+
+// fromAssignment returns used=false when the pod has no assignment for the
+// container, and an error when it has one that cannot be honoured.
+func (c *Chooser) fromAssignment(cand *Candidate, kind resource.Kind, pool *pool, must []resource.ID, size int) ([]string, bool, error) {
+	raw, ok := cand.Pod.Annotations[annotations.AssignmentKey]
+	if !ok {
+		return nil, false, nil
+	}
+	a, err := annotations.ParseAssignment(raw)
+	if err != nil {
+		return nil, true, err
+	}
+	ca := a.Container(cand.Ref.Container)
+	if ca == nil {
+		return nil, true, fmt.Errorf("%s has no entry for container %q", annotations.AssignmentKey, cand.Ref.Container)
+	}
+	want, err := c.wantedUnits(kind, ca)
+	if err != nil {
+		return nil, true, err
+	}
+	total := 0
+	for _, n := range want {
+		total += n
+	}
+	if total != size {
+		return nil, true, fmt.Errorf("assignment gives %d units but the container requests %d", total, size)
+	}
+	var ids []string
+	for _, g := range ca.GPUs {
+		n := want[g.UUID]
+		if n == 0 {
+			continue
+		}
+		got := pool.take(g.UUID, n, must)
+		if len(got) < n {
+			return nil, true, fmt.Errorf("assigned GPU %s has %d free units, %d needed", g.UUID, len(got), n)
+		}
+		ids = append(ids, got...)
+	}
+	return ids, true, nil
+}
+
+// wantedUnits converts an assignment into units of kind per GPU.
+func (c *Chooser) wantedUnits(kind resource.Kind, ca *annotations.ContainerAssignment) (map[string]int, error) {
+	want := map[string]int{}
+	unitMiB := c.Manager.Options().MemoryUnit >> 20
+	for _, g := range ca.GPUs {
+		if c.Manager.GPU(g.UUID) == nil {
+			return nil, fmt.Errorf("assignment names GPU %s, which this node does not have", g.UUID)
+		}
+		switch kind {
+		case resource.KindSlot:
+			want[g.UUID] = 1
+		case resource.KindMem:
+			want[g.UUID] = int((g.MemoryMiB + unitMiB - 1) / unitMiB)
+		case resource.KindCore:
+			want[g.UUID] = int(g.CorePercent)
+		}
+	}
+	return want, nil
+}
+
+// siblingGPUs are the GPUs ref already holds through its other tessera resources.
+func (c *Chooser) siblingGPUs(ref ledger.ContainerRef, res string) []string {
+	set := map[string]bool{}
+	for r, keys := range c.Ledger.Get(ref) {
+		if r == res {
+			continue
+		}
+		for _, k := range keys {
+			if id, err := resource.ParseID(k); err == nil && id.Kind != resource.KindMIG {
+				set[id.GPU] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for g := range set {
+		out = append(out, g)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (c *Chooser) parse(res string, keys []string) []resource.ID {
+	var out []resource.ID
+	for _, k := range keys {
+		if id, err := c.Manager.Lookup(res, k); err == nil {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// pool builds the free IDs per GPU from kubelet's available list.
+func (c *Chooser) pool(res string, available []string) *pool {
+	p := &pool{free: map[string][]resource.ID{}}
+	for _, id := range c.parse(res, available) {
+		if _, ok := p.free[id.GPU]; !ok {
+			p.order = append(p.order, id.GPU)
+		}
+		p.free[id.GPU] = append(p.free[id.GPU], id)
+	}
+	idx := func(u string) int { return c.Manager.GPU(u).Index }
+	sort.Slice(p.order, func(a, b int) bool { return idx(p.order[a]) < idx(p.order[b]) })
+	for _, ids := range p.free {
+		sort.Slice(ids, func(a, b int) bool { return ids[a].N < ids[b].N || ids[a].N == ids[b].N && ids[a].MIG < ids[b].MIG })
+	}
+	return p
+}
+

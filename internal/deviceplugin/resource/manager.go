@@ -1,0 +1,217 @@
+package resource
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/tessera-gpu/tessera/internal/gpu"
+)
+
+// Options sizes the advertised resources.
+type Options struct {
+	SplitCount     int
+	MemoryUnit     uint64
+	ReservedMemory uint64
+	// MIG advertises MIG devices as tessera.io/mig-<profile> ("mixed").
+	MIG bool
+}
+
+// Device is one advertised device ID.
+type Device struct {
+	ID  ID
+	Key string // ID.String(), cached
+}
+
+// Manager holds the advertised devices of every resource and their health.
+// It is safe for concurrent use.
+type Manager struct {
+	opts  Options
+	gpus  map[string]*gpu.GPU
+	order []string // GPU UUIDs by index
+
+	mu        sync.RWMutex
+	devices   map[string][]Device // resource → IDs in advertising order
+	byKey     map[string]map[string]ID
+	unhealthy map[string]string // GPU UUID → reason
+	watchers  map[string][]chan struct{}
+}
+
+// NewManager builds the resources for gpus.
+func NewManager(gpus []gpu.GPU, opts Options) (*Manager, error) {
+	if opts.SplitCount < 1 || opts.MemoryUnit == 0 {
+		return nil, fmt.Errorf("resource manager: splitCount and memoryUnit must be positive")
+	}
+	m := &Manager{opts: opts, gpus: map[string]*gpu.GPU{}, devices: map[string][]Device{},
+		byKey: map[string]map[string]ID{}, unhealthy: map[string]string{}, watchers: map[string][]chan struct{}{}}
+	for i := range gpus {
+		g := gpus[i]
+		m.gpus[g.UUID] = &g
+		m.order = append(m.order, g.UUID)
+		m.addGPU(&g)
+	}
+	return m, nil
+}
+
+func (m *Manager) add(resource string, id ID) {
+	d := Device{ID: id, Key: id.String()}
+	m.devices[resource] = append(m.devices[resource], d)
+	if m.byKey[resource] == nil {
+		m.byKey[resource] = map[string]ID{}
+	}
+	m.byKey[resource][d.Key] = id
+}
+
+func (m *Manager) addGPU(g *gpu.GPU) {
+	if g.MIGEnabled {
+		if !m.opts.MIG {
+			return
+		}
+		for _, inst := range g.MIG {
+			m.add(MIGResource(inst.Profile), ID{GPU: g.UUID, Kind: KindMIG, MIG: inst.UUID})
+		}
+		return
+	}
+	for n := 0; n < m.opts.SplitCount; n++ {
+		m.add(GPU, ID{GPU: g.UUID, Kind: KindSlot, N: n})
+	}
+	for n := 0; n < m.MemoryUnits(g); n++ {
+		m.add(Memory, ID{GPU: g.UUID, Kind: KindMem, N: n})
+	}
+	for n := 0; n < 100; n++ {
+		m.add(Core, ID{GPU: g.UUID, Kind: KindCore, N: n})
+	}
+}
+
+// MemoryUnits is the number of gpu-mem IDs g advertises:
+// floor((memory - reserved) / unit).
+func (m *Manager) MemoryUnits(g *gpu.GPU) int {
+	if g.MemoryBytes <= m.opts.ReservedMemory {
+		return 0
+	}
+	return int((g.MemoryBytes - m.opts.ReservedMemory) / m.opts.MemoryUnit)
+}
+
+// Options returns the sizing options.
+func (m *Manager) Options() Options { return m.opts }
+
+// Resources lists the resource names that have at least one device, sorted.
+func (m *Manager) Resources() []string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var out []string
+	for r, devs := range m.devices {
+		if len(devs) > 0 {
+			out = append(out, r)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// GPU returns the GPU with uuid, or nil.
+func (m *Manager) GPU(uuid string) *gpu.GPU { return m.gpus[uuid] }
+
+// GPUs returns all GPUs in index order.
+func (m *Manager) GPUs() []*gpu.GPU {
+	out := make([]*gpu.GPU, 0, len(m.order))
+	for _, u := range m.order {
+		out = append(out, m.gpus[u])
+	}
+	return out
+}
+
+// Lookup parses and checks that key is a device of resource.
+func (m *Manager) Lookup(resource, key string) (ID, error) {
+	m.mu.RLock()
+	id, ok := m.byKey[resource][key]
+	m.mu.RUnlock()
+	if !ok {
+		return ID{}, fmt.Errorf("device %q is not a %s device of this node", key, resource)
+	}
+	return id, nil
+}
+
+// Devices returns the resource's devices as kubelet sees them, health included.
+func (m *Manager) Devices(resource string) []*pluginapi.Device {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	devs := m.devices[resource]
+	out := make([]*pluginapi.Device, 0, len(devs))
+	for _, d := range devs {
+		health := pluginapi.Healthy
+		if _, bad := m.unhealthy[d.ID.GPU]; bad {
+			health = pluginapi.Unhealthy
+		}
+		pd := &pluginapi.Device{ID: d.Key, Health: health}
+		if g := m.gpus[d.ID.GPU]; g != nil && g.NUMANode >= 0 {
+			pd.Topology = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(g.NUMANode)}}}
+		}
+		out = append(out, pd)
+	}
+	return out
+}
+
+// IDs returns the parsed IDs of a resource in advertising order.
+func (m *Manager) IDs(resource string) []Device {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.devices[resource]
+}
+
+// SetHealth marks a GPU healthy or unhealthy and wakes the watchers of every
+// resource when that changed anything.
+func (m *Manager) SetHealth(uuid string, healthy bool, reason string) bool {
+	m.mu.Lock()
+	_, wasBad := m.unhealthy[uuid]
+	changed := wasBad == healthy
+	if healthy {
+		delete(m.unhealthy, uuid)
+	} else {
+		m.unhealthy[uuid] = reason
+	}
+	var wake []chan struct{}
+	if changed {
+		for _, ws := range m.watchers {
+			wake = append(wake, ws...)
+		}
+	}
+	m.mu.Unlock()
+	for _, w := range wake {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+	return changed
+}
+
+// Healthy reports whether a GPU is healthy.
+func (m *Manager) Healthy(uuid string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	_, bad := m.unhealthy[uuid]
+	return !bad
+}
+
+// Watch returns a channel that receives a value whenever the resource's
+// device list changes; cancel stops it.
+func (m *Manager) Watch(resource string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	m.mu.Lock()
+	m.watchers[resource] = append(m.watchers[resource], ch)
+	m.mu.Unlock()
+	return ch, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		ws := m.watchers[resource]
+		for i, w := range ws {
+			if w == ch {
+				m.watchers[resource] = append(ws[:i], ws[i+1:]...)
+				break
+			}
+		}
+	}
+}
