@@ -1,0 +1,155 @@
+package region
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Region is an open usage region: the accounting shared by a container's processes.
+type Region struct {
+	m   *mapping
+	raw *rawRegion
+}
+
+// ProcUsage is one live slot: a process and what it holds on each device.
+type ProcUsage struct {
+	Slot      int
+	PID       uint32
+	StartTime uint64
+	UsedBytes [MaxDevices]uint64
+}
+
+// Usage is a snapshot of a region.
+type Usage struct {
+	UsedBytes   [MaxDevices]uint64 // per device, summed over live slots
+	Refused     [MaxDevices]uint64
+	PeakBytes   [MaxDevices]uint64
+	ReapedProcs uint64
+	ReapedBytes uint64
+	Procs       []ProcUsage
+}
+
+// CreateRegion creates an initialised, empty usage region at path. An existing
+// valid region is kept as it is (its processes may still be running); an existing
+// file that is not a valid region is an error, never silently overwritten.
+func CreateRegion(path string) error {
+	m, fresh, err := mapFile(path, regionSize, true)
+	if err != nil {
+		return err
+	}
+	r := &Region{m: m, raw: (*rawRegion)(unsafe.Pointer(&m.data[0]))}
+	defer r.Close()
+	if !fresh {
+		return r.validate()
+	}
+	raw := r.raw
+	raw.ABIVersion = ABIVersion
+	raw.Size = uint32(regionSize)
+	raw.MaxDevices = MaxDevices
+	raw.MaxProcs = MaxProcs
+	atomic.StoreUint64(&raw.Magic, RegionMagic)
+	return nil
+}
+
+// OpenRegion maps an existing region read-write, checking its header.
+func OpenRegion(path string) (*Region, error) {
+	m, _, err := mapFile(path, regionSize, false)
+	if err != nil {
+		return nil, err
+	}
+	r := &Region{m: m, raw: (*rawRegion)(unsafe.Pointer(&m.data[0]))}
+	if err := r.validate(); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Region) validate() error {
+	raw := r.raw
+	if err := checkHeader(r.m.path, atomic.LoadUint64(&raw.Magic), raw.ABIVersion, raw.Size, RegionMagic, regionSize); err != nil {
+		return err
+	}
+	if raw.MaxDevices != MaxDevices || raw.MaxProcs != MaxProcs {
+		return fmt.Errorf("%s: %d devices × %d slots, want %d × %d: %w",
+			r.m.path, raw.MaxDevices, raw.MaxProcs, MaxDevices, MaxProcs, ErrBadSize)
+	}
+	return nil
+}
+
+// Close unmaps the region.
+func (r *Region) Close() error { return r.m.close() }
+
+func (r *Region) hwm() int {
+	n := int(atomic.LoadUint32(&r.raw.SlotHWM))
+	return min(n, MaxProcs)
+}
+
+// Usage reads the region with atomic loads; slots being reclaimed are skipped.
+func (r *Region) Usage() Usage {
+	raw := r.raw
+	var u Usage
+	for d := range MaxDevices {
+		u.Refused[d] = atomic.LoadUint64(&raw.Refused[d])
+		u.PeakBytes[d] = atomic.LoadUint64(&raw.PeakBytes[d])
+	}
+	u.ReapedProcs = atomic.LoadUint64(&raw.ReapedProcs)
+	u.ReapedBytes = atomic.LoadUint64(&raw.ReapedBytes)
+	for i := range r.hwm() {
+		s := &raw.Slots[i]
+		pid := atomic.LoadUint32(&s.PID)
+		if pid == 0 || pid&SlotReclaimBit != 0 {
+			continue
+		}
+		p := ProcUsage{Slot: i, PID: pid, StartTime: atomic.LoadUint64(&s.StartTime)}
+		for d := range MaxDevices {
+			p.UsedBytes[d] = atomic.LoadUint64(&s.UsedBytes[d])
+			u.UsedBytes[d] += p.UsedBytes[d]
+		}
+		u.Procs = append(u.Procs, p)
+	}
+	return u
+}
+
+// Liveness says whether the process that owns a slot still runs. startTime is 0
+// while the owner is still claiming the slot; then only the pid can be checked.
+type Liveness func(pid uint32, startTime uint64) bool
+
+// Reap clears the slots of dead processes as the node reaper and returns how many
+// it cleared and the bytes they held. It also finishes clears that an earlier
+// node reaper (a monitor that was restarted mid-way) left behind.
+func (r *Region) Reap(alive Liveness) (procs int, bytes uint64) {
+	const mine = SlotReclaimBit | ReaperNode
+	for i := range r.hwm() {
+		s := &r.raw.Slots[i]
+		pid := atomic.LoadUint32(&s.PID)
+		switch {
+		case pid == 0:
+			continue
+		case pid == mine:
+			// Left behind by a previous node reaper: it is ours to finish.
+		case pid&SlotReclaimBit != 0:
+			continue // a container process is clearing it
+		case alive(pid, atomic.LoadUint64(&s.StartTime)):
+			continue
+		case !atomic.CompareAndSwapUint32(&s.PID, pid, mine):
+			continue // its state changed under us; look again next time
+		}
+		bytes += clearSlot(s)
+		atomic.StoreUint64(&s.StartTime, 0)
+		atomic.CompareAndSwapUint32(&s.PID, mine, 0)
+		procs++
+	}
+	atomic.AddUint64(&r.raw.ReapedProcs, uint64(procs))
+	atomic.AddUint64(&r.raw.ReapedBytes, bytes)
+	return procs, bytes
+}
+
+func clearSlot(s *rawProcSlot) uint64 {
+	var total uint64
+	for d := range MaxDevices {
+		total += atomic.SwapUint64(&s.UsedBytes[d], 0)
+	}
+	return total
+}
