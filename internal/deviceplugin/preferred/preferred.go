@@ -217,4 +217,3 @@ func (c *Chooser) pool(res string, available []string) *pool {
 	}
 	return p
 }
-

@@ -105,6 +105,7 @@ func (n *Node) completeDevice(d *server.Device, i int) {
 		}
 		return nvml.PciInfo{BusId: busID(peer)}, nvml.SUCCESS
 	}
+	d.IsMigDeviceHandleFunc = func() (bool, nvml.Return) { return false, nvml.SUCCESS }
 	d.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) {
 		return nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError | nvml.EventTypeSingleBitEccError, nvml.SUCCESS
 	}

@@ -1,0 +1,107 @@
+// Command device-plugin is tessera's kubelet device plugin: it advertises
+// GPU slots, memory units, compute percent and MIG devices, and hands each
+// container what the CUDA hook needs to enforce its share.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/daemon"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/reconcile"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "device-plugin:", err)
+		os.Exit(1)
+	}
+}
+
+// environment is where the plugin's outside world comes from: real NVML,
+// API server and kubelet, or a simulated node (build tag tessera_sim).
+type environment struct {
+	lib          nvml.Interface
+	client       kubernetes.Interface
+	podResources reconcile.Lister
+}
+
+func run() error {
+	fs := flag.NewFlagSet("device-plugin", flag.ContinueOnError)
+	flags := configv1.BindFlags(fs)
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig path (default: in-cluster)")
+	simulate := fs.String("simulate", "", "run on a simulated node (dgxa100, dgxh100, dgxh200); needs the tessera_sim build tag")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return err
+	}
+	cfg, err := flags.Resolve()
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	var env *environment
+	if *simulate != "" {
+		env, err = simulatedEnvironment(*simulate, cfg)
+	} else {
+		env, err = realEnvironment(cfg, *kubeconfig)
+	}
+	if err != nil {
+		return err
+	}
+	if ret := env.lib.Init(); ret != nvml.SUCCESS {
+		return fmt.Errorf("NVML init: %v", ret)
+	}
+	defer env.lib.Shutdown()
+	d, err := daemon.New(cfg, env.lib, env.client, env.podResources, log)
+	if err != nil {
+		return err
+	}
+	return d.Run(ctx)
+}
+
+func realEnvironment(cfg *configv1.Config, kubeconfig string) (*environment, error) {
+	var rc *rest.Config
+	var err error
+	if kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	pr, err := reconcile.Dial(cfg.PodResourcesSocket)
+	if err != nil {
+		return nil, err
+	}
+	return &environment{lib: nvml.New(), client: client, podResources: pr}, nil
+}
+
+func newLogger(cfg *configv1.Config) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewJSONHandler(os.Stderr, opts)
+	if cfg.Log.Format == "text" {
+		h = slog.NewTextHandler(os.Stderr, opts)
+	}
+	return slog.New(h).With("component", "tessera-device-plugin")
+}

@@ -1,0 +1,222 @@
+// Package allocation turns the device IDs kubelet hands to Allocate into a
+// container's runtime setup for the CUDA hook: visible GPUs, device nodes,
+// the hook library and its ld.so.preload file, the per-container usage
+// region and limits files, and the TESSERA_* environment. Everything is
+// derived from the IDs; nothing is guessed.
+package allocation
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
+	"github.com/tessera-gpu/tessera/internal/region"
+)
+
+// Paths inside the container and environment variables the hook reads.
+const (
+	RegionPath     = "/run/tessera/region"
+	LimitsPath     = "/run/tessera/limits"
+	CoreLimitsPath = "/run/tessera/core-limits"
+	PreloadPath    = "/etc/ld.so.preload"
+
+	EnvRegion      = "TESSERA_REGION"
+	EnvLimits      = "TESSERA_LIMITS"
+	EnvCoreLimits  = "TESSERA_CORE_LIMITS"
+	EnvCtxReserve  = "TESSERA_CTX_RESERVE_MIB"
+	EnvLog         = "TESSERA_LOG"
+	EnvNVIDIA      = "NVIDIA_VISIBLE_DEVICES"
+	EnvCUDAVisible = "CUDA_VISIBLE_DEVICES"
+)
+
+// Control device nodes every GPU container needs.
+var controlDevices = []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
+
+// Builder builds Allocate responses.
+type Builder struct {
+	Manager           *resource.Manager
+	HookLibrary       string
+	StateDir          string
+	ContextReserveMiB int
+	HookLogLevel      string
+}
+
+// Prepare creates the state directory and the ld.so.preload file that every
+// tessera container mounts.
+func (b *Builder) Prepare() error {
+	if err := os.MkdirAll(filepath.Join(b.StateDir, "containers"), 0o755); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	return writeFileAtomic(b.preloadHostPath(), []byte(b.HookLibrary+"\n"))
+}
+
+func (b *Builder) preloadHostPath() string { return filepath.Join(b.StateDir, "ld.so.preload") }
+
+// ContainerDir is where a container allocation's files live on the host.
+// The key is a hash of the sorted IDs, so a restarted plugin finds it again.
+func (b *Builder) ContainerDir(kind resource.Kind, ids []string) string {
+	return filepath.Join(b.StateDir, "containers", Key(kind, ids))
+}
+
+// Key names a container allocation by kind and device IDs.
+func Key(kind resource.Kind, ids []string) string {
+	sorted := append([]string(nil), ids...)
+	sort.Strings(sorted)
+	sum := sha256.Sum256([]byte(strings.Join(sorted, "\n")))
+	return string(kind) + "-" + hex.EncodeToString(sum[:8])
+}
+
+// Container builds the response for one container's IDs of one resource.
+func (b *Builder) Container(res string, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+	kind, ok := resource.KindOf(res)
+	if !ok {
+		return nil, fmt.Errorf("unknown resource %q", res)
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("%s: no device IDs", res)
+	}
+	shares, err := b.Manager.Shares(res, ids)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", res, err)
+	}
+	for _, s := range shares {
+		if !b.Manager.Healthy(s.GPU) {
+			return nil, fmt.Errorf("%s: GPU %s is unhealthy", res, s.GPU)
+		}
+	}
+	return b.build(res, kind, ids, shares)
+}
+
+// Restore rewrites a container allocation's files from its IDs, in place,
+// whatever the GPUs' health: the container already runs.
+func (b *Builder) Restore(res string, ids []string) error {
+	kind, ok := resource.KindOf(res)
+	if !ok {
+		return fmt.Errorf("unknown resource %q", res)
+	}
+	shares, err := b.Manager.Shares(res, ids)
+	if err != nil {
+		return fmt.Errorf("%s: %w", res, err)
+	}
+	_, err = b.build(res, kind, ids, shares)
+	return err
+}
+
+func (b *Builder) build(res string, kind resource.Kind, ids []string, shares []resource.Share) (*pluginapi.ContainerAllocateResponse, error) {
+	var err error
+	if kind == resource.KindMIG {
+		return b.mig(shares), nil
+	}
+	r := b.common(shares)
+	switch kind {
+	case resource.KindMem:
+		err = b.addMemory(r, ids, shares)
+	case resource.KindCore:
+		err = b.addCore(r, ids, shares)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", res, err)
+	}
+	return r, nil
+}
+
+// common is what every tessera response of a container carries, identical
+// across its resources so kubelet merges them without conflict.
+func (b *Builder) common(shares []resource.Share) *pluginapi.ContainerAllocateResponse {
+	uuids := make([]string, 0, len(shares))
+	var devs []*pluginapi.DeviceSpec
+	for _, s := range shares {
+		uuids = append(uuids, s.GPU)
+		p := b.Manager.GPU(s.GPU).DevicePath()
+		devs = append(devs, &pluginapi.DeviceSpec{HostPath: p, ContainerPath: p, Permissions: "rw"})
+	}
+	for _, p := range controlDevices {
+		devs = append(devs, &pluginapi.DeviceSpec{HostPath: p, ContainerPath: p, Permissions: "rw"})
+	}
+	visible := strings.Join(uuids, ",")
+	env := map[string]string{EnvNVIDIA: visible, EnvCUDAVisible: visible, EnvLog: b.HookLogLevel}
+	if b.ContextReserveMiB > 0 {
+		env[EnvCtxReserve] = strconv.Itoa(b.ContextReserveMiB)
+	}
+	return &pluginapi.ContainerAllocateResponse{
+		Envs: env,
+		Mounts: []*pluginapi.Mount{
+			{HostPath: b.HookLibrary, ContainerPath: b.HookLibrary, ReadOnly: true},
+			{HostPath: b.preloadHostPath(), ContainerPath: PreloadPath, ReadOnly: true},
+		},
+		Devices: devs,
+	}
+}
+
+func (b *Builder) addMemory(r *pluginapi.ContainerAllocateResponse, ids []string, shares []resource.Share) error {
+	dir := b.ContainerDir(resource.KindMem, ids)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	limits := make([]region.DeviceLimit, 0, len(shares))
+	for _, s := range shares {
+		limits = append(limits, region.DeviceLimit{UUID: s.GPU, MemLimitBytes: s.MemBytes})
+	}
+	if err := region.WriteLimits(filepath.Join(dir, "limits"), limits); err != nil {
+		return err
+	}
+	if err := region.CreateRegion(filepath.Join(dir, "region")); err != nil {
+		return err
+	}
+	r.Mounts = append(r.Mounts,
+		&pluginapi.Mount{HostPath: filepath.Join(dir, "region"), ContainerPath: RegionPath},
+		&pluginapi.Mount{HostPath: filepath.Join(dir, "limits"), ContainerPath: LimitsPath, ReadOnly: true})
+	r.Envs[EnvRegion] = RegionPath
+	r.Envs[EnvLimits] = LimitsPath
+	return nil
+}
+
+func (b *Builder) addCore(r *pluginapi.ContainerAllocateResponse, ids []string, shares []resource.Share) error {
+	dir := b.ContainerDir(resource.KindCore, ids)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	limits := make([]region.DeviceLimit, 0, len(shares))
+	for _, s := range shares {
+		limits = append(limits, region.DeviceLimit{UUID: s.GPU, CoreLimitPct: uint32(s.CorePct)})
+	}
+	if err := region.WriteLimits(filepath.Join(dir, "core-limits"), limits); err != nil {
+		return err
+	}
+	r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: filepath.Join(dir, "core-limits"), ContainerPath: CoreLimitsPath, ReadOnly: true})
+	r.Envs[EnvCoreLimits] = CoreLimitsPath
+	return nil
+}
+
+// mig exposes whole MIG devices; the hook is not injected because MIG
+// isolates memory and compute in hardware.
+func (b *Builder) mig(shares []resource.Share) *pluginapi.ContainerAllocateResponse {
+	var migs []string
+	var devs []*pluginapi.DeviceSpec
+	for _, s := range shares {
+		migs = append(migs, s.MIG...)
+		p := b.Manager.GPU(s.GPU).DevicePath()
+		devs = append(devs, &pluginapi.DeviceSpec{HostPath: p, ContainerPath: p, Permissions: "rw"})
+	}
+	for _, p := range controlDevices {
+		devs = append(devs, &pluginapi.DeviceSpec{HostPath: p, ContainerPath: p, Permissions: "rw"})
+	}
+	visible := strings.Join(migs, ",")
+	return &pluginapi.ContainerAllocateResponse{Envs: map[string]string{EnvNVIDIA: visible, EnvCUDAVisible: visible}, Devices: devs}
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,152 @@
+// Package daemon assembles the device plugin from its configuration, an
+// NVML library and a Kubernetes client, and runs it: PodResources
+// read-back first (so a restarted plugin answers from kubelet's truth),
+// then health watching, periodic reconciliation, the node inventory, the
+// metrics endpoint and the kubelet-facing servers.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/NVIDIA/go-gpuallocator/gpuallocator"
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/allocation"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/health"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/inventory"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/ledger"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/plugin"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/pods"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/preferred"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/reconcile"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/server"
+	"github.com/tessera-gpu/tessera/internal/gpu"
+)
+
+// Daemon is a fully wired device plugin.
+type Daemon struct {
+	Config     *configv1.Config
+	Manager    *resource.Manager
+	Ledger     *ledger.Ledger
+	Chooser    *preferred.Chooser
+	Builder    *allocation.Builder
+	Plugin     *plugin.Plugin
+	Health     *health.Watcher
+	Reconciler *reconcile.Reconciler
+	Inventory  *inventory.Publisher
+	Pods       *pods.Informer
+	Registry   *prometheus.Registry
+	Log        *slog.Logger
+}
+
+// New discovers the GPUs through lib (already initialised) and wires the plugin.
+func New(cfg *configv1.Config, lib nvml.Interface, client kubernetes.Interface, podResources reconcile.Lister, log *slog.Logger) (*Daemon, error) {
+	gpus, err := gpu.Discover(lib, log)
+	if err != nil {
+		return nil, fmt.Errorf("GPU discovery: %w", err)
+	}
+	mgr, err := resource.NewManager(gpus, resource.Options{SplitCount: cfg.SplitCount, MemoryUnit: cfg.MemoryUnitBytes(),
+		ReservedMemory: cfg.ReservedMemoryBytes(), MIG: cfg.MIGStrategy == configv1.MIGStrategyMixed})
+	if err != nil {
+		return nil, err
+	}
+	topo, err := gpuallocator.NewDevices(gpuallocator.WithNvmlLib(lib))
+	if err != nil {
+		log.Warn("no GPU topology for multi-GPU placement", "err", err)
+	}
+	d := &Daemon{Config: cfg, Manager: mgr, Ledger: ledger.New(), Pods: pods.NewInformer(client, cfg.NodeName), Registry: prometheus.NewRegistry(), Log: log}
+	warn := eventWarner(client, cfg.NodeName, log)
+	d.Chooser = &preferred.Chooser{Manager: mgr, Pods: d.Pods, Ledger: d.Ledger, Policy: cfg.Placement, Topology: topo, Log: log, Warn: warn}
+	d.Builder = &allocation.Builder{Manager: mgr, HookLibrary: cfg.HookLibrary, StateDir: cfg.StateDir,
+		ContextReserveMiB: cfg.ContextReserveMiB, HookLogLevel: cfg.HookLogLevel}
+	d.Reconciler = &reconcile.Reconciler{PodResources: podResources, Pods: d.Pods, Client: client, Manager: mgr, Ledger: d.Ledger,
+		Builder: d.Builder, Metrics: reconcile.NewMetrics(d.Registry), Log: log, Warn: warn, GCGrace: 10 * time.Minute}
+	d.Inventory = &inventory.Publisher{Client: client, Node: cfg.NodeName, Manager: mgr, Log: log}
+	var uuids []string
+	for _, g := range gpus {
+		uuids = append(uuids, g.UUID)
+	}
+	d.Health = &health.Watcher{Lib: lib, GPUs: uuids, Target: mgr, IgnoredXids: cfg.Health.IgnoredXids, RecoverAfter: cfg.Health.RecoverAfter.Duration, Log: log}
+	deps := server.Deps{Manager: mgr, Chooser: d.Chooser, Builder: d.Builder, Ledger: d.Ledger, Log: log}
+	d.Plugin = &plugin.Plugin{Dir: cfg.KubeletSocketDir, Log: log}
+	for _, res := range mgr.Resources() {
+		d.Plugin.Servers = append(d.Plugin.Servers, server.New(res, cfg.KubeletSocketDir, deps))
+	}
+	if len(d.Plugin.Servers) == 0 {
+		return nil, errors.New("no GPUs to advertise")
+	}
+	return d, nil
+}
+
+// Run runs the plugin until ctx ends.
+func (d *Daemon) Run(ctx context.Context) error {
+	if err := d.Builder.Prepare(); err != nil {
+		return err
+	}
+	if err := d.Pods.Start(ctx); err != nil {
+		return err
+	}
+	// Rebuild state from kubelet before answering it: after a plugin
+	// restart the ledger and the containers' files come back from here.
+	if err := d.Reconciler.Once(ctx); err != nil {
+		d.Log.Warn("initial PodResources read-back failed; continuing", "err", err)
+	}
+	if d.Config.Health.Enabled {
+		go func() {
+			if err := d.Health.Run(ctx); err != nil {
+				d.Log.Error("health watching stopped", "err", err)
+			}
+		}()
+	}
+	go d.Reconciler.Run(ctx, d.Config.ReconcileInterval.Duration)
+	go d.Inventory.Run(ctx, 5*time.Minute)
+	if d.Config.MetricsAddress != "" {
+		srv := d.metricsServer()
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				d.Log.Error("metrics server", "err", err)
+			}
+		}()
+		defer srv.Close()
+	}
+	d.Log.Info("device plugin running", "node", d.Config.NodeName, "resources", d.Manager.Resources(), "gpus", len(d.Manager.GPUs()))
+	return d.Plugin.Run(ctx)
+}
+
+func (d *Daemon) metricsServer() *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	return &http.Server{Addr: d.Config.MetricsAddress, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+}
+
+// eventWarner records a Warning event on the pod.
+func eventWarner(client kubernetes.Interface, node string, log *slog.Logger) func(*corev1.Pod, string, string) {
+	return func(pod *corev1.Pod, reason, msg string) {
+		now := metav1.Now()
+		ev := &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{GenerateName: pod.Name + ".", Namespace: pod.Namespace},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, APIVersion: "v1"},
+			Reason:         reason, Message: msg, Type: corev1.EventTypeWarning,
+			Source:         corev1.EventSource{Component: "tessera-device-plugin", Host: node},
+			FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := client.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			log.Warn("event not recorded", "reason", reason, "err", err)
+		}
+	}
+}

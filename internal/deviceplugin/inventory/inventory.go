@@ -1,0 +1,88 @@
+// Package inventory publishes the node's GPUs as the versioned JSON node
+// annotation tessera.io/node-gpus, patching the Node only when the content
+// changed (health flips, MIG reconfiguration, a new plugin version).
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	annotations "github.com/tessera-gpu/tessera/api/annotations/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
+)
+
+// Publisher writes the node annotation.
+type Publisher struct {
+	Client  kubernetes.Interface
+	Node    string
+	Manager *resource.Manager
+	Log     *slog.Logger
+	last    string
+}
+
+// Build returns the inventory as the annotation value.
+func Build(m *resource.Manager) (string, error) {
+	inv := annotations.NodeGPUs{Version: annotations.Version, GPUs: []annotations.NodeGPU{}}
+	for _, g := range m.GPUs() {
+		ng := annotations.NodeGPU{UUID: g.UUID, Index: g.Index, Model: g.Model, MemoryMiB: g.MemoryBytes >> 20,
+			SMCount: g.SMCount, NUMANode: g.NUMANode, NVLinkPeers: g.NVLinkPeers, MIGEnabled: g.MIGEnabled, Healthy: m.Healthy(g.UUID)}
+		for _, mi := range g.MIG {
+			ng.MIG = append(ng.MIG, annotations.MIGInstance{UUID: mi.UUID, Profile: mi.Profile, MemoryMiB: mi.MemoryMiB})
+		}
+		inv.GPUs = append(inv.GPUs, ng)
+	}
+	return annotations.Marshal(&inv)
+}
+
+// Publish patches the node if the inventory differs from what it carries.
+// It reports whether it patched.
+func (p *Publisher) Publish(ctx context.Context) (bool, error) {
+	val, err := Build(p.Manager)
+	if err != nil {
+		return false, err
+	}
+	if val == p.last {
+		return false, nil
+	}
+	node, err := p.Client.CoreV1().Nodes().Get(ctx, p.Node, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("get node %s: %w", p.Node, err)
+	}
+	if node.Annotations[annotations.NodeGPUsKey] == val {
+		p.last = val
+		return false, nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annotations.NodeGPUsKey: val}}})
+	if _, err := p.Client.CoreV1().Nodes().Patch(ctx, p.Node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return false, fmt.Errorf("annotate node %s: %w", p.Node, err)
+	}
+	p.last = val
+	p.Log.Info("published node GPU inventory", "gpus", len(p.Manager.GPUs()))
+	return true, nil
+}
+
+// Run publishes now, on every health change, and every period.
+func (p *Publisher) Run(ctx context.Context, period time.Duration) {
+	changed, cancel := p.Manager.Watch("inventory")
+	defer cancel()
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		if _, err := p.Publish(ctx); err != nil {
+			p.Log.Warn("node inventory not published; will retry", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,144 @@
+// Package plugin runs one gRPC server per tessera resource and keeps them
+// registered with kubelet: it watches kubelet's socket directory and, when
+// kubelet restarts (its socket is recreated and ours are wiped), restarts
+// the servers and registers again within about a second.
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/server"
+)
+
+// Plugin supervises the resource servers.
+type Plugin struct {
+	Dir     string
+	Servers []*server.Server
+	Log     *slog.Logger
+	// Retry is the period of registration retries and socket checks.
+	Retry time.Duration
+	// Registered, if set, receives a value after every successful
+	// registration round (tests wait on it).
+	Registered chan<- struct{}
+}
+
+// KubeletSocket is kubelet's registration socket in Dir.
+func (p *Plugin) KubeletSocket() string {
+	return filepath.Join(p.Dir, filepath.Base(pluginapi.KubeletSocket))
+}
+
+// Run serves until ctx ends.
+func (p *Plugin) Run(ctx context.Context) error {
+	if p.Retry == 0 {
+		p.Retry = time.Second
+	}
+	for _, s := range p.Servers {
+		if err := s.Start(); err != nil {
+			p.stopAll()
+			return err
+		}
+	}
+	defer p.stopAll()
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", p.Dir, err)
+	}
+	defer w.Close()
+	if err := w.Add(p.Dir); err != nil {
+		return fmt.Errorf("watch %s: %w", p.Dir, err)
+	}
+	registered := p.register(ctx)
+	tick := time.NewTicker(p.Retry)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-w.Events:
+			if ev.Name == p.KubeletSocket() && ev.Has(fsnotify.Create) {
+				p.Log.Info("kubelet socket recreated; restarting and re-registering")
+				p.restartAll()
+				registered = p.register(ctx)
+			} else if ev.Has(fsnotify.Remove) && p.ours(ev.Name) {
+				registered = false
+			}
+		case err := <-w.Errors:
+			p.Log.Warn("socket directory watch error", "err", err)
+		case <-tick.C:
+			if p.socketsMissing() {
+				p.Log.Info("plugin socket gone; restarting servers")
+				p.restartAll()
+				registered = false
+			}
+			if !registered {
+				registered = p.register(ctx)
+			}
+		}
+	}
+}
+
+func (p *Plugin) register(ctx context.Context) bool {
+	if _, err := os.Stat(p.KubeletSocket()); err != nil {
+		return false
+	}
+	var errs []error
+	for _, s := range p.Servers {
+		if err := s.Register(ctx, p.KubeletSocket()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		p.Log.Warn("registration failed; will retry", "err", err)
+		return false
+	}
+	p.Log.Info("registered with kubelet", "resources", len(p.Servers))
+	if p.Registered != nil {
+		select {
+		case p.Registered <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+func (p *Plugin) ours(path string) bool {
+	for _, s := range p.Servers {
+		if s.Socket() == path {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Plugin) socketsMissing() bool {
+	for _, s := range p.Servers {
+		if _, err := os.Stat(s.Socket()); err != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Plugin) restartAll() {
+	for _, s := range p.Servers {
+		s.Stop()
+		if err := s.Start(); err != nil {
+			p.Log.Error("restart server", "resource", s.Resource(), "err", err)
+		}
+	}
+}
+
+func (p *Plugin) stopAll() {
+	for _, s := range p.Servers {
+		s.Stop()
+	}
+}

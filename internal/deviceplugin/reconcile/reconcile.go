@@ -1,0 +1,315 @@
+// Package reconcile reads kubelet's truth back from the PodResources API.
+// Kubelet is the authority on which device IDs each container holds; the
+// reconciler rebuilds the plugin's ledger from it (after a plugin restart
+// nothing is lost), rewrites each container's limits files in place,
+// publishes the realized allocation as the pod annotation
+// tessera.io/allocated, and counts and reports where kubelet's allocation
+// differs from the scheduler's tessera.io/assignment, so the scheduler's
+// view converges on the truth.
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	annotations "github.com/tessera-gpu/tessera/api/annotations/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/allocation"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/ledger"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/pods"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
+)
+
+// Lister is the part of the PodResources API used here.
+type Lister interface {
+	List(ctx context.Context) (*podresourcesapi.ListPodResourcesResponse, error)
+}
+
+// Metrics are the reconciler's Prometheus metrics.
+type Metrics struct {
+	Mismatches *prometheus.CounterVec
+	Runs       prometheus.Counter
+	Errors     prometheus.Counter
+}
+
+// NewMetrics creates and registers the metrics on reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Mismatches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tessera_deviceplugin_assignment_mismatch_total",
+			Help: "Containers whose kubelet allocation differs from their tessera.io/assignment, by resource."}, []string{"resource"}),
+		Runs:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tessera_deviceplugin_reconcile_runs_total", Help: "PodResources read-backs."}),
+		Errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tessera_deviceplugin_reconcile_errors_total", Help: "Failed PodResources read-backs."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Mismatches, m.Runs, m.Errors)
+	}
+	return m
+}
+
+// Reconciler is one node's read-back loop.
+type Reconciler struct {
+	PodResources Lister
+	Pods         pods.Source
+	Client       kubernetes.Interface
+	Manager      *resource.Manager
+	Ledger       *ledger.Ledger
+	Builder      *allocation.Builder
+	Metrics      *Metrics
+	Log          *slog.Logger
+	Warn         func(pod *corev1.Pod, reason, message string)
+	// GCGrace keeps unreferenced state directories this long, covering the
+	// gap between Allocate and the container showing up in PodResources.
+	GCGrace time.Duration
+
+	mu       sync.Mutex
+	reported map[string]string // pod/container/resource → mismatch already counted
+}
+
+// Run reconciles every interval until ctx ends.
+func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := r.Once(ctx); err != nil {
+			r.Log.Warn("reconcile failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Once performs one read-back.
+func (r *Reconciler) Once(ctx context.Context) error {
+	r.Metrics.Runs.Inc()
+	resp, err := r.PodResources.List(ctx)
+	if err != nil {
+		r.Metrics.Errors.Inc()
+		return fmt.Errorf("PodResources list: %w", err)
+	}
+	truth := map[ledger.ContainerRef]map[string][]string{}
+	live := map[string]bool{}
+	var errs []string
+	for _, pr := range resp.GetPodResources() {
+		pod := r.Pods.Get(pr.GetNamespace(), pr.GetName())
+		allocs := r.podTruth(pr, pod, truth, live)
+		if pod == nil || len(allocs) == 0 {
+			continue
+		}
+		if err := r.publish(ctx, pod, allocs); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	r.Ledger.Reset(truth)
+	r.collectGarbage(live)
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// podTruth gathers one pod's tessera devices, restores their files, and
+// returns the allocation to publish.
+func (r *Reconciler) podTruth(pr *podresourcesapi.PodResources, pod *corev1.Pod, truth map[ledger.ContainerRef]map[string][]string, live map[string]bool) []annotations.ContainerAllocation {
+	var allocs []annotations.ContainerAllocation
+	for _, c := range pr.GetContainers() {
+		ref := ledger.ContainerRef{Namespace: pr.GetNamespace(), Pod: pr.GetName(), Container: c.GetName()}
+		if pod != nil {
+			ref.PodUID = string(pod.UID)
+		}
+		ca := annotations.ContainerAllocation{Name: c.GetName()}
+		gpus := map[string]*annotations.GPUAllocation{}
+		for _, d := range c.GetDevices() {
+			res := d.GetResourceName()
+			if _, ok := resource.KindOf(res); !ok || len(d.GetDeviceIds()) == 0 {
+				continue
+			}
+			if truth[ref] == nil {
+				truth[ref] = map[string][]string{}
+			}
+			truth[ref][res] = d.GetDeviceIds()
+			r.restore(res, d.GetDeviceIds(), live)
+			r.addShares(&ca, gpus, res, d.GetDeviceIds())
+		}
+		if len(gpus) > 0 || len(ca.MIG) > 0 {
+			for _, g := range r.Manager.GPUs() {
+				if a := gpus[g.UUID]; a != nil {
+					ca.GPUs = append(ca.GPUs, *a)
+				}
+			}
+			allocs = append(allocs, ca)
+		}
+	}
+	return allocs
+}
+
+func (r *Reconciler) addShares(ca *annotations.ContainerAllocation, gpus map[string]*annotations.GPUAllocation, res string, ids []string) {
+	shares, err := r.Manager.Shares(res, ids)
+	if err != nil {
+		r.Log.Warn("kubelet reports devices this plugin does not advertise", "resource", res, "err", err)
+		return
+	}
+	for _, s := range shares {
+		if len(s.MIG) > 0 {
+			for _, m := range s.MIG {
+				ca.MIG = append(ca.MIG, annotations.MIGAllocation{UUID: m, Parent: s.GPU, Profile: strings.TrimPrefix(res, resource.MIGPrefix)})
+			}
+			continue
+		}
+		a := gpus[s.GPU]
+		if a == nil {
+			a = &annotations.GPUAllocation{UUID: s.GPU}
+			gpus[s.GPU] = a
+		}
+		a.MemoryMiB += s.MemBytes >> 20
+		a.CorePercent += uint32(s.CorePct)
+		a.Slots += uint32(s.Slots)
+	}
+}
+
+// restore recreates a container's files from its IDs; after a plugin
+// restart or a wiped state dir the hook keeps working.
+func (r *Reconciler) restore(res string, ids []string, live map[string]bool) {
+	kind, _ := resource.KindOf(res)
+	if kind != resource.KindMem && kind != resource.KindCore {
+		return
+	}
+	live[allocation.Key(kind, ids)] = true
+	if err := r.Builder.Restore(res, ids); err != nil {
+		r.Log.Warn("restore container files", "resource", res, "err", err)
+	}
+}
+
+// publish writes tessera.io/allocated when it changed and checks it
+// against tessera.io/assignment.
+func (r *Reconciler) publish(ctx context.Context, pod *corev1.Pod, allocs []annotations.ContainerAllocation) error {
+	sort.Slice(allocs, func(i, j int) bool { return allocs[i].Name < allocs[j].Name })
+	val, err := annotations.Marshal(&annotations.Allocated{Version: annotations.Version, Containers: allocs})
+	if err != nil {
+		return fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	r.checkAssignment(pod, allocs)
+	if pod.Annotations[annotations.AllocatedKey] == val {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annotations.AllocatedKey: val}}})
+	if _, err := r.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("annotate pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// checkAssignment counts each container/resource mismatch once.
+func (r *Reconciler) checkAssignment(pod *corev1.Pod, allocs []annotations.ContainerAllocation) {
+	raw, ok := pod.Annotations[annotations.AssignmentKey]
+	if !ok {
+		return
+	}
+	a, err := annotations.ParseAssignment(raw)
+	if err != nil {
+		return // reported when the preferred allocation was chosen
+	}
+	for _, ca := range allocs {
+		want := a.Container(ca.Name)
+		if want == nil {
+			continue
+		}
+		for _, res := range Mismatched(want, &ca, r.Manager.Options().MemoryUnit) {
+			key := string(pod.UID) + "/" + ca.Name + "/" + res
+			r.mu.Lock()
+			if r.reported == nil {
+				r.reported = map[string]string{}
+			}
+			_, seen := r.reported[key]
+			r.reported[key] = res
+			r.mu.Unlock()
+			if seen {
+				continue
+			}
+			r.Metrics.Mismatches.WithLabelValues(res).Inc()
+			msg := fmt.Sprintf("container %s: kubelet allocated %s differently from %s; %s records what it got", ca.Name, res, annotations.AssignmentKey, annotations.AllocatedKey)
+			r.Log.Warn("assignment mismatch", "pod", pod.Namespace+"/"+pod.Name, "container", ca.Name, "resource", res)
+			if r.Warn != nil {
+				r.Warn(pod, "TesseraAssignmentMismatch", msg)
+			}
+		}
+	}
+}
+
+// Mismatched lists the resources whose realized per-GPU amounts differ
+// from the assignment. Memory is compared in whole units.
+func Mismatched(want *annotations.ContainerAssignment, got *annotations.ContainerAllocation, unit uint64) []string {
+	unitMiB := unit >> 20
+	gotBy := map[string]annotations.GPUAllocation{}
+	for _, g := range got.GPUs {
+		gotBy[g.UUID] = g
+	}
+	var memBad, coreBad, slotBad bool
+	for _, w := range want.GPUs {
+		g, ok := gotBy[w.UUID]
+		delete(gotBy, w.UUID)
+		if w.MemoryMiB > 0 && (!ok || (w.MemoryMiB+unitMiB-1)/unitMiB != g.MemoryMiB/unitMiB) {
+			memBad = true
+		}
+		if w.CorePercent > 0 && (!ok || w.CorePercent != g.CorePercent) {
+			coreBad = true
+		}
+		if ok && g.Slots > 1 {
+			slotBad = true
+		}
+	}
+	for _, g := range gotBy { // GPUs the container got but was not assigned
+		memBad = memBad || g.MemoryMiB > 0
+		coreBad = coreBad || g.CorePercent > 0
+		slotBad = slotBad || g.Slots > 0
+	}
+	var out []string
+	if slotBad {
+		out = append(out, resource.GPU)
+	}
+	if memBad {
+		out = append(out, resource.Memory)
+	}
+	if coreBad {
+		out = append(out, resource.Core)
+	}
+	return out
+}
+
+// collectGarbage removes state directories that no container references
+// and that are older than the grace period.
+func (r *Reconciler) collectGarbage(live map[string]bool) {
+	dir := filepath.Join(r.Builder.StateDir, "containers")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if live[e.Name()] {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || time.Since(info.ModTime()) < r.GCGrace {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err == nil {
+			r.Log.Info("removed state of a finished container", "key", e.Name())
+		}
+	}
+}

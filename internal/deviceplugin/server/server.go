@@ -1,0 +1,202 @@
+// Package server is the kubelet-facing gRPC side of one tessera resource:
+// it serves the DevicePlugin API on a unix socket, registers with kubelet,
+// and delegates every decision to the resource manager, the preferred
+// allocation chooser and the allocation builder.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/allocation"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/ledger"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/preferred"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
+)
+
+// Deps are what a resource server delegates to.
+type Deps struct {
+	Manager *resource.Manager
+	Chooser *preferred.Chooser
+	Builder *allocation.Builder
+	Ledger  *ledger.Ledger
+	Log     *slog.Logger
+	// OnAllocate is called after a successful Allocate (metrics, benchmarks).
+	OnAllocate func(resource string, ids []string)
+}
+
+// Server serves one resource.
+type Server struct {
+	pluginapi.UnimplementedDevicePluginServer
+	deps     Deps
+	resource string
+	dir      string
+	socket   string
+	log      *slog.Logger
+
+	mu   sync.Mutex
+	grpc *grpc.Server
+	stop chan struct{}
+}
+
+// New creates the server of res whose socket lives in kubelet's socket dir.
+func New(res, dir string, deps Deps) *Server {
+	name := "tessera-" + strings.ReplaceAll(strings.TrimPrefix(res, resource.Domain), "/", "-") + ".sock"
+	return &Server{deps: deps, resource: res, dir: dir, socket: filepath.Join(dir, name), log: deps.Log.With("resource", res)}
+}
+
+// Resource is the served resource name.
+func (s *Server) Resource() string { return s.resource }
+
+// Socket is the server's socket path.
+func (s *Server) Socket() string { return s.socket }
+
+// Start listens on the socket, replacing a stale one.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.grpc != nil {
+		return nil
+	}
+	if err := os.Remove(s.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale socket: %w", err)
+	}
+	ln, err := net.Listen("unix", s.socket)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", s.socket, err)
+	}
+	s.grpc = grpc.NewServer()
+	s.stop = make(chan struct{})
+	pluginapi.RegisterDevicePluginServer(s.grpc, s)
+	g := s.grpc
+	go func() {
+		if err := g.Serve(ln); err != nil {
+			s.log.Error("gRPC server ended", "err", err)
+		}
+	}()
+	return nil
+}
+
+// Stop closes the socket and ends every stream.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.grpc == nil {
+		return
+	}
+	close(s.stop)
+	s.grpc.Stop()
+	s.grpc = nil
+	_ = os.Remove(s.socket)
+}
+
+// Register announces the resource to kubelet at kubeletSocket.
+func (s *Server) Register(ctx context.Context, kubeletSocket string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient("unix://"+kubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("dial kubelet: %w", err)
+	}
+	defer conn.Close()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     filepath.Base(s.socket),
+		ResourceName: s.resource,
+		Options:      &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
+	})
+	if err != nil {
+		return fmt.Errorf("register %s with kubelet: %w", s.resource, err)
+	}
+	return nil
+}
+
+// GetDevicePluginOptions implements the DevicePlugin API.
+func (s *Server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
+}
+
+// ListAndWatch sends the device list, then a fresh one on every change.
+func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
+	changed, cancel := s.deps.Manager.Watch(s.resource)
+	defer cancel()
+	s.mu.Lock()
+	stop := s.stop
+	s.mu.Unlock()
+	for {
+		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: s.deps.Manager.Devices(s.resource)}); err != nil {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-stop:
+			return nil
+		case <-stream.Context().Done():
+			return nil
+		}
+	}
+}
+
+// GetPreferredAllocation implements the DevicePlugin API.
+func (s *Server) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, cr := range req.ContainerRequests {
+		ids := s.deps.Chooser.Preferred(s.resource, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize))
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+	}
+	return resp, nil
+}
+
+// Allocate implements the DevicePlugin API. Each container's IDs are
+// attributed to the container GetPreferredAllocation chose (or, without a
+// preceding call, to the first matching pending container) for the
+// realized-allocation ledger; PodResources read-backs correct it.
+func (s *Server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	resp := &pluginapi.AllocateResponse{}
+	for _, cr := range req.ContainerRequests {
+		r, err := s.deps.Builder.Container(s.resource, cr.DevicesIds)
+		if err != nil {
+			s.log.Error("allocate refused", "ids", len(cr.DevicesIds), "err", err)
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		s.attribute(cr.DevicesIds)
+		if s.deps.OnAllocate != nil {
+			s.deps.OnAllocate(s.resource, cr.DevicesIds)
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, r)
+	}
+	return resp, nil
+}
+
+func (s *Server) attribute(ids []string) {
+	ref, ok := s.deps.Ledger.TakeProposal(s.resource, len(ids))
+	if !ok {
+		c := s.deps.Chooser.Candidate(s.resource, len(ids))
+		if c == nil {
+			s.log.Info("allocation not attributed to a pod yet; PodResources will tell", "ids", len(ids))
+			return
+		}
+		ref = c.Ref
+	}
+	s.deps.Ledger.Record(ref, s.resource, ids)
+	s.log.Info("allocated", "pod", ref.Namespace+"/"+ref.Pod, "container", ref.Container, "ids", len(ids))
+}
+
+// PreStartContainer implements the DevicePlugin API (not requested).
+func (s *Server) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
