@@ -1,0 +1,391 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	annotations "github.com/tessera-gpu/tessera/api/annotations/v1"
+	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/allocation"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/ledger"
+	"github.com/tessera-gpu/tessera/internal/gpu/gputest"
+	"github.com/tessera-gpu/tessera/internal/region"
+)
+
+var t0 = time.Date(2026, 11, 1, 10, 0, 0, 0, time.UTC)
+
+// assign builds an assignment annotation: container → GPU index → (MiB, %).
+func (e *env) assign(cs map[string]map[int][2]int) string {
+	a := annotations.Assignment{Version: annotations.Version}
+	for name, gpus := range cs {
+		ca := annotations.ContainerAssignment{Name: name}
+		for i, mc := range gpus {
+			ca.GPUs = append(ca.GPUs, annotations.GPUShare{UUID: e.node.Device(i).UUID, MemoryMiB: uint64(mc[0]), CorePercent: uint32(mc[1])})
+		}
+		a.Containers = append(a.Containers, ca)
+	}
+	s, err := annotations.Marshal(&a)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+func (e *env) uuid(i int) string { return e.node.Device(i).UUID }
+
+func readLimits(t *testing.T, path string) []region.DeviceLimit {
+	t.Helper()
+	l, err := region.OpenLimits(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Devices()
+}
+
+func mountFor(r *pluginapi.ContainerAllocateResponse, containerPath string) *pluginapi.Mount {
+	for _, m := range r.Mounts {
+		if m.ContainerPath == containerPath {
+			return m
+		}
+	}
+	return nil
+}
+
+func TestRegistrationAndListAndWatch(t *testing.T) {
+	e := newEnv(t, gputest.DGXH200)
+	e.start()
+	regs := e.regs
+	for _, res := range []string{"tessera.io/gpu", "tessera.io/gpu-mem", "tessera.io/gpu-core"} {
+		r := regs[res]
+		if r == nil || r.Version != pluginapi.Version || !r.Options.GetPreferredAllocationAvailable {
+			t.Fatalf("registration of %s = %+v", res, r)
+		}
+	}
+	for res, want := range map[string]int{"tessera.io/gpu": 80, "tessera.io/gpu-mem": 8 * 141, "tessera.io/gpu-core": 800} {
+		devs := e.list(res)
+		if len(devs) != want {
+			t.Errorf("%s advertises %d devices, want %d", res, len(devs), want)
+		}
+		for _, d := range devs {
+			if d.Health != pluginapi.Healthy || d.Topology == nil || len(d.Topology.Nodes) != 1 {
+				t.Fatalf("device %+v", d)
+			}
+		}
+	}
+}
+
+func TestTwoContainerPodWithAssignment(t *testing.T) {
+	e := newEnv(t, gputest.DGXH200)
+	p := pod("train", t0, "", ctr{name: "a", mem: 20, core: 30}, ctr{name: "b", mem: 10, core: 50})
+	p.Annotations = map[string]string{annotations.AssignmentKey: e.assign(map[string]map[int][2]int{
+		"a": {3: {20 * 1024, 30}}, "b": {6: {10 * 1024, 50}}})}
+	e.client.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{})
+	e.start()
+	for _, c := range []struct {
+		gpu       int
+		mem, core int
+	}{{3, 20, 30}, {6, 10, 50}} {
+		memIDs, memResp := e.admit("tessera.io/gpu-mem", c.mem)
+		coreIDs, coreResp := e.admit("tessera.io/gpu-core", c.core)
+		want := []string{e.uuid(c.gpu)}
+		if g := gpusOf(memIDs); fmt.Sprint(g) != fmt.Sprint(want) {
+			t.Fatalf("gpu-mem landed on %v, assigned %v", g, want)
+		}
+		if g := gpusOf(coreIDs); fmt.Sprint(g) != fmt.Sprint(want) {
+			t.Fatalf("gpu-core landed on %v, assigned %v", g, want)
+		}
+		checkMerge(t, memResp, coreResp)
+		lim := readLimits(t, mountFor(memResp, allocation.LimitsPath).HostPath)
+		if len(lim) != 1 || lim[0].UUID != e.uuid(c.gpu) || lim[0].MemLimitBytes != uint64(c.mem)<<30 {
+			t.Fatalf("memory limits = %+v", lim)
+		}
+		core := readLimits(t, mountFor(coreResp, allocation.CoreLimitsPath).HostPath)
+		if len(core) != 1 || core[0].CoreLimitPct != uint32(c.core) {
+			t.Fatalf("core limits = %+v", core)
+		}
+		if _, err := region.OpenRegion(mountFor(memResp, allocation.RegionPath).HostPath); err != nil {
+			t.Fatalf("usage region: %v", err)
+		}
+	}
+}
+
+// checkMerge asserts kubelet can merge two responses of one container:
+// shared keys agree, and each resource's own keys are distinct.
+func checkMerge(t *testing.T, a, b *pluginapi.ContainerAllocateResponse) {
+	t.Helper()
+	for k, v := range a.Envs {
+		if w, ok := b.Envs[k]; ok && w != v {
+			t.Fatalf("env %s conflicts: %q vs %q", k, v, w)
+		}
+	}
+	for _, m := range a.Mounts {
+		if o := mountFor(b, m.ContainerPath); o != nil && (o.HostPath != m.HostPath || o.ReadOnly != m.ReadOnly) {
+			t.Fatalf("mount %s conflicts: %+v vs %+v", m.ContainerPath, m, o)
+		}
+	}
+	if a.Envs[allocation.EnvNVIDIA] == "" || a.Envs[allocation.EnvNVIDIA] != b.Envs[allocation.EnvCUDAVisible] {
+		t.Fatalf("visible devices differ: %v vs %v", a.Envs, b.Envs)
+	}
+	if mountFor(a, allocation.PreloadPath) == nil || mountFor(b, allocation.PreloadPath) == nil {
+		t.Fatal("ld.so.preload not mounted")
+	}
+}
+
+func TestEqualRequestsDifferentAssignments(t *testing.T) {
+	e := newEnv(t, gputest.DGXH200)
+	first := pod("first", t0, "", ctr{name: "c", mem: 8})
+	second := pod("second", t0.Add(time.Second), "", ctr{name: "c", mem: 8})
+	first.Annotations = map[string]string{annotations.AssignmentKey: e.assign(map[string]map[int][2]int{"c": {5: {8192, 0}}})}
+	second.Annotations = map[string]string{annotations.AssignmentKey: e.assign(map[string]map[int][2]int{"c": {2: {8192, 0}}})}
+	// Created in reverse order: the plugin must follow creation time, not arrival.
+	e.client.CoreV1().Pods("default").Create(context.Background(), second, metav1.CreateOptions{})
+	e.client.CoreV1().Pods("default").Create(context.Background(), first, metav1.CreateOptions{})
+	e.start()
+	ids1, _ := e.admit("tessera.io/gpu-mem", 8)
+	ids2, _ := e.admit("tessera.io/gpu-mem", 8)
+	if g := gpusOf(ids1); len(g) != 1 || g[0] != e.uuid(5) {
+		t.Fatalf("first pod on %v, assigned GPU 5 (%s)", g, e.uuid(5))
+	}
+	if g := gpusOf(ids2); len(g) != 1 || g[0] != e.uuid(2) {
+		t.Fatalf("second pod on %v, assigned GPU 2 (%s)", g, e.uuid(2))
+	}
+}
+
+func TestMemoryAndCoreInEitherOrder(t *testing.T) {
+	for _, order := range [][]string{{"tessera.io/gpu-mem", "tessera.io/gpu-core"}, {"tessera.io/gpu-core", "tessera.io/gpu-mem"}} {
+		for _, assigned := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s-first/assigned=%v", order[0], assigned), func(t *testing.T) {
+				e := newEnv(t, gputest.DGXH100)
+				// Pre-load GPU 0 so memory and compute rank GPUs differently.
+				filler := pod("filler", t0, "", ctr{name: "f", mem: 40})
+				p := pod("job", t0.Add(time.Second), "", ctr{name: "c", mem: 16, core: 25})
+				if assigned {
+					p.Annotations = map[string]string{annotations.AssignmentKey: e.assign(map[string]map[int][2]int{"c": {7: {16384, 25}}})}
+				}
+				e.client.CoreV1().Pods("default").Create(context.Background(), filler, metav1.CreateOptions{})
+				e.client.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{})
+				// Spread sends memory and compute to different GPUs unless the
+				// plugin keeps a container's resources together.
+				e.start(func(c *configv1.Config) { c.Placement = configv1.PlacementSpread })
+				e.admit("tessera.io/gpu-mem", 40)
+				sizes := map[string]int{"tessera.io/gpu-mem": 16, "tessera.io/gpu-core": 25}
+				var got [][]string
+				var resps []*pluginapi.ContainerAllocateResponse
+				for _, res := range order {
+					ids, r := e.admit(res, sizes[res])
+					got = append(got, gpusOf(ids))
+					resps = append(resps, r)
+				}
+				if len(got[0]) != 1 || fmt.Sprint(got[0]) != fmt.Sprint(got[1]) {
+					t.Fatalf("memory and compute on different GPUs: %v vs %v", got[0], got[1])
+				}
+				if assigned && got[0][0] != e.uuid(7) {
+					t.Fatalf("placed on %v, assigned GPU 7", got[0])
+				}
+				checkMerge(t, resps[0], resps[1])
+			})
+		}
+	}
+}
+
+func TestUnhealthyGPU(t *testing.T) {
+	e := newEnv(t, gputest.DGXA100)
+	e.start()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := e.client_("tessera.io/gpu-mem").ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	e.node.InjectXid(1, 13) // application error: ignored
+	e.node.InjectXid(2, 79) // GPU fell off the bus
+	m, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := map[string]bool{}
+	for _, d := range m.Devices {
+		if d.Health == pluginapi.Unhealthy {
+			bad[strings.SplitN(d.ID, "::", 2)[0]] = true
+		}
+	}
+	if len(bad) != 1 || !bad[e.uuid(2)] {
+		t.Fatalf("unhealthy GPUs = %v, want only GPU 2", bad)
+	}
+	ids := []string{e.uuid(2) + "::mem::0"}
+	_, err = e.client_("tessera.io/gpu-mem").Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
+	if err == nil || !strings.Contains(err.Error(), "unhealthy") {
+		t.Fatalf("Allocate on an unhealthy GPU: %v", err)
+	}
+}
+
+func TestHealthRecovers(t *testing.T) {
+	e := newEnv(t, gputest.DGXA100)
+	e.start(func(c *configv1.Config) { c.Health.RecoverAfter.Duration = 100 * time.Millisecond })
+	e.node.InjectXid(4, 48)
+	waitFor(t, func() bool { return !e.d.Manager.Healthy(e.uuid(4)) })
+	waitFor(t, func() bool { return e.d.Manager.Healthy(e.uuid(4)) })
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestKubeletRestartReRegisters(t *testing.T) {
+	e := newEnv(t, gputest.DGXH100)
+	e.start()
+	dir := e.d.Config.KubeletSocketDir
+	// kubelet restart: it stops, wipes the plugin sockets, and listens anew.
+	e.kubelet.srv.Stop()
+	entries, _ := os.ReadDir(dir)
+	for _, en := range entries {
+		os.Remove(filepath.Join(dir, en.Name()))
+	}
+	start := time.Now()
+	e.kubelet = startKubelet(t, dir)
+	e.kubelet.awaitRegistrations(t, 3)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("re-registration took %s", d)
+	}
+	if n := len(e.list("tessera.io/gpu")); n != 80 {
+		t.Fatalf("after restart ListAndWatch gives %d devices", n)
+	}
+}
+
+func TestBadAssignmentsFallBack(t *testing.T) {
+	cases := map[string]func(e *env) string{
+		"malformed": func(*env) string { return `{"version":"v1","containers":[` },
+		"unknown GPU": func(*env) string {
+			return `{"version":"v1","containers":[{"name":"c","gpus":[{"uuid":"GPU-nope","memoryMiB":4096}]}]}`
+		},
+		"size differs": func(e *env) string { return e.assign(map[string]map[int][2]int{"c": {1: {9 * 1024, 0}}}) },
+		"no container": func(e *env) string { return e.assign(map[string]map[int][2]int{"other": {1: {4096, 0}}}) },
+	}
+	for name, mk := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, gputest.DGXH100)
+			p := pod("bad", t0, "", ctr{name: "c", mem: 4})
+			p.Annotations = map[string]string{annotations.AssignmentKey: mk(e)}
+			e.client.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{})
+			e.start()
+			ids, _ := e.admit("tessera.io/gpu-mem", 4)
+			if len(gpusOf(ids)) != 1 {
+				t.Fatalf("fallback placed on %v", gpusOf(ids))
+			}
+			evs, _ := e.client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+			if len(evs.Items) == 0 || evs.Items[0].Reason != "TesseraAssignmentUnusable" {
+				t.Fatalf("no warning event: %+v", evs.Items)
+			}
+		})
+	}
+}
+
+func TestAllocateRefusesUnknownIDs(t *testing.T) {
+	e := newEnv(t, gputest.DGXH100)
+	e.start()
+	for _, ids := range [][]string{{"GPU-nope::mem::0"}, {"garbage"}, {e.uuid(0) + "::mem::99999"}, {e.uuid(0) + "::core::1"}, {}} {
+		_, err := e.client_("tessera.io/gpu-mem").Allocate(context.Background(), &pluginapi.AllocateRequest{
+			ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
+		if err == nil {
+			t.Fatalf("Allocate(%v) succeeded", ids)
+		}
+	}
+}
+
+func TestPluginRestartRebuildsFromPodResources(t *testing.T) {
+	e := newEnv(t, gputest.DGXH200)
+	p := pod("svc", t0, "", ctr{name: "c", mem: 4, core: 20})
+	p.Status.Phase = "Running"
+	e.client.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{})
+	u1 := e.node.Device(1).UUID
+	// Scheduler assigned GPU 3, kubelet (e.g. without preferred allocation) gave GPU 1.
+	p.Annotations = map[string]string{annotations.AssignmentKey: e.assign(map[string]map[int][2]int{"c": {3: {4096, 20}}})}
+	e.client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{})
+	memIDs := []string{u1 + "::mem::0", u1 + "::mem::1", u1 + "::mem::2", u1 + "::mem::3"}
+	var coreIDs []string
+	for i := 0; i < 20; i++ {
+		coreIDs = append(coreIDs, fmt.Sprintf("%s::core::%d", u1, i))
+	}
+	e.podRes.set(&podresourcesapi.PodResources{Name: "svc", Namespace: "default", Containers: []*podresourcesapi.ContainerResources{{
+		Name: "c", Devices: []*podresourcesapi.ContainerDevices{
+			{ResourceName: "tessera.io/gpu-mem", DeviceIds: memIDs},
+			{ResourceName: "tessera.io/gpu-core", DeviceIds: coreIDs}}}}})
+	e.start()
+	ref := ledger.ContainerRef{PodUID: "uid-svc", Namespace: "default", Pod: "svc", Container: "c"}
+	if got := e.d.Ledger.Get(ref); len(got["tessera.io/gpu-mem"]) != 4 || len(got["tessera.io/gpu-core"]) != 20 {
+		t.Fatalf("ledger after restart = %v", got)
+	}
+	limits := filepath.Join(e.d.Builder.ContainerDir("mem", memIDs), "limits")
+	if l := readLimits(t, limits); len(l) != 1 || l[0].UUID != u1 || l[0].MemLimitBytes != 4<<30 {
+		t.Fatalf("restored limits = %+v", l)
+	}
+	got, _ := e.client.CoreV1().Pods("default").Get(context.Background(), "svc", metav1.GetOptions{})
+	al, err := annotations.ParseAllocated(got.Annotations[annotations.AllocatedKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(al.Containers) != 1 || al.Containers[0].GPUs[0].UUID != u1 || al.Containers[0].GPUs[0].MemoryMiB != 4096 || al.Containers[0].GPUs[0].CorePercent != 20 {
+		t.Fatalf("allocated annotation = %+v", al)
+	}
+	mism := e.d.Reconciler.Metrics.Mismatches
+	if testutil.ToFloat64(mism.WithLabelValues("tessera.io/gpu-mem")) != 1 || testutil.ToFloat64(mism.WithLabelValues("tessera.io/gpu-core")) != 1 {
+		t.Fatalf("mismatch counter not incremented")
+	}
+	// A second read-back neither re-counts nor re-patches.
+	if err := e.d.Reconciler.Once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if testutil.ToFloat64(mism.WithLabelValues("tessera.io/gpu-mem")) != 1 {
+		t.Fatal("mismatch counted twice")
+	}
+}
+
+func TestNodeInventoryAnnotation(t *testing.T) {
+	e := newEnv(t, gputest.DGXH200)
+	e.start()
+	var inv *annotations.NodeGPUs
+	waitFor(t, func() bool {
+		n, _ := e.client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+		v, ok := n.Annotations[annotations.NodeGPUsKey]
+		if !ok {
+			return false
+		}
+		var err error
+		inv, err = annotations.ParseNodeGPUs(v)
+		return err == nil
+	})
+	if len(inv.GPUs) != 8 || inv.GPUs[0].SMCount != 132 || len(inv.GPUs[0].NVLinkPeers) != 7 || !inv.GPUs[0].Healthy {
+		t.Fatalf("inventory = %+v", inv.GPUs[0])
+	}
+	changed, err := e.d.Inventory.Publish(context.Background())
+	if err != nil || changed {
+		t.Fatalf("unchanged inventory re-published: %v %v", changed, err)
+	}
+	e.node.InjectXid(0, 79)
+	waitFor(t, func() bool {
+		n, _ := e.client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+		inv, _ := annotations.ParseNodeGPUs(n.Annotations[annotations.NodeGPUsKey])
+		return inv != nil && !inv.GPUs[0].Healthy
+	})
+}
