@@ -1,0 +1,123 @@
+package allocation
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
+	"github.com/tessera-gpu/tessera/internal/gpu"
+	"github.com/tessera-gpu/tessera/internal/gpu/gputest"
+	"github.com/tessera-gpu/tessera/internal/region"
+)
+
+func builder(t *testing.T) (*Builder, []gpu.GPU) {
+	t.Helper()
+	node := gputest.MustNew(gputest.DGXA100)
+	if _, err := node.EnableMIG(7, nvml.GPU_INSTANCE_PROFILE_1_SLICE); err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := gpu.Discover(node, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := resource.NewManager(gpus, resource.Options{SplitCount: 10, MemoryUnit: 256 << 20, MIG: true})
+	b := &Builder{Manager: m, HookLibrary: "/opt/tessera/libtessera-hook.so", StateDir: t.TempDir(), ContextReserveMiB: 300, HookLogLevel: "info"}
+	if err := b.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	return b, gpus
+}
+
+func TestMemoryResponseSpansGPUsFromIDs(t *testing.T) {
+	b, gpus := builder(t)
+	a, c := gpus[3].UUID, gpus[1].UUID
+	// kubelet handed IDs on two GPUs: the container sees both, each capped
+	// at what its IDs say.
+	ids := []string{a + "::mem::0", a + "::mem::1", a + "::mem::2", c + "::mem::9"}
+	r, err := b.Container(resource.Memory, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Envs[EnvNVIDIA] != c+","+a || r.Envs[EnvCUDAVisible] != c+","+a {
+		t.Fatalf("visible = %q, want GPU 1 then GPU 3", r.Envs[EnvNVIDIA])
+	}
+	if r.Envs[EnvCtxReserve] != "300" || r.Envs[EnvLog] != "info" || r.Envs[EnvRegion] != RegionPath || r.Envs[EnvLimits] != LimitsPath {
+		t.Fatalf("env = %v", r.Envs)
+	}
+	paths := map[string]string{}
+	for _, d := range r.Devices {
+		paths[d.ContainerPath] = d.HostPath
+	}
+	for _, p := range []string{"/dev/nvidia1", "/dev/nvidia3", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"} {
+		if paths[p] != p {
+			t.Errorf("device %s missing: %v", p, paths)
+		}
+	}
+	dir := b.ContainerDir(resource.KindMem, ids)
+	l, err := region.OpenLimits(filepath.Join(dir, "limits"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := l.Devices()
+	l.Close()
+	if len(devs) != 2 || devs[0].UUID != c || devs[0].MemLimitBytes != 256<<20 || devs[1].MemLimitBytes != 768<<20 {
+		t.Fatalf("limits = %+v", devs)
+	}
+	preload, _ := os.ReadFile(filepath.Join(b.StateDir, "ld.so.preload"))
+	if string(preload) != b.HookLibrary+"\n" {
+		t.Fatalf("ld.so.preload = %q", preload)
+	}
+	// Same IDs in another order: same files (a restarted plugin finds them).
+	rev := []string{ids[3], ids[2], ids[1], ids[0]}
+	if b.ContainerDir(resource.KindMem, rev) != dir {
+		t.Fatal("container key depends on ID order")
+	}
+	if b.ContainerDir(resource.KindCore, rev) == dir {
+		t.Fatal("memory and core allocations share a key")
+	}
+}
+
+func TestRegionSurvivesReallocation(t *testing.T) {
+	b, gpus := builder(t)
+	ids := []string{gpus[0].UUID + "::mem::4"}
+	if _, err := b.Container(resource.Memory, ids); err != nil {
+		t.Fatal(err)
+	}
+	regionPath := filepath.Join(b.ContainerDir(resource.KindMem, ids), "region")
+	before, _ := os.Stat(regionPath)
+	if err := b.Restore(resource.Memory, ids); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.Stat(regionPath)
+	if !os.SameFile(before, after) {
+		t.Fatal("restore replaced the region inode that hooks have mapped")
+	}
+}
+
+func TestCoreAndMIGResponses(t *testing.T) {
+	b, gpus := builder(t)
+	r, err := b.Container(resource.Core, []string{gpus[2].UUID + "::core::0", gpus[2].UUID + "::core::1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Envs[EnvCoreLimits] != CoreLimitsPath || r.Envs[EnvRegion] != "" {
+		t.Fatalf("core env = %v", r.Envs)
+	}
+	mig := gpus[7].MIG[0]
+	res := resource.MIGResource(mig.Profile)
+	r, err = b.Container(res, []string{gpus[7].UUID + "::mig::" + mig.UUID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Envs[EnvNVIDIA] != mig.UUID || len(r.Mounts) != 0 {
+		t.Fatalf("MIG response = %+v", r)
+	}
+	if _, err := b.Container(resource.Memory, nil); err == nil {
+		t.Fatal("empty ID list accepted")
+	}
+}

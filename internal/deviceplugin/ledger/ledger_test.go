@@ -1,0 +1,42 @@
+package ledger
+
+import (
+	"testing"
+	"time"
+)
+
+func TestProposalIsTakenOnceFreshAndSized(t *testing.T) {
+	l := New()
+	now := time.Unix(1000, 0)
+	l.now = func() time.Time { return now }
+	a := ContainerRef{PodUID: "u", Namespace: "ns", Pod: "p", Container: "a"}
+	l.Propose("tessera.io/gpu-mem", a, 4)
+	if _, ok := l.TakeProposal("tessera.io/gpu-mem", 5); ok {
+		t.Fatal("proposal of another size taken")
+	}
+	l.Propose("tessera.io/gpu-mem", a, 4)
+	if ref, ok := l.TakeProposal("tessera.io/gpu-mem", 4); !ok || ref != a {
+		t.Fatal("proposal not taken")
+	}
+	if _, ok := l.TakeProposal("tessera.io/gpu-mem", 4); ok {
+		t.Fatal("proposal taken twice")
+	}
+	l.Propose("tessera.io/gpu-core", a, 10)
+	now = now.Add(2 * proposalTTL)
+	if _, ok := l.TakeProposal("tessera.io/gpu-core", 10); ok {
+		t.Fatal("stale proposal taken")
+	}
+}
+
+func TestRecordAndReset(t *testing.T) {
+	l := New()
+	a := ContainerRef{PodUID: "u", Container: "a"}
+	l.Record(a, "tessera.io/gpu", []string{"b", "a"})
+	if !l.Has(a, "tessera.io/gpu") || l.Has(a, "tessera.io/gpu-mem") || l.Get(a)["tessera.io/gpu"][0] != "a" {
+		t.Fatalf("record: %v", l.Snapshot())
+	}
+	l.Reset(map[ContainerRef]map[string][]string{{PodUID: "v", Container: "b"}: {"tessera.io/gpu-mem": {"x"}}})
+	if l.Has(a, "tessera.io/gpu") || len(l.Snapshot()) != 1 {
+		t.Fatalf("reset kept stale state: %v", l.Snapshot())
+	}
+}

@@ -1,0 +1,53 @@
+package pods
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func mk(name string, at time.Time, phase corev1.PodPhase) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", CreationTimestamp: metav1.NewTime(at)},
+		Spec: corev1.PodSpec{NodeName: "n"}, Status: corev1.PodStatus{Phase: phase}}
+}
+
+func TestPendingInAdmissionOrder(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	client := fake.NewClientset(mk("late", t0.Add(time.Minute), corev1.PodPending), mk("b", t0, corev1.PodPending),
+		mk("a", t0, corev1.PodPending), mk("running", t0.Add(-time.Hour), corev1.PodRunning))
+	inf := NewInformer(client, "n")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := inf.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range inf.Pending() {
+		names = append(names, p.Name)
+	}
+	if len(names) != 3 || names[0] != "a" || names[1] != "b" || names[2] != "late" {
+		t.Fatalf("pending order = %v", names)
+	}
+	if inf.Get("ns", "running") == nil || inf.Get("ns", "nope") != nil {
+		t.Fatal("Get")
+	}
+}
+
+func TestContainersAndRequest(t *testing.T) {
+	p := mk("p", time.Now(), corev1.PodPending)
+	p.Spec.InitContainers = []corev1.Container{{Name: "init"}}
+	p.Spec.Containers = []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{"tessera.io/gpu-mem": resource.MustParse("12")}}}}
+	cs := Containers(p)
+	if len(cs) != 2 || cs[0].Name != "init" {
+		t.Fatalf("order = %v", cs)
+	}
+	if Request(&cs[1], "tessera.io/gpu-mem") != 12 || Request(&cs[0], "tessera.io/gpu-mem") != 0 {
+		t.Fatal("Request")
+	}
+}

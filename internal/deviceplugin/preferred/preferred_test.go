@@ -1,0 +1,170 @@
+package preferred
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-gpuallocator/gpuallocator"
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/ledger"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
+	"github.com/tessera-gpu/tessera/internal/gpu"
+	"github.com/tessera-gpu/tessera/internal/gpu/gputest"
+)
+
+type fixture struct {
+	node *gputest.Node
+	gpus []gpu.GPU
+	c    *Chooser
+}
+
+func newFixture(t *testing.T, policy string, withTopology bool) *fixture {
+	t.Helper()
+	node := gputest.MustNew(gputest.DGXH100)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	gpus, err := gpu.Discover(node, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := resource.NewManager(gpus, resource.Options{SplitCount: 4, MemoryUnit: 1 << 30})
+	c := &Chooser{Manager: m, Ledger: ledger.New(), Policy: policy, Log: log}
+	if withTopology {
+		if c.Topology, err = gpuallocator.NewDevices(gpuallocator.WithNvmlLib(node)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &fixture{node: node, gpus: gpus, c: c}
+}
+
+// available lists all IDs of res except takenPerGPU[i] units of GPU i.
+func (f *fixture) available(res string, takenPerGPU map[int]int) []string {
+	taken := map[string]int{}
+	for i, n := range takenPerGPU {
+		taken[f.gpus[i].UUID] = n
+	}
+	var out []string
+	for _, d := range f.c.Manager.IDs(res) {
+		if d.ID.N >= taken[d.ID.GPU] {
+			out = append(out, d.Key)
+		}
+	}
+	return out
+}
+
+func gpusOf(ids []string) []string {
+	set := map[string]bool{}
+	for _, id := range ids {
+		set[strings.SplitN(id, "::", 2)[0]] = true
+	}
+	var out []string
+	for g := range set {
+		out = append(out, g)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestLocalBinpackAndSpread(t *testing.T) {
+	for policy, wantGPU := range map[string]int{configv1.PlacementBinpack: 2, configv1.PlacementSpread: 0} {
+		t.Run(policy, func(t *testing.T) {
+			f := newFixture(t, policy, false)
+			// GPU 2 is fullest (70 of 80 units used), GPU 3 too full for 16 units.
+			avail := f.available(resource.Memory, map[int]int{1: 10, 2: 60, 3: 70, 4: 20, 5: 20, 6: 20, 7: 20})
+			ids := f.c.Preferred(resource.Memory, avail, nil, 16)
+			if g := gpusOf(ids); len(ids) != 16 || len(g) != 1 || g[0] != f.gpus[wantGPU].UUID {
+				t.Fatalf("%s placed 16 units on %v, want GPU %d", policy, g, wantGPU)
+			}
+		})
+	}
+}
+
+func TestLocalSpillsWhenNoGPUFits(t *testing.T) {
+	f := newFixture(t, configv1.PlacementBinpack, false)
+	taken := map[int]int{}
+	for i := 0; i < 8; i++ {
+		taken[i] = 70 // 10 free units each
+	}
+	ids := f.c.Preferred(resource.Memory, f.available(resource.Memory, taken), nil, 15)
+	if len(ids) != 15 || len(gpusOf(ids)) != 2 {
+		t.Fatalf("spill gave %d IDs on %d GPUs", len(ids), len(gpusOf(ids)))
+	}
+}
+
+func TestMustIncludeKeepsItsGPU(t *testing.T) {
+	f := newFixture(t, configv1.PlacementSpread, false)
+	must := []string{f.gpus[6].UUID + "::core::3"}
+	ids := f.c.Preferred(resource.Core, f.available(resource.Core, nil), must, 30)
+	if g := gpusOf(ids); len(g) != 1 || g[0] != f.gpus[6].UUID || !contains(ids, must[0]) {
+		t.Fatalf("mustInclude ignored: %v", ids)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestMultiGPUSlotsUseTopology(t *testing.T) {
+	f := newFixture(t, configv1.PlacementBinpack, true)
+	// Break NVLinks: only GPUs 4-7 stay linked to each other.
+	for i := 0; i < 8; i++ {
+		i := i
+		f.node.Device(i).GetNvLinkStateFunc = func(link int) (nvml.EnableState, nvml.Return) {
+			peer := link
+			if peer >= i {
+				peer++
+			}
+			if i >= 4 && peer >= 4 && peer < 8 {
+				return nvml.FEATURE_ENABLED, nvml.SUCCESS
+			}
+			return nvml.FEATURE_DISABLED, nvml.SUCCESS
+		}
+	}
+	topo, err := gpuallocator.NewDevices(gpuallocator.WithNvmlLib(f.node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.c.Topology = topo
+	ids := f.c.Preferred(resource.GPU, f.available(resource.GPU, nil), nil, 4)
+	got := gpusOf(ids)
+	var want []string
+	for i := 4; i < 8; i++ {
+		want = append(want, f.gpus[i].UUID)
+	}
+	sort.Strings(want)
+	if len(ids) != 4 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("4-GPU request on %v, want the NVLinked GPUs 4-7", got)
+	}
+}
+
+func TestSingleSlotBinpacks(t *testing.T) {
+	f := newFixture(t, configv1.PlacementBinpack, false)
+	ids := f.c.Preferred(resource.GPU, f.available(resource.GPU, map[int]int{5: 3}), nil, 1)
+	if g := gpusOf(ids); len(g) != 1 || g[0] != f.gpus[5].UUID {
+		t.Fatalf("slot on %v, want the busiest GPU 5", g)
+	}
+}
+
+func TestNoPodsNoProposal(t *testing.T) {
+	f := newFixture(t, configv1.PlacementBinpack, false)
+	f.c.Preferred(resource.Memory, f.available(resource.Memory, nil), nil, 2)
+	if _, ok := f.c.Ledger.TakeProposal(resource.Memory, 2); ok {
+		t.Fatal("proposal recorded without a candidate pod")
+	}
+	if ids := f.c.Preferred("tessera.io/unknown", []string{"x"}, nil, 1); ids != nil {
+		t.Fatalf("unknown resource answered %v", ids)
+	}
+	if ids := f.c.Preferred(resource.Memory, []string{"garbage", "GPU-x::mem::1"}, nil, 1); len(ids) != 0 {
+		t.Fatalf("foreign IDs answered %v", ids)
+	}
+}
