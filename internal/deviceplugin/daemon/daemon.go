@@ -79,7 +79,8 @@ func New(cfg *configv1.Config, lib nvml.Interface, client kubernetes.Interface, 
 		uuids = append(uuids, g.UUID)
 	}
 	d.Health = &health.Watcher{Lib: lib, GPUs: uuids, Target: mgr, IgnoredXids: cfg.Health.IgnoredXids, RecoverAfter: cfg.Health.RecoverAfter.Duration, Log: log}
-	deps := server.Deps{Manager: mgr, Chooser: d.Chooser, Builder: d.Builder, Ledger: d.Ledger, Log: log}
+	deps := server.Deps{Manager: mgr, Chooser: d.Chooser, Builder: d.Builder, Ledger: d.Ledger, Log: log,
+		OnAllocate: d.registerMetrics(gpus)}
 	d.Plugin = &plugin.Plugin{Dir: cfg.KubeletSocketDir, Log: log}
 	for _, res := range mgr.Resources() {
 		d.Plugin.Servers = append(d.Plugin.Servers, server.New(res, cfg.KubeletSocketDir, deps))
@@ -88,6 +89,25 @@ func New(cfg *configv1.Config, lib nvml.Interface, client kubernetes.Interface, 
 		return nil, errors.New("no GPUs to advertise")
 	}
 	return d, nil
+}
+
+// registerMetrics adds per-GPU health gauges and returns the allocation counter hook.
+func (d *Daemon) registerMetrics(gpus []gpu.GPU) func(string, []string) {
+	for _, g := range gpus {
+		uuid := g.UUID
+		d.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tessera_deviceplugin_gpu_healthy",
+			Help: "1 if the GPU is healthy, 0 if its devices are advertised Unhealthy.", ConstLabels: prometheus.Labels{"gpu": uuid}},
+			func() float64 {
+				if d.Manager.Healthy(uuid) {
+					return 1
+				}
+				return 0
+			}))
+	}
+	allocs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tessera_deviceplugin_allocations_total",
+		Help: "Container allocations answered, by resource."}, []string{"resource"})
+	d.Registry.MustRegister(allocs)
+	return func(res string, _ []string) { allocs.WithLabelValues(res).Inc() }
 }
 
 // Run runs the plugin until ctx ends.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -388,4 +389,33 @@ func TestNodeInventoryAnnotation(t *testing.T) {
 		inv, _ := annotations.ParseNodeGPUs(n.Annotations[annotations.NodeGPUsKey])
 		return inv != nil && !inv.GPUs[0].Healthy
 	})
+}
+
+func TestMIGDevices(t *testing.T) {
+	e := newEnv(t, gputest.DGXA100)
+	migs, err := e.node.EnableMIG(3, nvml.GPU_INSTANCE_PROFILE_3_SLICE, nvml.GPU_INSTANCE_PROFILE_3_SLICE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	var migRes string
+	for res := range e.regs {
+		if strings.HasPrefix(res, "tessera.io/mig-") {
+			migRes = res
+		}
+	}
+	if migRes == "" || len(e.regs) != 4 {
+		t.Fatalf("registrations = %v", e.regs)
+	}
+	if n := len(e.list("tessera.io/gpu-mem")); n != 7*40 {
+		t.Fatalf("gpu-mem IDs = %d: the MIG GPU must not advertise memory units", n)
+	}
+	ids, r := e.admit(migRes, 1)
+	if !strings.Contains(ids[0], e.uuid(3)) || (r.Envs["NVIDIA_VISIBLE_DEVICES"] != migs[0] && r.Envs["NVIDIA_VISIBLE_DEVICES"] != migs[1]) {
+		t.Fatalf("MIG allocation %v → %v", ids, r.Envs)
+	}
+	n, err := testutil.GatherAndCount(e.d.Registry, "tessera_deviceplugin_allocations_total", "tessera_deviceplugin_gpu_healthy")
+	if err != nil || n != 1+8 {
+		t.Fatalf("metrics: %d series, %v", n, err)
+	}
 }

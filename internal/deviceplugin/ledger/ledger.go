@@ -36,13 +36,15 @@ type proposal struct {
 type Ledger struct {
 	mu        sync.Mutex
 	realized  map[ContainerRef]map[string][]string // resource → device IDs
+	recorded  map[ContainerRef]time.Time           // when Record last touched a container
 	proposals map[string]proposal                  // resource → last answer
 	now       func() time.Time
 }
 
 // New returns an empty ledger.
 func New() *Ledger {
-	return &Ledger{realized: map[ContainerRef]map[string][]string{}, proposals: map[string]proposal{}, now: time.Now}
+	return &Ledger{realized: map[ContainerRef]map[string][]string{}, recorded: map[ContainerRef]time.Time{},
+		proposals: map[string]proposal{}, now: time.Now}
 }
 
 // Propose records that the plugin chose size devices of resource for ref.
@@ -73,6 +75,7 @@ func (l *Ledger) Record(ref ContainerRef, resource string, ids []string) {
 		l.realized[ref] = map[string][]string{}
 	}
 	l.realized[ref][resource] = sortedCopy(ids)
+	l.recorded[ref] = l.now()
 }
 
 // Has reports whether ref already holds devices of resource.
@@ -94,11 +97,19 @@ func (l *Ledger) Get(ref ContainerRef) map[string][]string {
 	return out
 }
 
-// Reset replaces everything known with kubelet's truth.
-func (l *Ledger) Reset(truth map[ContainerRef]map[string][]string) {
+// Reset replaces everything known with kubelet's truth as read at asOf.
+// Records made after asOf are kept: kubelet's answer predates them.
+func (l *Ledger) Reset(truth map[ContainerRef]map[string][]string, asOf time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	old, oldAt := l.realized, l.recorded
 	l.realized = map[ContainerRef]map[string][]string{}
+	l.recorded = map[ContainerRef]time.Time{}
+	for ref, at := range oldAt {
+		if at.After(asOf) && truth[ref] == nil {
+			l.realized[ref], l.recorded[ref] = old[ref], at
+		}
+	}
 	for ref, byRes := range truth {
 		l.realized[ref] = map[string][]string{}
 		for r, ids := range byRes {

@@ -35,8 +35,17 @@ func TestRecordAndReset(t *testing.T) {
 	if !l.Has(a, "tessera.io/gpu") || l.Has(a, "tessera.io/gpu-mem") || l.Get(a)["tessera.io/gpu"][0] != "a" {
 		t.Fatalf("record: %v", l.Snapshot())
 	}
-	l.Reset(map[ContainerRef]map[string][]string{{PodUID: "v", Container: "b"}: {"tessera.io/gpu-mem": {"x"}}})
+	l.Reset(map[ContainerRef]map[string][]string{{PodUID: "v", Container: "b"}: {"tessera.io/gpu-mem": {"x"}}}, time.Now())
 	if l.Has(a, "tessera.io/gpu") || len(l.Snapshot()) != 1 {
 		t.Fatalf("reset kept stale state: %v", l.Snapshot())
+	}
+	// A record newer than kubelet's answer survives the reset.
+	asOf := time.Now()
+	c := ContainerRef{PodUID: "w", Container: "c"}
+	l.now = func() time.Time { return asOf.Add(time.Millisecond) }
+	l.Record(c, "tessera.io/gpu", []string{"z"})
+	l.Reset(nil, asOf)
+	if !l.Has(c, "tessera.io/gpu") {
+		t.Fatal("reset dropped a record newer than the read-back")
 	}
 }

@@ -98,6 +98,7 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 // Once performs one read-back.
 func (r *Reconciler) Once(ctx context.Context) error {
 	r.Metrics.Runs.Inc()
+	asOf := time.Now()
 	resp, err := r.PodResources.List(ctx)
 	if err != nil {
 		r.Metrics.Errors.Inc()
@@ -116,7 +117,7 @@ func (r *Reconciler) Once(ctx context.Context) error {
 			errs = append(errs, err.Error())
 		}
 	}
-	r.Ledger.Reset(truth)
+	r.Ledger.Reset(truth, asOf)
 	r.collectGarbage(live)
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
