@@ -32,6 +32,7 @@ import (
 	annotations "github.com/tessera-gpu/tessera/api/annotations/v1"
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/daemon"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
 	"github.com/tessera-gpu/tessera/internal/gpu/gputest"
 )
 
@@ -211,16 +212,11 @@ func (c *cluster) uuid(i int) string { return c.gpus.Device(i).UUID }
 
 // devicesOf returns the GPUs of a resource kubelet gave a container.
 func (c *cluster) devicesOf(p *corev1.Pod, ctr, res string) []string {
-	set := map[string]bool{}
+	var ids []string
 	for id := range c.mgr.GetDevices(string(p.UID), ctr)[res] {
-		set[strings.SplitN(id, "::", 2)[0]] = true
+		ids = append(ids, id)
 	}
-	var out []string
-	for g := range set {
-		out = append(out, g)
-	}
-	sort.Strings(out)
-	return out
+	return resource.GPUsOf(ids)
 }
 
 func makePod(name string, created time.Time, cs map[string][2]int64) *corev1.Pod {

@@ -9,39 +9,27 @@ import (
 )
 
 // ParseAssignment decodes and validates an AssignmentKey annotation value.
-func ParseAssignment(s string) (*Assignment, error) {
-	var a Assignment
-	if err := decodeStrict(s, &a); err != nil {
-		return nil, fmt.Errorf("%s: %w", AssignmentKey, err)
-	}
-	if err := a.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", AssignmentKey, err)
-	}
-	return &a, nil
-}
+func ParseAssignment(s string) (*Assignment, error) { return parse[Assignment](AssignmentKey, s) }
 
 // ParseAllocated decodes and validates an AllocatedKey annotation value.
-func ParseAllocated(s string) (*Allocated, error) {
-	var a Allocated
-	if err := decodeStrict(s, &a); err != nil {
-		return nil, fmt.Errorf("%s: %w", AllocatedKey, err)
-	}
-	if err := a.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", AllocatedKey, err)
-	}
-	return &a, nil
-}
+func ParseAllocated(s string) (*Allocated, error) { return parse[Allocated](AllocatedKey, s) }
 
 // ParseNodeGPUs decodes and validates a NodeGPUsKey annotation value.
-func ParseNodeGPUs(s string) (*NodeGPUs, error) {
-	var n NodeGPUs
-	if err := decodeStrict(s, &n); err != nil {
-		return nil, fmt.Errorf("%s: %w", NodeGPUsKey, err)
+func ParseNodeGPUs(s string) (*NodeGPUs, error) { return parse[NodeGPUs](NodeGPUsKey, s) }
+
+// parse decodes strictly and validates; errors start with the annotation key.
+func parse[T any, P interface {
+	*T
+	Validate() error
+}](key, s string) (*T, error) {
+	v := new(T)
+	if err := decodeStrict(s, v); err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
 	}
-	if err := n.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", NodeGPUsKey, err)
+	if err := P(v).Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
 	}
-	return &n, nil
+	return v, nil
 }
 
 // Marshal validates v and encodes it as an annotation value. The Version

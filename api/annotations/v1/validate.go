@@ -22,6 +22,43 @@ func checkUUID(field, uuid string) error {
 	return nil
 }
 
+// uniqueNames checks that n containers have non-empty, distinct names.
+func uniqueNames(n int, name func(int) string) error {
+	seen := map[string]bool{}
+	for i := 0; i < n; i++ {
+		switch nm := name(i); {
+		case nm == "":
+			return fmt.Errorf("containers[%d].name: empty", i)
+		case seen[nm]:
+			return fmt.Errorf("containers[%d].name: duplicate container %q", i, nm)
+		default:
+			seen[nm] = true
+		}
+	}
+	return nil
+}
+
+// checkGPUs checks a list of per-GPU entries under field f: valid and
+// distinct UUIDs, core percent within one GPU.
+func checkGPUs(f string, n int, entry func(int) (uuid string, corePercent uint32)) error {
+	seen := map[string]bool{}
+	for j := 0; j < n; j++ {
+		gf := fmt.Sprintf("%s[%d]", f, j)
+		uuid, core := entry(j)
+		if err := checkUUID(gf+".uuid", uuid); err != nil {
+			return err
+		}
+		if seen[uuid] {
+			return fmt.Errorf("%s.uuid: duplicate GPU %q", gf, uuid)
+		}
+		seen[uuid] = true
+		if core > MaxCorePercent {
+			return fmt.Errorf("%s.corePercent: %d exceeds %d", gf, core, MaxCorePercent)
+		}
+	}
+	return nil
+}
+
 // Validate checks the assignment; the error names the offending field.
 func (a *Assignment) Validate() error {
 	if err := checkVersion(a.Version); err != nil {
@@ -30,39 +67,16 @@ func (a *Assignment) Validate() error {
 	if len(a.Containers) == 0 {
 		return fmt.Errorf("containers: empty")
 	}
-	names := map[string]bool{}
-	for i, c := range a.Containers {
-		f := fmt.Sprintf("containers[%d]", i)
-		if c.Name == "" {
-			return fmt.Errorf("%s.name: empty", f)
-		}
-		if names[c.Name] {
-			return fmt.Errorf("%s.name: duplicate container %q", f, c.Name)
-		}
-		names[c.Name] = true
-		if len(c.GPUs) == 0 {
-			return fmt.Errorf("%s.gpus: empty", f)
-		}
-		if err := validateShares(f, c.GPUs); err != nil {
-			return err
-		}
+	if err := uniqueNames(len(a.Containers), func(i int) string { return a.Containers[i].Name }); err != nil {
+		return err
 	}
-	return nil
-}
-
-func validateShares(f string, gpus []GPUShare) error {
-	seen := map[string]bool{}
-	for j, g := range gpus {
-		gf := fmt.Sprintf("%s.gpus[%d]", f, j)
-		if err := checkUUID(gf+".uuid", g.UUID); err != nil {
+	for i, c := range a.Containers {
+		f := fmt.Sprintf("containers[%d].gpus", i)
+		if len(c.GPUs) == 0 {
+			return fmt.Errorf("%s: empty", f)
+		}
+		if err := checkGPUs(f, len(c.GPUs), func(j int) (string, uint32) { return c.GPUs[j].UUID, c.GPUs[j].CorePercent }); err != nil {
 			return err
-		}
-		if seen[g.UUID] {
-			return fmt.Errorf("%s.uuid: duplicate GPU %q", gf, g.UUID)
-		}
-		seen[g.UUID] = true
-		if g.CorePercent > MaxCorePercent {
-			return fmt.Errorf("%s.corePercent: %d exceeds %d", gf, g.CorePercent, MaxCorePercent)
 		}
 	}
 	return nil
@@ -83,29 +97,13 @@ func (a *Allocated) Validate() error {
 	if err := checkVersion(a.Version); err != nil {
 		return err
 	}
-	names := map[string]bool{}
+	if err := uniqueNames(len(a.Containers), func(i int) string { return a.Containers[i].Name }); err != nil {
+		return err
+	}
 	for i, c := range a.Containers {
 		f := fmt.Sprintf("containers[%d]", i)
-		if c.Name == "" {
-			return fmt.Errorf("%s.name: empty", f)
-		}
-		if names[c.Name] {
-			return fmt.Errorf("%s.name: duplicate container %q", f, c.Name)
-		}
-		names[c.Name] = true
-		seen := map[string]bool{}
-		for j, g := range c.GPUs {
-			gf := fmt.Sprintf("%s.gpus[%d]", f, j)
-			if err := checkUUID(gf+".uuid", g.UUID); err != nil {
-				return err
-			}
-			if seen[g.UUID] {
-				return fmt.Errorf("%s.uuid: duplicate GPU %q", gf, g.UUID)
-			}
-			seen[g.UUID] = true
-			if g.CorePercent > MaxCorePercent {
-				return fmt.Errorf("%s.corePercent: %d exceeds %d", gf, g.CorePercent, MaxCorePercent)
-			}
+		if err := checkGPUs(f+".gpus", len(c.GPUs), func(j int) (string, uint32) { return c.GPUs[j].UUID, c.GPUs[j].CorePercent }); err != nil {
+			return err
 		}
 		for j, m := range c.MIG {
 			mf := fmt.Sprintf("%s.mig[%d]", f, j)
@@ -128,16 +126,11 @@ func (n *NodeGPUs) Validate() error {
 	if err := checkVersion(n.Version); err != nil {
 		return err
 	}
-	seen := map[string]bool{}
+	if err := checkGPUs("gpus", len(n.GPUs), func(i int) (string, uint32) { return n.GPUs[i].UUID, 0 }); err != nil {
+		return err
+	}
 	for i, g := range n.GPUs {
 		f := fmt.Sprintf("gpus[%d]", i)
-		if err := checkUUID(f+".uuid", g.UUID); err != nil {
-			return err
-		}
-		if seen[g.UUID] {
-			return fmt.Errorf("%s.uuid: duplicate GPU %q", f, g.UUID)
-		}
-		seen[g.UUID] = true
 		if g.Index < 0 {
 			return fmt.Errorf("%s.index: negative", f)
 		}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -250,20 +249,6 @@ func (e *env) admit(res string, size int) ([]string, *pluginapi.ContainerAllocat
 		e.used[res][id] = true
 	}
 	return ids, ar.ContainerResponses[0]
-}
-
-// gpusOf returns the GPU UUIDs the IDs name, sorted.
-func gpusOf(ids []string) []string {
-	set := map[string]bool{}
-	for _, id := range ids {
-		set[strings.SplitN(id, "::", 2)[0]] = true
-	}
-	var out []string
-	for g := range set {
-		out = append(out, g)
-	}
-	sort.Strings(out)
-	return out
 }
 
 type ctr struct {

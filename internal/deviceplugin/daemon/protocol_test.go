@@ -19,6 +19,7 @@ import (
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/allocation"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/ledger"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
 	"github.com/tessera-gpu/tessera/internal/gpu/gputest"
 	"github.com/tessera-gpu/tessera/internal/region"
 )
@@ -100,10 +101,10 @@ func TestTwoContainerPodWithAssignment(t *testing.T) {
 		memIDs, memResp := e.admit("tessera.io/gpu-mem", c.mem)
 		coreIDs, coreResp := e.admit("tessera.io/gpu-core", c.core)
 		want := []string{e.uuid(c.gpu)}
-		if g := gpusOf(memIDs); fmt.Sprint(g) != fmt.Sprint(want) {
+		if g := resource.GPUsOf(memIDs); fmt.Sprint(g) != fmt.Sprint(want) {
 			t.Fatalf("gpu-mem landed on %v, assigned %v", g, want)
 		}
-		if g := gpusOf(coreIDs); fmt.Sprint(g) != fmt.Sprint(want) {
+		if g := resource.GPUsOf(coreIDs); fmt.Sprint(g) != fmt.Sprint(want) {
 			t.Fatalf("gpu-core landed on %v, assigned %v", g, want)
 		}
 		checkMerge(t, memResp, coreResp)
@@ -155,10 +156,10 @@ func TestEqualRequestsDifferentAssignments(t *testing.T) {
 	e.start()
 	ids1, _ := e.admit("tessera.io/gpu-mem", 8)
 	ids2, _ := e.admit("tessera.io/gpu-mem", 8)
-	if g := gpusOf(ids1); len(g) != 1 || g[0] != e.uuid(5) {
+	if g := resource.GPUsOf(ids1); len(g) != 1 || g[0] != e.uuid(5) {
 		t.Fatalf("first pod on %v, assigned GPU 5 (%s)", g, e.uuid(5))
 	}
-	if g := gpusOf(ids2); len(g) != 1 || g[0] != e.uuid(2) {
+	if g := resource.GPUsOf(ids2); len(g) != 1 || g[0] != e.uuid(2) {
 		t.Fatalf("second pod on %v, assigned GPU 2 (%s)", g, e.uuid(2))
 	}
 }
@@ -185,7 +186,7 @@ func TestMemoryAndCoreInEitherOrder(t *testing.T) {
 				var resps []*pluginapi.ContainerAllocateResponse
 				for _, res := range order {
 					ids, r := e.admit(res, sizes[res])
-					got = append(got, gpusOf(ids))
+					got = append(got, resource.GPUsOf(ids))
 					resps = append(resps, r)
 				}
 				if len(got[0]) != 1 || fmt.Sprint(got[0]) != fmt.Sprint(got[1]) {
@@ -291,8 +292,8 @@ func TestBadAssignmentsFallBack(t *testing.T) {
 			e.client.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{})
 			e.start()
 			ids, _ := e.admit("tessera.io/gpu-mem", 4)
-			if len(gpusOf(ids)) != 1 {
-				t.Fatalf("fallback placed on %v", gpusOf(ids))
+			if len(resource.GPUsOf(ids)) != 1 {
+				t.Fatalf("fallback placed on %v", resource.GPUsOf(ids))
 			}
 			evs, _ := e.client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
 			if len(evs.Items) == 0 || evs.Items[0].Reason != "TesseraAssignmentUnusable" {

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 
 	"github.com/NVIDIA/go-gpuallocator/gpuallocator"
 	corev1 "k8s.io/api/core/v1"
@@ -172,23 +173,13 @@ func (c *Chooser) wantedUnits(kind resource.Kind, ca *annotations.ContainerAssig
 
 // siblingGPUs are the GPUs ref already holds through its other tessera resources.
 func (c *Chooser) siblingGPUs(ref ledger.ContainerRef, res string) []string {
-	set := map[string]bool{}
-	for r, keys := range c.Ledger.Get(ref) {
-		if r == res {
-			continue
-		}
-		for _, k := range keys {
-			if id, err := resource.ParseID(k); err == nil && id.Kind != resource.KindMIG {
-				set[id.GPU] = true
-			}
+	var keys []string
+	for r, ids := range c.Ledger.Get(ref) {
+		if r != res && !strings.HasPrefix(r, resource.MIGPrefix) {
+			keys = append(keys, ids...)
 		}
 	}
-	out := make([]string, 0, len(set))
-	for g := range set {
-		out = append(out, g)
-	}
-	sort.Strings(out)
-	return out
+	return resource.GPUsOf(keys)
 }
 
 func (c *Chooser) parse(res string, keys []string) []resource.ID {

@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"sort"
-	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-gpuallocator/gpuallocator"
@@ -57,19 +56,6 @@ func (f *fixture) available(res string, takenPerGPU map[int]int) []string {
 	return out
 }
 
-func gpusOf(ids []string) []string {
-	set := map[string]bool{}
-	for _, id := range ids {
-		set[strings.SplitN(id, "::", 2)[0]] = true
-	}
-	var out []string
-	for g := range set {
-		out = append(out, g)
-	}
-	sort.Strings(out)
-	return out
-}
-
 func TestLocalBinpackAndSpread(t *testing.T) {
 	for policy, wantGPU := range map[string]int{configv1.PlacementBinpack: 2, configv1.PlacementSpread: 0} {
 		t.Run(policy, func(t *testing.T) {
@@ -77,7 +63,7 @@ func TestLocalBinpackAndSpread(t *testing.T) {
 			// GPU 2 is fullest (70 of 80 units used), GPU 3 too full for 16 units.
 			avail := f.available(resource.Memory, map[int]int{1: 10, 2: 60, 3: 70, 4: 20, 5: 20, 6: 20, 7: 20})
 			ids := f.c.Preferred(resource.Memory, avail, nil, 16)
-			if g := gpusOf(ids); len(ids) != 16 || len(g) != 1 || g[0] != f.gpus[wantGPU].UUID {
+			if g := resource.GPUsOf(ids); len(ids) != 16 || len(g) != 1 || g[0] != f.gpus[wantGPU].UUID {
 				t.Fatalf("%s placed 16 units on %v, want GPU %d", policy, g, wantGPU)
 			}
 		})
@@ -91,8 +77,8 @@ func TestLocalSpillsWhenNoGPUFits(t *testing.T) {
 		taken[i] = 70 // 10 free units each
 	}
 	ids := f.c.Preferred(resource.Memory, f.available(resource.Memory, taken), nil, 15)
-	if len(ids) != 15 || len(gpusOf(ids)) != 2 {
-		t.Fatalf("spill gave %d IDs on %d GPUs", len(ids), len(gpusOf(ids)))
+	if len(ids) != 15 || len(resource.GPUsOf(ids)) != 2 {
+		t.Fatalf("spill gave %d IDs on %d GPUs", len(ids), len(resource.GPUsOf(ids)))
 	}
 }
 
@@ -100,7 +86,7 @@ func TestMustIncludeKeepsItsGPU(t *testing.T) {
 	f := newFixture(t, configv1.PlacementSpread, false)
 	must := []string{f.gpus[6].UUID + "::core::3"}
 	ids := f.c.Preferred(resource.Core, f.available(resource.Core, nil), must, 30)
-	if g := gpusOf(ids); len(g) != 1 || g[0] != f.gpus[6].UUID || !contains(ids, must[0]) {
+	if g := resource.GPUsOf(ids); len(g) != 1 || g[0] != f.gpus[6].UUID || !contains(ids, must[0]) {
 		t.Fatalf("mustInclude ignored: %v", ids)
 	}
 }
@@ -136,7 +122,7 @@ func TestMultiGPUSlotsUseTopology(t *testing.T) {
 	}
 	f.c.Topology = topo
 	ids := f.c.Preferred(resource.GPU, f.available(resource.GPU, nil), nil, 4)
-	got := gpusOf(ids)
+	got := resource.GPUsOf(ids)
 	var want []string
 	for i := 4; i < 8; i++ {
 		want = append(want, f.gpus[i].UUID)
@@ -150,7 +136,7 @@ func TestMultiGPUSlotsUseTopology(t *testing.T) {
 func TestSingleSlotBinpacks(t *testing.T) {
 	f := newFixture(t, configv1.PlacementBinpack, false)
 	ids := f.c.Preferred(resource.GPU, f.available(resource.GPU, map[int]int{5: 3}), nil, 1)
-	if g := gpusOf(ids); len(g) != 1 || g[0] != f.gpus[5].UUID {
+	if g := resource.GPUsOf(ids); len(g) != 1 || g[0] != f.gpus[5].UUID {
 		t.Fatalf("slot on %v, want the busiest GPU 5", g)
 	}
 }

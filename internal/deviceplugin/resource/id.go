@@ -5,6 +5,7 @@ package resource
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -89,3 +90,20 @@ func KindOf(resourceName string) (Kind, bool) {
 
 // MIGResource is the resource name of a MIG profile.
 func MIGResource(profile string) string { return MIGPrefix + profile }
+
+// GPUsOf returns the sorted, distinct GPU UUIDs that device IDs name.
+// Unparsable IDs are skipped.
+func GPUsOf(keys []string) []string {
+	set := map[string]bool{}
+	var out []string
+	for _, k := range keys {
+		id, err := ParseID(k)
+		if err != nil || set[id.GPU] {
+			continue
+		}
+		set[id.GPU] = true
+		out = append(out, id.GPU)
+	}
+	sort.Strings(out)
+	return out
+}
