@@ -132,15 +132,10 @@ func (b *Builder) build(res string, kind resource.Kind, ids []string, shares []r
 // across its resources so kubelet merges them without conflict.
 func (b *Builder) common(shares []resource.Share) *pluginapi.ContainerAllocateResponse {
 	uuids := make([]string, 0, len(shares))
-	var devs []*pluginapi.DeviceSpec
 	for _, s := range shares {
 		uuids = append(uuids, s.GPU)
-		p := b.Manager.GPU(s.GPU).DevicePath()
-		devs = append(devs, &pluginapi.DeviceSpec{HostPath: p, ContainerPath: p, Permissions: "rw"})
 	}
-	for _, p := range controlDevices {
-		devs = append(devs, &pluginapi.DeviceSpec{HostPath: p, ContainerPath: p, Permissions: "rw"})
-	}
+	devs := b.deviceSpecs(shares)
 	visible := strings.Join(uuids, ",")
 	env := map[string]string{EnvNVIDIA: visible, EnvCUDAVisible: visible, EnvLog: b.HookLogLevel}
 	if b.ContextReserveMiB > 0 {
@@ -156,16 +151,24 @@ func (b *Builder) common(shares []resource.Share) *pluginapi.ContainerAllocateRe
 	}
 }
 
-func (b *Builder) addMemory(r *pluginapi.ContainerAllocateResponse, ids []string, shares []resource.Share) error {
-	dir := b.ContainerDir(resource.KindMem, ids)
+// writeLimits writes one limits file per container allocation, in place.
+func (b *Builder) writeLimits(kind resource.Kind, ids []string, name string, shares []resource.Share, limit func(resource.Share) region.DeviceLimit) (string, error) {
+	dir := b.ContainerDir(kind, ids)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return "", err
 	}
 	limits := make([]region.DeviceLimit, 0, len(shares))
 	for _, s := range shares {
-		limits = append(limits, region.DeviceLimit{UUID: s.GPU, MemLimitBytes: s.MemBytes})
+		limits = append(limits, limit(s))
 	}
-	if err := region.WriteLimits(filepath.Join(dir, "limits"), limits); err != nil {
+	return dir, region.WriteLimits(filepath.Join(dir, name), limits)
+}
+
+func (b *Builder) addMemory(r *pluginapi.ContainerAllocateResponse, ids []string, shares []resource.Share) error {
+	dir, err := b.writeLimits(resource.KindMem, ids, "limits", shares, func(s resource.Share) region.DeviceLimit {
+		return region.DeviceLimit{UUID: s.GPU, MemLimitBytes: s.MemBytes}
+	})
+	if err != nil {
 		return err
 	}
 	if err := region.CreateRegion(filepath.Join(dir, "region")); err != nil {
@@ -180,15 +183,10 @@ func (b *Builder) addMemory(r *pluginapi.ContainerAllocateResponse, ids []string
 }
 
 func (b *Builder) addCore(r *pluginapi.ContainerAllocateResponse, ids []string, shares []resource.Share) error {
-	dir := b.ContainerDir(resource.KindCore, ids)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	limits := make([]region.DeviceLimit, 0, len(shares))
-	for _, s := range shares {
-		limits = append(limits, region.DeviceLimit{UUID: s.GPU, CoreLimitPct: uint32(s.CorePct)})
-	}
-	if err := region.WriteLimits(filepath.Join(dir, "core-limits"), limits); err != nil {
+	dir, err := b.writeLimits(resource.KindCore, ids, "core-limits", shares, func(s resource.Share) region.DeviceLimit {
+		return region.DeviceLimit{UUID: s.GPU, CoreLimitPct: uint32(s.CorePct)}
+	})
+	if err != nil {
 		return err
 	}
 	r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: filepath.Join(dir, "core-limits"), ContainerPath: CoreLimitsPath, ReadOnly: true})
@@ -200,17 +198,24 @@ func (b *Builder) addCore(r *pluginapi.ContainerAllocateResponse, ids []string, 
 // isolates memory and compute in hardware.
 func (b *Builder) mig(shares []resource.Share) *pluginapi.ContainerAllocateResponse {
 	var migs []string
-	var devs []*pluginapi.DeviceSpec
 	for _, s := range shares {
 		migs = append(migs, s.MIG...)
-		p := b.Manager.GPU(s.GPU).DevicePath()
-		devs = append(devs, &pluginapi.DeviceSpec{HostPath: p, ContainerPath: p, Permissions: "rw"})
-	}
-	for _, p := range controlDevices {
-		devs = append(devs, &pluginapi.DeviceSpec{HostPath: p, ContainerPath: p, Permissions: "rw"})
 	}
 	visible := strings.Join(migs, ",")
-	return &pluginapi.ContainerAllocateResponse{Envs: map[string]string{EnvNVIDIA: visible, EnvCUDAVisible: visible}, Devices: devs}
+	return &pluginapi.ContainerAllocateResponse{Envs: map[string]string{EnvNVIDIA: visible, EnvCUDAVisible: visible}, Devices: b.deviceSpecs(shares)}
+}
+
+// deviceSpecs are the device nodes of the shares' GPUs plus the control nodes.
+func (b *Builder) deviceSpecs(shares []resource.Share) []*pluginapi.DeviceSpec {
+	paths := make([]string, 0, len(shares)+len(controlDevices))
+	for _, s := range shares {
+		paths = append(paths, b.Manager.GPU(s.GPU).DevicePath())
+	}
+	devs := make([]*pluginapi.DeviceSpec, 0, len(paths)+len(controlDevices))
+	for _, p := range append(paths, controlDevices...) {
+		devs = append(devs, &pluginapi.DeviceSpec{HostPath: p, ContainerPath: p, Permissions: "rw"})
+	}
+	return devs
 }
 
 func writeFileAtomic(path string, data []byte) error {
