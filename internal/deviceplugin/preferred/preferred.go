@@ -55,7 +55,7 @@ func (c *Chooser) Preferred(res string, available, mustInclude []string, size in
 		return nil
 	}
 	pool := c.pool(res, available)
-	must := c.parse(res, mustInclude)
+	must := c.Manager.Known(res, mustInclude)
 	cand := c.Candidate(res, size)
 	ids := c.choose(res, kind, cand, pool, must, size)
 	if cand != nil && len(ids) > 0 {
@@ -182,20 +182,10 @@ func (c *Chooser) siblingGPUs(ref ledger.ContainerRef, res string) []string {
 	return resource.GPUsOf(keys)
 }
 
-func (c *Chooser) parse(res string, keys []string) []resource.ID {
-	var out []resource.ID
-	for _, k := range keys {
-		if id, err := c.Manager.Lookup(res, k); err == nil {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
 // pool builds the free IDs per GPU from kubelet's available list.
 func (c *Chooser) pool(res string, available []string) *pool {
 	p := &pool{free: map[string][]resource.ID{}}
-	for _, id := range c.parse(res, available) {
+	for _, id := range c.Manager.Known(res, available) {
 		if _, ok := p.free[id.GPU]; !ok {
 			p.order = append(p.order, id.GPU)
 		}

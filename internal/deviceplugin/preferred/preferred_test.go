@@ -154,3 +154,14 @@ func TestNoPodsNoProposal(t *testing.T) {
 		t.Fatalf("foreign IDs answered %v", ids)
 	}
 }
+
+func BenchmarkPreferredMemory(b *testing.B) {
+	f := newFixture(&testing.T{}, configv1.PlacementBinpack, false)
+	avail := f.available(resource.Memory, nil)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if len(f.c.Preferred(resource.Memory, avail, nil, 16)) != 16 {
+			b.Fatal("short answer")
+		}
+	}
+}

@@ -134,6 +134,21 @@ func (m *Manager) Lookup(resource, key string) (ID, error) {
 	return id, nil
 }
 
+// Known returns the IDs among keys that are devices of resource, in order,
+// skipping the others (one lock for a whole kubelet request).
+func (m *Manager) Known(resource string, keys []string) []ID {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	byKey := m.byKey[resource]
+	out := make([]ID, 0, len(keys))
+	for _, k := range keys {
+		if id, ok := byKey[k]; ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // Devices returns the resource's devices as kubelet sees them, health included.
 func (m *Manager) Devices(resource string) []*pluginapi.Device {
 	m.mu.RLock()
