@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,7 +25,9 @@ type Publisher struct {
 	Node    string
 	Manager *resource.Manager
 	Log     *slog.Logger
-	last    string
+
+	mu   sync.Mutex // serialises Publish; guards last
+	last string
 }
 
 // Build returns the inventory as the annotation value.
@@ -44,6 +47,8 @@ func Build(m *resource.Manager) (string, error) {
 // Publish patches the node if the inventory differs from what it carries.
 // It reports whether it patched.
 func (p *Publisher) Publish(ctx context.Context) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	val, err := Build(p.Manager)
 	if err != nil {
 		return false, err
