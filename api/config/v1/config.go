@@ -7,12 +7,14 @@ package v1
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
 
@@ -173,6 +175,8 @@ func (c *Config) Validate() error {
 	}
 	if c.NodeName == "" {
 		bad("nodeName", "empty (set it, --node-name, or $NODE_NAME)")
+	} else if msgs := validation.IsDNS1123Subdomain(c.NodeName); len(msgs) > 0 {
+		bad("nodeName", "%q: %s", c.NodeName, strings.Join(msgs, "; "))
 	}
 	if c.SplitCount < 1 || c.SplitCount > 1000 {
 		bad("splitCount", "%d out of range [1, 1000]", c.SplitCount)
@@ -204,6 +208,11 @@ func (c *Config) Validate() error {
 	}
 	if !contains(hookLogLevels, c.HookLogLevel) {
 		bad("hookLogLevel", "%q (want one of %s)", c.HookLogLevel, strings.Join(hookLogLevels, ", "))
+	}
+	if c.MetricsAddress != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddress); err != nil {
+			bad("metricsAddress", "%q is not host:port (empty disables metrics)", c.MetricsAddress)
+		}
 	}
 	if c.ReconcileInterval.Duration < time.Second {
 		bad("reconcileInterval", "%s below 1s", c.ReconcileInterval.Duration)

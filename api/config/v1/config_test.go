@@ -117,6 +117,8 @@ func TestRejects(t *testing.T) {
 		"bad flag xid":    {"version: v1\nnodeName: n\n", []string{"--health-ignored-xids", "13,abc"}, `--health-ignored-xids: not an Xid: "abc"`},
 		"bad flag unit":   {"version: v1\nnodeName: n\n", []string{"--memory-unit", "lots"}, "--memory-unit: not a quantity"},
 		"flag invalid v.": {"version: v1\nnodeName: n\n", []string{"--placement", "x"}, "placement:"},
+		"bad node name":   {"version: v1\nnodeName: Node_A\n", nil, `nodeName: "Node_A"`},
+		"bad metrics":     {"version: v1\nnodeName: n\nmetricsAddress: nine\n", nil, "metricsAddress:"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

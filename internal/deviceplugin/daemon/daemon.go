@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/NVIDIA/go-gpuallocator/gpuallocator"
@@ -114,6 +115,11 @@ func (d *Daemon) registerMetrics(gpus []gpu.GPU) func(string, []string) {
 func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.Builder.Prepare(); err != nil {
 		return err
+	}
+	if _, err := os.Stat(d.Config.HookLibrary); err != nil {
+		// Containers will fail to start (the bind mount has no source)
+		// until the hook is installed; say so loudly at start.
+		d.Log.Error("CUDA hook library missing on the host; tessera containers cannot start until it is installed", "hookLibrary", d.Config.HookLibrary, "err", err)
 	}
 	if err := d.Pods.Start(ctx); err != nil {
 		return err

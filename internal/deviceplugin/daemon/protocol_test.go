@@ -420,3 +420,17 @@ func TestMIGDevices(t *testing.T) {
 		t.Fatalf("metrics: %d series, %v", n, err)
 	}
 }
+
+func TestLostSocketIsRecreated(t *testing.T) {
+	e := newEnv(t, gputest.DGXH100)
+	e.start()
+	for _, s := range e.d.Plugin.Servers {
+		if s.Resource() == "tessera.io/gpu-core" {
+			os.Remove(s.Socket())
+		}
+	}
+	e.kubelet.awaitRegistrations(t, 3)
+	if n := len(e.list("tessera.io/gpu-core")); n != 800 {
+		t.Fatalf("after socket loss gpu-core lists %d devices", n)
+	}
+}

@@ -41,6 +41,10 @@ func (p *Plugin) Run(ctx context.Context) error {
 	if p.Retry == 0 {
 		p.Retry = time.Second
 	}
+	// kubelet creates the directory, but the plugin may start first.
+	if err := os.MkdirAll(p.Dir, 0o750); err != nil {
+		return fmt.Errorf("socket directory: %w", err)
+	}
 	for _, s := range p.Servers {
 		if err := s.Start(); err != nil {
 			p.stopAll()
