@@ -1,0 +1,251 @@
+/* views.c — what the container sees (memory info virtualised to its cap), context
+ * reservations, and the pass-through entry points that later carry compute limits
+ * (launch) or are where pool reservations shrink (synchronisation). */
+#include <stdatomic.h>
+
+#include "charge.h"
+#include "devices.h"
+#include "limiter.h"
+#include "pools.h"
+#include "real.h"
+
+#define MAX_PRIMARY 64
+
+/* Primary-context retains per ordinal in this process: the reservation is charged on
+ * the first and given back on the last release (or a reset). */
+static _Atomic int g_primary_refs[MAX_PRIMARY];
+
+TESSERA_EXPORT CUresult cuInit(unsigned int flags)
+{
+    if (hook_closed())
+        return HOOK_FAIL_CLOSED_ERROR;
+    if (REAL.cuInit == NULL)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return REAL.cuInit(flags);
+}
+
+/* The cap as total; the cap minus the container's usage (never more than the
+ * device really has free) as free. */
+static void capped_view(int idx, uint64_t *free_b, uint64_t *total_b)
+{
+    uint64_t cap = limiter_cap(idx);
+    if (cap == 0)
+        return;
+    uint64_t used = limiter_usage(idx);
+    uint64_t left = used < cap ? cap - used : 0;
+    *free_b = left < *free_b ? left : *free_b;
+    *total_b = cap;
+}
+
+TESSERA_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b)
+{
+    if (hook_closed())
+        return HOOK_FAIL_CLOSED_ERROR;
+    if (atomic_load_explicit(&pools_known, memory_order_relaxed))
+        pool_reconcile_all();
+    CUresult r = REAL.cuMemGetInfo_v2(free_b, total_b);
+    CUdevice dev;
+    int idx;
+    if (r != CUDA_SUCCESS || free_b == NULL || total_b == NULL || device_current(&dev, &idx) != CUDA_SUCCESS ||
+        idx < 0)
+        return r;
+    uint64_t f = *free_b, t = *total_b;
+    capped_view(idx, &f, &t);
+    *free_b = (size_t)f;
+    *total_b = (size_t)t;
+    return r;
+}
+
+TESSERA_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    if (hook_closed())
+        return HOOK_FAIL_CLOSED_ERROR;
+    CUresult r = REAL.cuDeviceTotalMem_v2(bytes, dev);
+    int idx = device_index(dev);
+    if (r == CUDA_SUCCESS && bytes != NULL && idx >= 0 && limiter_cap(idx) != 0)
+        *bytes = (size_t)limiter_cap(idx);
+    return r;
+}
+
+/* ---- contexts: each is charged TESSERA_CTX_RESERVE_MIB for driver overhead ---- */
+
+TESSERA_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    if (hook_closed())
+        return HOOK_FAIL_CLOSED_ERROR;
+    uint64_t n = hook_cfg.ctx_reserve_bytes;
+    int idx = n ? device_index(dev) : DEVICE_PASS_THROUGH;
+    CUresult r = charge_admit("cuCtxCreate_v2", idx, n);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = REAL.cuCtxCreate_v2(pctx, flags, dev);
+    if (r != CUDA_SUCCESS) {
+        limiter_uncharge(idx, n);
+        return r;
+    }
+    if (charge_remember(ACCT_CTX, (uint64_t)(uintptr_t)*pctx, n, idx, NULL) != 0) {
+        REAL.cuCtxDestroy_v2(*pctx);
+        limiter_uncharge(idx, n);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
+TESSERA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    hook_ensure();
+    struct acct_rec rec;
+    int known = acct_take(ACCT_CTX, (uint64_t)(uintptr_t)ctx, &rec);
+    return charge_freed(REAL.cuCtxDestroy_v2(ctx), known, &rec);
+}
+
+static int primary_index(CUdevice dev)
+{
+    if (hook_cfg.ctx_reserve_bytes == 0 || dev < 0 || dev >= MAX_PRIMARY)
+        return DEVICE_PASS_THROUGH;
+    return device_index(dev);
+}
+
+TESSERA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    if (hook_closed())
+        return HOOK_FAIL_CLOSED_ERROR;
+    int idx = primary_index(dev);
+    if (idx == DEVICE_PASS_THROUGH)
+        return REAL.cuDevicePrimaryCtxRetain(pctx, dev);
+    uint64_t n = hook_cfg.ctx_reserve_bytes;
+    int first = atomic_fetch_add(&g_primary_refs[dev], 1) == 0;
+    if (first) {
+        CUresult r = charge_admit("cuDevicePrimaryCtxRetain", idx, n);
+        if (r != CUDA_SUCCESS) {
+            atomic_fetch_sub(&g_primary_refs[dev], 1);
+            return r;
+        }
+    }
+    CUresult r = REAL.cuDevicePrimaryCtxRetain(pctx, dev);
+    if (r != CUDA_SUCCESS && atomic_fetch_sub(&g_primary_refs[dev], 1) == 1)
+        limiter_uncharge(idx, n);
+    return r;
+}
+
+TESSERA_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    hook_ensure();
+    CUresult r = REAL.cuDevicePrimaryCtxRelease_v2(dev);
+    int idx = primary_index(dev);
+    if (r == CUDA_SUCCESS && idx != DEVICE_PASS_THROUGH) {
+        int prev = atomic_load(&g_primary_refs[dev]);
+        while (prev > 0 && !atomic_compare_exchange_weak(&g_primary_refs[dev], &prev, prev - 1))
+            ;
+        if (prev == 1)
+            limiter_uncharge(idx, hook_cfg.ctx_reserve_bytes);
+    }
+    return r;
+}
+
+TESSERA_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    hook_ensure();
+    CUresult r = REAL.cuDevicePrimaryCtxReset_v2(dev);
+    int idx = primary_index(dev);
+    if (r == CUDA_SUCCESS && idx != DEVICE_PASS_THROUGH && atomic_exchange(&g_primary_refs[dev], 0) > 0)
+        limiter_uncharge(idx, hook_cfg.ctx_reserve_bytes);
+    return r;
+}
+
+void views_atfork_child(void)
+{
+    for (int i = 0; i < MAX_PRIMARY; i++)
+        atomic_store(&g_primary_refs[i], 0);
+}
+
+/* ---- launches: no compute limit yet, so nothing but the call (no lock, no syscall) ---- */
+
+TESSERA_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                       unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+                                       CUstream s, void **params, void **extra)
+{
+    hook_ensure();
+    return REAL.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+}
+
+TESSERA_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                            unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+                                            CUstream s, void **params, void **extra)
+{
+    hook_ensure();
+    return REAL.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+}
+
+/* ---- synchronisation: where pools release what they keep above their threshold ---- */
+
+static CUresult after_sync(CUresult r)
+{
+    if (atomic_load_explicit(&pools_known, memory_order_relaxed))
+        pool_reconcile_all();
+    return r;
+}
+
+TESSERA_EXPORT CUresult cuCtxSynchronize(void)
+{
+    hook_ensure();
+    return after_sync(REAL.cuCtxSynchronize());
+}
+
+TESSERA_EXPORT CUresult cuStreamSynchronize(CUstream s)
+{
+    hook_ensure();
+    return after_sync(REAL.cuStreamSynchronize(s));
+}
+
+TESSERA_EXPORT CUresult cuEventSynchronize(CUevent e)
+{
+    hook_ensure();
+    return after_sync(REAL.cuEventSynchronize(e));
+}
+
+/* ---- NVML: the same virtual view for nvidia-smi-like readers ---- */
+
+static int nvml_ready(void)
+{
+    hook_ensure();
+    hook_nvml_init();
+    return !hook_failed_closed;
+}
+
+TESSERA_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *m)
+{
+    if (!nvml_ready())
+        return NVML_ERROR_UNINITIALIZED;
+    if (REAL_NVML.nvmlDeviceGetMemoryInfo == NULL)
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    nvmlReturn_t r = REAL_NVML.nvmlDeviceGetMemoryInfo(dev, m);
+    int idx;
+    if (r != NVML_SUCCESS || m == NULL || (idx = device_index_nvml(dev)) < 0 || limiter_cap(idx) == 0)
+        return r;
+    uint64_t f = m->free, t = m->total;
+    capped_view(idx, &f, &t);
+    m->total = t;
+    m->free = f;
+    m->used = t - f;
+    return r;
+}
+
+TESSERA_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *m)
+{
+    if (!nvml_ready())
+        return NVML_ERROR_UNINITIALIZED;
+    if (REAL_NVML.nvmlDeviceGetMemoryInfo_v2 == NULL)
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    nvmlReturn_t r = REAL_NVML.nvmlDeviceGetMemoryInfo_v2(dev, m);
+    int idx;
+    if (r != NVML_SUCCESS || m == NULL || (idx = device_index_nvml(dev)) < 0 || limiter_cap(idx) == 0)
+        return r;
+    uint64_t f = m->free, t = m->total;
+    capped_view(idx, &f, &t);
+    m->total = t;
+    m->free = f;
+    m->reserved = 0;
+    m->used = t - f;
+    return r;
+}
