@@ -44,7 +44,7 @@ int device_index(CUdevice dev)
 
 CUresult device_current(CUdevice *dev, int *idx)
 {
-    CUresult r = REAL.cuCtxGetDevice(dev);
+    CUresult r = REAL.cuCtxGetDevice != NULL ? REAL.cuCtxGetDevice(dev) : CUDA_ERROR_NOT_INITIALIZED;
     *idx = r == CUDA_SUCCESS ? device_index(*dev) : DEVICE_PASS_THROUGH;
     return r;
 }

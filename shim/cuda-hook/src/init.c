@@ -71,8 +71,7 @@ static void init_once(void)
     void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
     if (cuda == NULL)
         hook_log(HOOK_LOG_WARN, "dlopen libcuda.so.1: %s", dlerror());
-    else
-        interpose_resolve_cuda(cuda);
+    interpose_resolve_cuda(cuda); /* without a driver every wrapper fails cleanly */
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     if (!hook_failed_closed)
         hook_log(HOOK_LOG_INFO, "initialised: limits %s, region %s, context reserve %llu MiB",

@@ -131,9 +131,17 @@ static void resolve_prefix(void *handle, const char *prefix)
     }
 }
 
+/* What a wrapper calls when the driver lacks the entry point it wraps (a program
+ * built against a newer driver than the one installed). Without the hook such a
+ * call would fail symbol lookup; with it, the call fails cleanly. Every driver
+ * entry point returns CUresult in the same register and this ignores its
+ * arguments, which the calling convention allows on the platforms we build for. */
+static CUresult missing_entry(void) { return CUDA_ERROR_NOT_SUPPORTED; }
+
 void interpose_resolve_cuda(void *handle)
 {
-    resolve_prefix(handle, "cu");
+    if (handle != NULL)
+        resolve_prefix(handle, "cu");
     /* A driver without per-thread variants: the legacy entry point serves both. */
     if (REAL.cuMemAllocAsync_ptsz == NULL)
         REAL.cuMemAllocAsync_ptsz = REAL.cuMemAllocAsync;
@@ -143,6 +151,12 @@ void interpose_resolve_cuda(void *handle)
         REAL.cuMemFreeAsync_ptsz = REAL.cuMemFreeAsync;
     if (REAL.cuLaunchKernel_ptsz == NULL)
         REAL.cuLaunchKernel_ptsz = REAL.cuLaunchKernel;
+    for (size_t i = 0; i < N_ENTRIES; i++) {
+        if (g_entries[i].name[0] == 'c' && *g_entries[i].real == NULL) {
+            hook_log(HOOK_LOG_DEBUG, "the driver has no %s", g_entries[i].name);
+            *g_entries[i].real = (void *)missing_entry;
+        }
+    }
 }
 
 void interpose_resolve_nvml(void *handle) { resolve_prefix(handle, "nvml"); }
@@ -181,8 +195,9 @@ void *interpose_wrap(const char *name, void *p)
 static void *wrap_queried(const char *symbol, void *p, int version, cuuint64_t flags)
 {
     for (size_t i = 0; i < N_ENTRIES; i++) {
-        if (*g_entries[i].real == p && g_entries[i].base != NULL)
-            return g_entries[i].wrapper;
+        const struct entry *e = &g_entries[i];
+        if (e->base != NULL && (p == e->wrapper || p == *e->real))
+            return e->wrapper; /* a driver whose own table binds to our exports */
     }
     enum stream_kind want = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ? PER_THREAD_STREAM
                                                                                    : LEGACY_STREAM;

@@ -35,6 +35,7 @@ static struct {
     CUresult (*Init)(unsigned);
     CUresult (*DeviceGet)(CUdevice *, int);
     CUresult (*DeviceTotalMem)(size_t *, CUdevice);
+    CUresult (*DeviceGetUuid)(CUuuid *, CUdevice);
     CUresult (*PrimaryRetain)(CUcontext *, CUdevice);
     CUresult (*PrimaryRelease)(CUdevice);
     CUresult (*CtxSetCurrent)(CUcontext);
@@ -50,6 +51,7 @@ static struct {
     CUresult (*MemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
     CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
     CUresult (*MemPoolCreate)(CUmemoryPool *, const CUmemPoolProps *);
+    CUresult (*DeviceGetMemPool)(CUmemoryPool *, CUdevice);
     CUresult (*MemPoolDestroy)(CUmemoryPool);
     CUresult (*MemPoolTrimTo)(CUmemoryPool, size_t);
     CUresult (*MemPoolGetAttribute)(CUmemoryPool, CUmemPool_attribute, void *);
@@ -82,6 +84,7 @@ static struct binding bindings[] = {
     B(Init, cuInit, "cuInit"),
     B(DeviceGet, cuDeviceGet, "cuDeviceGet"),
     B(DeviceTotalMem, cuDeviceTotalMem_v2, "cuDeviceTotalMem"),
+    B(DeviceGetUuid, cuDeviceGetUuid, "cuDeviceGetUuid"),
     B(PrimaryRetain, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
     B(PrimaryRelease, cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease"),
     B(CtxSetCurrent, cuCtxSetCurrent, "cuCtxSetCurrent"),
@@ -97,6 +100,7 @@ static struct binding bindings[] = {
     B(MemAllocFromPoolAsync, cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync"),
     B(MemFreeAsync, cuMemFreeAsync, "cuMemFreeAsync"),
     B(MemPoolCreate, cuMemPoolCreate, "cuMemPoolCreate"),
+    B(DeviceGetMemPool, cuDeviceGetMemPool, "cuDeviceGetMemPool"),
     B(MemPoolDestroy, cuMemPoolDestroy, "cuMemPoolDestroy"),
     B(MemPoolTrimTo, cuMemPoolTrimTo, "cuMemPoolTrimTo"),
     B(MemPoolGetAttribute, cuMemPoolGetAttribute, "cuMemPoolGetAttribute"),
@@ -407,6 +411,14 @@ static int command(char **tok, int n)
             put(tok[1], K_POOL, (uintptr_t)pool);
         return reply(r, NULL);
     }
+    if (strcmp(c, "defaultpool") == 0 && n >= 3) {
+        CUmemoryPool pool;
+        CUdevice dev;
+        r = api.DeviceGet(&dev, (int)num(tok[2]));
+        if (r == CUDA_SUCCESS && (r = api.DeviceGetMemPool(&pool, dev)) == CUDA_SUCCESS)
+            put(tok[1], K_POOL, (uintptr_t)pool);
+        return reply(r, NULL);
+    }
     if (strcmp(c, "poolalloc") == 0 && n >= 4) {
         struct obj *pool = find(tok[2]);
         CUdeviceptr p;
@@ -571,6 +583,16 @@ static int command(char **tok, int n)
         child_pipe = -1;
         waitpid(child_pid, &st, 0);
         return reply(CUDA_SUCCESS, "status=%d", WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    }
+    if (strcmp(c, "uuid") == 0) {
+        CUuuid u;
+        CUdevice dev;
+        r = api.DeviceGet(&dev, (int)num(tok[1]));
+        if (r == CUDA_SUCCESS)
+            r = api.DeviceGetUuid(&u, dev);
+        const unsigned char *b = (const unsigned char *)u.bytes;
+        return reply(r, "uuid=GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                     b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
     }
     if (strcmp(c, "pid") == 0)
         return reply(CUDA_SUCCESS, "pid=%d", (int)getpid());

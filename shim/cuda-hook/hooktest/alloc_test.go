@@ -1,0 +1,77 @@
+package hooktest
+
+import (
+	"fmt"
+	"testing"
+)
+
+// allocAPI is one way to take device memory, and what one object costs.
+type allocAPI struct {
+	name  string
+	setup []string // commands run once after the context is current
+	alloc string   // format with the object's name
+	bytes uint64
+	trim  string // a pool keeps freed memory reserved until trimmed
+}
+
+func allocAPIs() []allocAPI {
+	const s = 8 * MiB
+	// Mipmapped 512x512 RGBA8, 3 levels: 1 MiB + 256 KiB + 64 KiB (each a multiple of 512).
+	const mip = 512*512*4 + 256*256*4 + 128*128*4
+	return []allocAPI{
+		{name: "cuMemAlloc_v2", alloc: "alloc %s 8388608", bytes: s},
+		{name: "cuMemAllocManaged", alloc: "managed %s 8388608", bytes: s},
+		{name: "cuMemAllocPitch_v2", alloc: "pitch %s 4096 2048 4", bytes: s},
+		{name: "cuMemAllocAsync", alloc: "async %s 8388608", bytes: s, trim: "pooltrim D 0",
+			setup: []string{"defaultpool D 0"}},
+		{name: "cuMemAllocFromPoolAsync", alloc: "poolalloc %s P 8388608", bytes: s, trim: "pooltrim P 0",
+			setup: []string{"pool P 0"}},
+		{name: "cuMemCreate", alloc: "vmm %s 0 8388608", bytes: s},
+		{name: "cuArrayCreate_v2", alloc: "array %s 1024 512 32 4", bytes: s},
+		{name: "cuArray3DCreate_v2", alloc: "array3d %s 256 256 8 32 4", bytes: s},
+		{name: "cuMipmappedArrayCreate", alloc: "mipmap %s 512 512 0 1 4 3", bytes: mip},
+	}
+}
+
+// TestEveryAllocationAPIUnderAtAndOverTheCap: four objects fit exactly (the last one
+// lands on the cap), the fifth is refused with CUDA_ERROR_OUT_OF_MEMORY and takes
+// nothing, a free makes room for exactly one more, and freeing everything returns
+// the container's usage to zero.
+func TestEveryAllocationAPIUnderAtAndOverTheCap(t *testing.T) {
+	n := newNode(t, "")
+	for _, api := range allocAPIs() {
+		t.Run(api.name, func(t *testing.T) {
+			c := n.container(t, map[int]uint64{0: 4 * api.bytes})
+			p := c.start("direct")
+			p.ok("init")
+			p.ok("ctx 0")
+			for _, s := range api.setup {
+				p.ok(s)
+			}
+			for i := range 4 {
+				p.ok(fmt.Sprintf(api.alloc, fmt.Sprint("o", i)))
+			}
+			if got := c.usage().UsedBytes[0]; got != 4*api.bytes {
+				t.Fatalf("usage at the cap: %d, want %d", got, 4*api.bytes)
+			}
+			p.fails(fmt.Sprintf(api.alloc, "over"), "CUDA_ERROR_OUT_OF_MEMORY")
+			u := c.usage()
+			if u.UsedBytes[0] != 4*api.bytes || u.Refused[0] == 0 {
+				t.Fatalf("after the refusal: usage %d (want %d), refused %d", u.UsedBytes[0], 4*api.bytes, u.Refused[0])
+			}
+			p.ok("free o0")
+			p.ok(fmt.Sprintf(api.alloc, "again"))
+			p.fails(fmt.Sprintf(api.alloc, "over"), "CUDA_ERROR_OUT_OF_MEMORY")
+			for _, o := range []string{"o1", "o2", "o3", "again"} {
+				p.ok("free " + o)
+			}
+			if api.trim != "" {
+				p.ok(api.trim)
+			}
+			if got := c.usage().UsedBytes[0]; got != 0 {
+				t.Fatalf("usage after freeing everything: %d", got)
+			}
+			p.exit()
+		})
+	}
+}
