@@ -341,7 +341,9 @@ static CUresult do_fork(size_t bytes, char *out, size_t outlen)
         close(report[0]);
         close(hold[1]);
         CUdeviceptr p;
-        CUresult r = set_ctx(0);
+        CUresult r = api.Init(0); /* a fork child starts without CUDA */
+        if (r == CUDA_SUCCESS)
+            r = set_ctx(0);
         if (r == CUDA_SUCCESS)
             r = api.MemAlloc(&p, bytes);
         int code = (int)r;
