@@ -48,8 +48,12 @@ $(HOOK_BUILD)/bench_hook: $(HOOK_DIR)/bench/bench_hook.c $(HOOK_HDRS)
 	@mkdir -p $(HOOK_BUILD)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -I$(HOOK_DIR)/include -o $@ $< -ldl
 
-bench-hook: hook fakegpu $(HOOK_BUILD)/bench_hook
-	@LD_LIBRARY_PATH=$(LIB)/fakegpu $(HOOK_BUILD)/bench_hook $(HOOK_LIB)
+$(HOOK_BUILD)/libempty.so: $(HOOK_DIR)/bench/empty.c
+	@mkdir -p $(HOOK_BUILD)
+	$(CC) -O2 -fPIC -shared -o $@ $<
+
+bench-hook: hook fakegpu $(HOOK_BUILD)/bench_hook $(HOOK_BUILD)/libempty.so
+	@LD_LIBRARY_PATH=$(LIB)/fakegpu $(HOOK_BUILD)/bench_hook $(HOOK_LIB) $(HOOK_BUILD)/libempty.so
 
 demo-hook: hook fakegpu $(HOOK_BUILD)/cudash
 	@$(GO) run ./$(HOOK_DIR)/demo -lib $(LIB) -cudash $(HOOK_BUILD)/cudash
