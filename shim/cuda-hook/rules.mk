@@ -41,7 +41,7 @@ test-hook-unit:
 
 $(HOOK_BUILD)/cudash: $(HOOK_DIR)/test/cudash.c $(HOOK_HDRS) fakegpu
 	@mkdir -p $(HOOK_BUILD)
-	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -I$(HOOK_DIR)/include -o $@ $< \
+	@$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -I$(HOOK_DIR)/include -o $@ $< \
 		$(LIB)/fakegpu/libcuda.so.1 $(LIB)/fakegpu/libnvidia-ml.so.1 -ldl -lpthread
 
 $(HOOK_BUILD)/bench_hook: $(HOOK_DIR)/bench/bench_hook.c $(HOOK_HDRS)
