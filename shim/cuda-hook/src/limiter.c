@@ -99,8 +99,8 @@ static void note_peak(int idx, uint64_t total)
 
 int limiter_charge(int idx, uint64_t n)
 {
-    if (idx < 0 || !limiter_active())
-        return LIMITER_OK;
+    if (idx < 0 || n == 0 || !limiter_active())
+        return LIMITER_OK; /* taking nothing fits even under a cap lowered below usage */
     tessera_proc_slot *s = my_slot();
     if (s == NULL)
         return LIMITER_NO_SLOT;

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "devices.h"
 #include "limiter.h"
 #include "log.h"
 #include "real.h"
@@ -44,7 +45,9 @@ static void drop(struct pool_rec *p)
 
 void pool_note(CUmemoryPool pool, int idx)
 {
-    if (pool == NULL || idx < 0)
+    /* Pools of pass-through devices (idx -1) are remembered too, so that their
+     * allocations are never charged to the current context's device instead. */
+    if (pool == NULL || idx == DEVICE_UNKNOWN)
         return;
     pthread_mutex_lock(&g_mu);
     if (find(pool) == NULL) {

@@ -29,8 +29,6 @@ void pool_destroyed(CUmemoryPool pool);
 
 extern _Atomic int pools_known; /* >0 once any pool was seen */
 
-
-
 void pools_atfork_prepare(void);
 void pools_atfork_parent(void);
 void pools_atfork_child(void); /* the child owns none of its parent's pools' charges */
