@@ -30,7 +30,8 @@ lint-hook:
 	$(CC) $(HOOK_CFLAGS) -Werror -I$(HOOK_DIR)/src -o $(HOOK_BUILD)/lint/unit $(HOOK_DIR)/test/unit_test.c \
 		$(filter-out %/interpose.c %/memapi.c %/views.c %/init.c %/charge.c %/devices.c %/pools.c,$(HOOK_SRCS)) -ldl -lpthread
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I$(HOOK_DIR)/include -fsyntax-only $(HOOK_DIR)/test/cudash.c
-	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I$(HOOK_DIR)/include -fsyntax-only $(HOOK_DIR)/bench/bench_hook.c
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I$(HOOK_DIR)/include -I$(HOOK_DIR)/test -fsyntax-only \
+		$(HOOK_DIR)/bench/bench_hook.c
 
 # C unit tests of the pieces that need no driver (config, region protocol, table, sizes).
 test-hook-unit:
@@ -44,13 +45,13 @@ $(HOOK_BUILD)/cudash: $(HOOK_DIR)/test/cudash.c $(HOOK_HDRS) fakegpu
 	@$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -I$(HOOK_DIR)/include -o $@ $< \
 		$(LIB)/fakegpu/libcuda.so.1 $(LIB)/fakegpu/libnvidia-ml.so.1 -ldl -lpthread
 
-$(HOOK_BUILD)/bench_hook: $(HOOK_DIR)/bench/bench_hook.c $(HOOK_HDRS)
+$(HOOK_BUILD)/bench_hook: $(HOOK_DIR)/bench/bench_hook.c $(HOOK_HDRS) $(HOOK_DIR)/test/abi_files.h
 	@mkdir -p $(HOOK_BUILD)
-	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -I$(HOOK_DIR)/include -o $@ $< -ldl
+	@$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -I$(HOOK_DIR)/include -I$(HOOK_DIR)/test -o $@ $< -ldl
 
 $(HOOK_BUILD)/libempty.so: $(HOOK_DIR)/bench/empty.c
 	@mkdir -p $(HOOK_BUILD)
-	$(CC) -O2 -fPIC -shared -o $@ $<
+	@$(CC) -O2 -fPIC -shared -o $@ $<
 
 bench-hook: hook fakegpu $(HOOK_BUILD)/bench_hook $(HOOK_BUILD)/libempty.so
 	@LD_LIBRARY_PATH=$(LIB)/fakegpu $(HOOK_BUILD)/bench_hook $(HOOK_LIB) $(HOOK_BUILD)/libempty.so

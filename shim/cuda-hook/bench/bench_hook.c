@@ -18,8 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "abi_files.h"
 #include "cuda_driver.h"
-#include "tessera_abi.h"
 
 extern char **environ;
 
@@ -28,7 +28,7 @@ typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned
 typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*free_fn)(CUdeviceptr);
 
-#define ROUNDS 15
+#define ROUNDS 21
 #define LAUNCHES 200000
 #define PAIRS 100000
 #define SPAWNS 400
@@ -69,41 +69,19 @@ static void check(CUresult r, const char *what)
     }
 }
 
-static void write_file(const char *path, const void *data, size_t n)
-{
-    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
-    if (fd < 0 || write(fd, data, n) != (ssize_t)n) {
-        perror(path);
-        exit(1);
-    }
-    close(fd);
-}
-
 /* A container with a 100 GiB cap on device 0, as the device plugin would set it up. */
 static void make_container(const char *dir, const char *uuid)
 {
     char path[256];
-    tessera_limits *l = calloc(1, sizeof *l);
-    l->magic = TESSERA_LIMITS_MAGIC;
-    l->abi_version = TESSERA_ABI_VERSION;
-    l->size = sizeof *l;
-    l->device_count = 1;
-    snprintf(l->devices[0].uuid, sizeof l->devices[0].uuid, "%s", uuid);
-    l->devices[0].mem_limit_bytes = 100ull << 30;
+    const char *uuids[] = {uuid};
+    const uint64_t caps[] = {100ull << 30};
+    const uint32_t cores[] = {0};
     snprintf(path, sizeof path, "%s/limits", dir);
-    write_file(path, l, sizeof *l);
+    abi_write_limits(path, 1, uuids, caps, cores);
     setenv("TESSERA_LIMITS", path, 1);
-    tessera_region *r = calloc(1, sizeof *r);
-    r->magic = TESSERA_REGION_MAGIC;
-    r->abi_version = TESSERA_ABI_VERSION;
-    r->size = sizeof *r;
-    r->max_devices = TESSERA_MAX_DEVICES;
-    r->max_procs = TESSERA_MAX_PROCS;
     snprintf(path, sizeof path, "%s/region", dir);
-    write_file(path, r, sizeof *r);
+    abi_write_region(path);
     setenv("TESSERA_REGION", path, 1);
-    free(l);
-    free(r);
 }
 
 static double time_launches(launch_fn f, CUfunction fn)
@@ -206,19 +184,21 @@ int main(int argc, char **argv)
     check(alloc_hook(&probe, 1), "hooked cuMemAlloc_v2"); /* initialises the hook outside the timing */
     check(free_hook(probe), "hooked cuMemFree_v2");
 
-    double ld[ROUNDS], lh[ROUNDS], ad[ROUNDS], ah[ROUNDS];
+    /* Each round times both sides back to back; the overhead is the median of the
+     * per-round differences, so drift in machine load cancels out. */
+    double ld[ROUNDS], dl[ROUNDS], ad[ROUNDS], da[ROUNDS];
     for (int r = 0; r < ROUNDS; r++) {
         ld[r] = time_launches(launch_direct, fn);
-        lh[r] = time_launches(launch_hook, fn);
+        dl[r] = time_launches(launch_hook, fn) - ld[r];
         ad[r] = time_pairs(alloc_direct, free_direct);
-        ah[r] = time_pairs(alloc_hook, free_hook);
+        da[r] = time_pairs(alloc_hook, free_hook) - ad[r];
     }
-    double mld = median(ld, ROUNDS), mlh = median(lh, ROUNDS);
-    double mad = median(ad, ROUNDS), mah = median(ah, ROUNDS);
+    double mld = median(ld, ROUNDS), mlo = median(dl, ROUNDS);
+    double mad = median(ad, ROUNDS), mao = median(da, ROUNDS);
     double msd, mse, spawn = spawn_overhead(argv[1], NULL, &msd);
     double spawn_vs_empty = spawn_overhead(argv[1], argv[2], &mse);
-    printf("BENCH hook.launch_overhead_ns %.1f ns\n", mlh - mld);
-    printf("BENCH hook.allocfree_overhead_ns %.1f ns\n", mah - mad);
+    printf("BENCH hook.launch_overhead_ns %.1f ns\n", mlo);
+    printf("BENCH hook.allocfree_overhead_ns %.1f ns\n", mao);
     printf("BENCH hook.launch_direct_ns %.1f ns\n", mld);
     printf("BENCH hook.allocfree_direct_ns %.1f ns\n", mad);
     printf("BENCH hook.nocuda_startup_overhead_us %.1f us\n", spawn / 1e3);

@@ -42,9 +42,7 @@ func TestEveryAllocationAPIUnderAtAndOverTheCap(t *testing.T) {
 	for _, api := range allocAPIs() {
 		t.Run(api.name, func(t *testing.T) {
 			c := n.container(t, map[int]uint64{0: 4 * api.bytes})
-			p := c.start("direct")
-			p.ok("init")
-			p.ok("ctx 0")
+			p := c.ready("direct")
 			for _, s := range api.setup {
 				p.ok(s)
 			}

@@ -26,10 +26,8 @@ func TestSIGKILLInAllocFreeLoop(t *testing.T) {
 	)
 	n := newNode(t, "")
 	c := n.container(t, map[int]uint64{0: capB})
-	survivors := []*proc{c.start("direct"), c.start("direct")}
+	survivors := []*proc{c.ready("direct"), c.ready("direct")}
 	for i, s := range survivors {
-		s.ok("init")
-		s.ok("ctx 0")
 		for j := 0; j < 10*(i+1); j++ {
 			s.ok("alloc k" + string(rune('a'+j)) + " 1048576")
 		}

@@ -88,9 +88,7 @@ func TestPassThrough(t *testing.T) {
 	p.exit()
 
 	c := n.container(t, map[int]uint64{1: 0}) // device 1 listed, uncapped; device 0 not listed
-	q := c.start("direct")
-	q.ok("init")
-	q.ok("ctx 0")
+	q := c.ready("direct")
 	q.ok("alloc a 107374182400")
 	q.ok("ctx 1")
 	q.ok("alloc b 107374182400")

@@ -15,9 +15,7 @@ import (
 func TestForkChildClaimsItsOwnSlot(t *testing.T) {
 	n := newNode(t, "")
 	c := n.container(t, map[int]uint64{0: 100 * MiB})
-	p := c.start("direct")
-	p.ok("init")
-	p.ok("ctx 0")
+	p := c.ready("direct")
 	p.ok("alloc a 62914560") // 60 MiB
 	if out := p.ok("fork 62914560"); field(t, out, "child") != "CUDA_ERROR_OUT_OF_MEMORY" {
 		t.Fatalf("child over the shared cap: %s", out)
@@ -46,9 +44,7 @@ func TestForkChildClaimsItsOwnSlot(t *testing.T) {
 func TestGoMirrorReadsTheCRegion(t *testing.T) {
 	n := newNode(t, "NVIDIA H200:143771:132;NVIDIA H200:143771:132")
 	c := n.container(t, map[int]uint64{0: 64 * MiB, 1: 32 * MiB})
-	p := c.start("direct")
-	p.ok("init")
-	p.ok("ctx 0")
+	p := c.ready("direct")
 	p.ok("alloc a 10485760")
 	p.ok("alloc b 5242880")
 	p.ok("ctx 1")

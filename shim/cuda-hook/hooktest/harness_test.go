@@ -134,6 +134,16 @@ func (n *node) container(t testing.TB, caps map[int]uint64, env ...string) *cont
 
 func (c *container) start(mode string) *proc { return c.n.run(c.t, c.env, mode, true) }
 
+// ready starts a process with the driver initialised and device 0's primary
+// context current.
+func (c *container) ready(mode string) *proc {
+	c.t.Helper()
+	p := c.start(mode)
+	p.ok("init")
+	p.ok("ctx 0")
+	return p
+}
+
 func (c *container) usage() region.Usage {
 	c.t.Helper()
 	r, err := region.OpenRegion(c.region)

@@ -14,9 +14,7 @@ func TestEveryLoadingPathIsCapped(t *testing.T) {
 	for _, mode := range []string{"direct", "dlsym", "gpa", "gpa-ptsz", "gpa1"} {
 		t.Run(mode, func(t *testing.T) {
 			c := n.container(t, map[int]uint64{0: 10 * 4 * MiB})
-			p := c.start(mode)
-			p.ok("init")
-			p.ok("ctx 0")
+			p := c.ready(mode)
 			out := p.ok("fill f 4194304")
 			if got := fieldU(t, out, "n"); got != 10 || field(t, out, "last") != "CUDA_ERROR_OUT_OF_MEMORY" {
 				t.Fatalf("fill: %s, want n=10 ending in CUDA_ERROR_OUT_OF_MEMORY", out)
@@ -42,9 +40,7 @@ func TestLaunchThroughEveryPath(t *testing.T) {
 	n := newNode(t, "")
 	for _, mode := range []string{"direct", "dlsym", "gpa", "gpa-ptsz"} {
 		c := n.container(t, map[int]uint64{0: 64 * MiB})
-		p := c.start(mode)
-		p.ok("init")
-		p.ok("ctx 0")
+		p := c.ready(mode)
 		p.ok(fmt.Sprintf("launch %d", 1000))
 		p.ok("launch 3 1000")
 		p.ok("sync")

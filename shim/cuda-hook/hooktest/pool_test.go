@@ -9,9 +9,7 @@ import "testing"
 func TestPoolsAreChargedForWhatTheyReserve(t *testing.T) {
 	n := newNode(t, "")
 	c := n.container(t, map[int]uint64{0: 64 * MiB})
-	p := c.start("direct")
-	p.ok("init")
-	p.ok("ctx 0")
+	p := c.ready("direct")
 	p.ok("pool P 0")
 	p.ok("poolalloc a P 8388608")
 	if r := fieldU(t, p.ok("poolreserved P"), "reserved"); r != 32*MiB {

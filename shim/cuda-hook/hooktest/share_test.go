@@ -17,9 +17,7 @@ func TestProcessesShareOneCap(t *testing.T) {
 			c := n.container(t, map[int]uint64{0: chunks * chunk})
 			ps := make([]*proc, procs)
 			for i := range ps {
-				ps[i] = c.start("direct")
-				ps[i].ok("init")
-				ps[i].ok("ctx 0")
+				ps[i] = c.ready("direct")
 			}
 			got := make([]uint64, procs)
 			var wg sync.WaitGroup

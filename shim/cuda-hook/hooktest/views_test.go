@@ -10,15 +10,11 @@ import (
 func TestMemoryViewsShowTheCap(t *testing.T) {
 	n := newNode(t, "NVIDIA H200:143771:132;NVIDIA H200:143771:132")
 	c := n.container(t, map[int]uint64{0: 1024 * MiB})
-	other := c.start("direct") // a second process of the container holds 100 MiB
-	other.ok("init")
-	other.ok("ctx 0")
+	other := c.ready("direct") // a second process of the container holds 100 MiB
 	other.ok("alloc x 104857600")
 
 	for _, mode := range []string{"direct", "dlsym"} {
-		p := c.start(mode)
-		p.ok("init")
-		p.ok("ctx 0")
+		p := c.ready(mode)
 		p.ok("alloc a 209715200")
 		info := p.ok("info")
 		if fieldU(t, info, "total") != 1024*MiB || fieldU(t, info, "free") != 1024*MiB-300*MiB {
@@ -61,9 +57,7 @@ func TestMemoryViewsShowTheCap(t *testing.T) {
 func TestLimitChangedWhileRunning(t *testing.T) {
 	n := newNode(t, "")
 	c := n.container(t, map[int]uint64{0: 100 * MiB})
-	p := c.start("direct")
-	p.ok("init")
-	p.ok("ctx 0")
+	p := c.ready("direct")
 	p.ok("alloc a 62914560") // 60 MiB
 	c.setCap(0, 50*MiB)
 	p.fails("alloc b 1048576", "CUDA_ERROR_OUT_OF_MEMORY")
@@ -87,9 +81,7 @@ func TestLimitChangedWhileRunning(t *testing.T) {
 func TestContextReservation(t *testing.T) {
 	n := newNode(t, "")
 	c := n.container(t, map[int]uint64{0: 250 * MiB}, "TESSERA_CTX_RESERVE_MIB=100")
-	p := c.start("direct")
-	p.ok("init")
-	p.ok("ctx 0")
+	p := c.ready("direct")
 	if got := c.usage().UsedBytes[0]; got != 100*MiB {
 		t.Fatalf("usage after the primary context: %d, want %d", got, 100*MiB)
 	}

@@ -33,6 +33,20 @@ int charge_remember(uint32_t space, uint64_t key, uint64_t bytes, int idx, void 
     return -1;
 }
 
+CUresult charge_commit(CUresult r, uint32_t space, uint64_t key, uint64_t n, int idx, void (*undo)(uint64_t key))
+{
+    if (r != CUDA_SUCCESS) {
+        limiter_uncharge(idx, n);
+        return r;
+    }
+    if (charge_remember(space, key, n, idx, NULL) != 0) {
+        undo(key);
+        limiter_uncharge(idx, n);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
 CUresult charge_freed(CUresult r, int known, const struct acct_rec *rec)
 {
     if (!known)

@@ -22,6 +22,10 @@ static inline int hook_closed(void)
 CUresult charge_admit(const char *api, int idx, uint64_t n);
 /* Remember a charged object; -1 when the table cannot grow (the caller undoes). */
 int charge_remember(uint32_t space, uint64_t key, uint64_t bytes, int idx, void *pool);
+/* After the driver call r for an object admitted with n bytes: when it failed, give
+ * the bytes back; when it succeeded, remember the object, or (no memory for the
+ * table) destroy it with undo and refuse. Returns the call's outcome. */
+CUresult charge_commit(CUresult r, uint32_t space, uint64_t key, uint64_t n, int idx, void (*undo)(uint64_t key));
 /* After the driver freed an object taken from the table with acct_take (taken
  * before the call, because the driver may hand its address out again at once):
  * give its bytes back, or remember it again when the free failed. Returns r. */

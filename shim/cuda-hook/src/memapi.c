@@ -14,6 +14,11 @@
  * difference once the real pitch is known. */
 #define PITCH_ALIGN 512u
 
+static void undo_mem(uint64_t p) { REAL.cuMemFree_v2((CUdeviceptr)p); }
+static void undo_vmm(uint64_t h) { REAL.cuMemRelease((CUmemGenericAllocationHandle)h); }
+static void undo_array(uint64_t h) { REAL.cuArrayDestroy((CUarray)(uintptr_t)h); }
+static void undo_mipmap(uint64_t h) { REAL.cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)h); }
+
 static CUresult plain_alloc(const char *api, CUdeviceptr *dptr, size_t n, unsigned int flags, int managed)
 {
     if (hook_closed())
@@ -26,16 +31,7 @@ static CUresult plain_alloc(const char *api, CUdeviceptr *dptr, size_t n, unsign
     if (r != CUDA_SUCCESS)
         return r;
     r = managed ? REAL.cuMemAllocManaged(dptr, n, flags) : REAL.cuMemAlloc_v2(dptr, n);
-    if (r != CUDA_SUCCESS) {
-        limiter_uncharge(idx, n);
-        return r;
-    }
-    if (charge_remember(ACCT_PTR, *dptr, n, idx, NULL) != 0) {
-        REAL.cuMemFree_v2(*dptr);
-        limiter_uncharge(idx, n);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return CUDA_SUCCESS;
+    return charge_commit(r, ACCT_PTR, r == CUDA_SUCCESS ? *dptr : 0, n, idx, undo_mem);
 }
 
 TESSERA_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
@@ -79,12 +75,7 @@ TESSERA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, si
     }
     if (actual < est)
         limiter_uncharge(idx, est - actual);
-    if (charge_remember(ACCT_PTR, *dptr, actual, idx, NULL) != 0) {
-        REAL.cuMemFree_v2(*dptr);
-        limiter_uncharge(idx, actual);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return CUDA_SUCCESS;
+    return charge_commit(CUDA_SUCCESS, ACCT_PTR, *dptr, actual, idx, undo_mem);
 }
 
 TESSERA_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
@@ -131,16 +122,8 @@ static CUresult pool_alloc(const char *api, enum pool_call c, CUdeviceptr *dptr,
         if (r != CUDA_SUCCESS)
             return r;
         r = call_alloc(c, dptr, n, pool, s);
-        if (r != CUDA_SUCCESS) {
-            limiter_uncharge(idx, n);
-            return r;
-        }
-        if (charge_remember(ACCT_PTR, *dptr, n, idx, NULL) != 0) {
-            call_free(c == CALL_ASYNC_PTSZ || c == CALL_FROM_POOL_PTSZ, *dptr, s);
-            limiter_uncharge(idx, n);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        return CUDA_SUCCESS;
+        /* The table is full only when host memory is: free synchronously then. */
+        return charge_commit(r, ACCT_PTR, r == CUDA_SUCCESS ? *dptr : 0, n, idx, undo_mem);
     }
     pool_note(pool, idx);
     uint64_t headroom = pool_headroom(pool);
@@ -306,16 +289,7 @@ TESSERA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t
     if (r != CUDA_SUCCESS)
         return r;
     r = REAL.cuMemCreate(handle, size, prop, flags);
-    if (r != CUDA_SUCCESS) {
-        limiter_uncharge(idx, size);
-        return r;
-    }
-    if (charge_remember(ACCT_VMM, *handle, size, idx, NULL) != 0) {
-        REAL.cuMemRelease(*handle);
-        limiter_uncharge(idx, size);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return CUDA_SUCCESS;
+    return charge_commit(r, ACCT_VMM, r == CUDA_SUCCESS ? *handle : 0, size, idx, undo_vmm);
 }
 
 TESSERA_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
@@ -339,23 +313,6 @@ static CUresult array_admit(const char *api, uint64_t bytes, int *idx)
     return charge_admit(api, *idx, bytes);
 }
 
-static CUresult array_done(CUresult r, uint32_t space, uint64_t key, uint64_t bytes, int idx)
-{
-    if (r != CUDA_SUCCESS) {
-        limiter_uncharge(idx, bytes);
-        return r;
-    }
-    if (charge_remember(space, key, bytes, idx, NULL) != 0) {
-        if (space == ACCT_MIPMAP)
-            REAL.cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)key);
-        else
-            REAL.cuArrayDestroy((CUarray)(uintptr_t)key);
-        limiter_uncharge(idx, bytes);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return CUDA_SUCCESS;
-}
-
 TESSERA_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d)
 {
     uint64_t bytes = 0;
@@ -369,7 +326,8 @@ TESSERA_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESC
     if (r != CUDA_SUCCESS)
         return r;
     r = REAL.cuArrayCreate_v2(pHandle, d);
-    return array_done(r, ACCT_ARRAY, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0, bytes, idx);
+    return charge_commit(r, ACCT_ARRAY, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0, bytes, idx,
+                         undo_array);
 }
 
 TESSERA_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
@@ -380,7 +338,8 @@ TESSERA_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_
     if (r != CUDA_SUCCESS)
         return r;
     r = REAL.cuArray3DCreate_v2(pHandle, d);
-    return array_done(r, ACCT_ARRAY, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0, bytes, idx);
+    return charge_commit(r, ACCT_ARRAY, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0, bytes, idx,
+                         undo_array);
 }
 
 TESSERA_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d,
@@ -392,7 +351,8 @@ TESSERA_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const 
     if (r != CUDA_SUCCESS)
         return r;
     r = REAL.cuMipmappedArrayCreate(pHandle, d, numMipmapLevels);
-    return array_done(r, ACCT_MIPMAP, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0, bytes, idx);
+    return charge_commit(r, ACCT_MIPMAP, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0, bytes, idx,
+                         undo_mipmap);
 }
 
 TESSERA_EXPORT CUresult cuArrayDestroy(CUarray hArray)

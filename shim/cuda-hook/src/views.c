@@ -69,6 +69,8 @@ TESSERA_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 
 /* ---- contexts: each is charged TESSERA_CTX_RESERVE_MIB for driver overhead ---- */
 
+static void undo_ctx(uint64_t ctx) { REAL.cuCtxDestroy_v2((CUcontext)(uintptr_t)ctx); }
+
 TESSERA_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
     if (hook_closed())
@@ -79,16 +81,7 @@ TESSERA_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUde
     if (r != CUDA_SUCCESS)
         return r;
     r = REAL.cuCtxCreate_v2(pctx, flags, dev);
-    if (r != CUDA_SUCCESS) {
-        limiter_uncharge(idx, n);
-        return r;
-    }
-    if (charge_remember(ACCT_CTX, (uint64_t)(uintptr_t)*pctx, n, idx, NULL) != 0) {
-        REAL.cuCtxDestroy_v2(*pctx);
-        limiter_uncharge(idx, n);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return CUDA_SUCCESS;
+    return charge_commit(r, ACCT_CTX, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pctx : 0, n, idx, undo_ctx);
 }
 
 TESSERA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
@@ -213,6 +206,20 @@ static int nvml_ready(void)
     return !hook_failed_closed;
 }
 
+/* Rewrite an NVML answer for a capped device: total = cap, free as for cuMemGetInfo. */
+static void nvml_view(nvmlDevice_t dev, unsigned long long *total, unsigned long long *free_b,
+                      unsigned long long *used)
+{
+    int idx = device_index_nvml(dev);
+    if (idx < 0 || limiter_cap(idx) == 0)
+        return;
+    uint64_t f = *free_b, t = *total;
+    capped_view(idx, &f, &t);
+    *total = t;
+    *free_b = f;
+    *used = t - f;
+}
+
 TESSERA_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *m)
 {
     if (!nvml_ready())
@@ -220,14 +227,8 @@ TESSERA_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory
     if (REAL_NVML.nvmlDeviceGetMemoryInfo == NULL)
         return NVML_ERROR_FUNCTION_NOT_FOUND;
     nvmlReturn_t r = REAL_NVML.nvmlDeviceGetMemoryInfo(dev, m);
-    int idx;
-    if (r != NVML_SUCCESS || m == NULL || (idx = device_index_nvml(dev)) < 0 || limiter_cap(idx) == 0)
-        return r;
-    uint64_t f = m->free, t = m->total;
-    capped_view(idx, &f, &t);
-    m->total = t;
-    m->free = f;
-    m->used = t - f;
+    if (r == NVML_SUCCESS && m != NULL)
+        nvml_view(dev, &m->total, &m->free, &m->used);
     return r;
 }
 
@@ -238,14 +239,11 @@ TESSERA_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMem
     if (REAL_NVML.nvmlDeviceGetMemoryInfo_v2 == NULL)
         return NVML_ERROR_FUNCTION_NOT_FOUND;
     nvmlReturn_t r = REAL_NVML.nvmlDeviceGetMemoryInfo_v2(dev, m);
-    int idx;
-    if (r != NVML_SUCCESS || m == NULL || (idx = device_index_nvml(dev)) < 0 || limiter_cap(idx) == 0)
-        return r;
-    uint64_t f = m->free, t = m->total;
-    capped_view(idx, &f, &t);
-    m->total = t;
-    m->free = f;
-    m->reserved = 0;
-    m->used = t - f;
+    if (r == NVML_SUCCESS && m != NULL) {
+        unsigned long long total = m->total;
+        nvml_view(dev, &m->total, &m->free, &m->used);
+        if (m->total != total)
+            m->reserved = 0; /* the container's slice has no system reservation */
+    }
     return r;
 }

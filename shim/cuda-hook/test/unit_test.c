@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "abi_files.h"
 #include "accounting.h"
 #include "config.h"
 #include "limiter.h"
@@ -75,40 +76,12 @@ static void test_config(void)
 
 static char g_dir[64];
 
-static void write_file(const char *path, const void *data, size_t n)
-{
-    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
-    if (fd < 0 || write(fd, data, n) != (ssize_t)n)
-        abort();
-    close(fd);
-}
-
-static void make_region(const char *path)
-{
-    tessera_region *r = calloc(1, sizeof *r);
-    r->magic = TESSERA_REGION_MAGIC;
-    r->abi_version = TESSERA_ABI_VERSION;
-    r->size = sizeof *r;
-    r->max_devices = TESSERA_MAX_DEVICES;
-    r->max_procs = TESSERA_MAX_PROCS;
-    write_file(path, r, sizeof *r);
-    free(r);
-}
-
 static void make_limits(const char *path, uint64_t cap)
 {
-    tessera_limits *l = calloc(1, sizeof *l);
-    l->magic = TESSERA_LIMITS_MAGIC;
-    l->abi_version = TESSERA_ABI_VERSION;
-    l->size = sizeof *l;
-    l->device_count = 2;
-    strcpy(l->devices[0].uuid, "GPU-aaaa");
-    l->devices[0].mem_limit_bytes = cap;
-    strcpy(l->devices[1].uuid, "GPU-bbbb");
-    l->devices[1].mem_limit_bytes = 0;
-    l->devices[1].core_limit_pct = 40;
-    write_file(path, l, sizeof *l);
-    free(l);
+    const char *uuids[] = {"GPU-aaaa", "GPU-bbbb"};
+    const uint64_t caps[] = {cap, 0};
+    const uint32_t cores[] = {0, 40};
+    abi_write_limits(path, 2, uuids, caps, cores);
 }
 
 static void test_bad_files(void)
@@ -118,9 +91,9 @@ static void test_bad_files(void)
     const tessera_limits *l;
     snprintf(path, sizeof path, "%s/bad", g_dir);
     CHECK(region_map("/nonexistent/region", &r, err, sizeof err) == -1 && strstr(err, "open") != NULL);
-    write_file(path, "TSREGION", 8);
+    abi_write_file(path, "TSREGION", 8);
     CHECK(region_map(path, &r, err, sizeof err) == -1 && strstr(err, "truncated") != NULL);
-    make_region(path);
+    abi_write_region(path);
     CHECK(limits_map(path, &l, err, sizeof err) == -1 && strstr(err, "magic") != NULL);
     CHECK(region_map(path, &r, err, sizeof err) == 0);
     r->abi_version = 99;
@@ -146,7 +119,7 @@ static void test_limiter(void)
     char rpath[128], lpath[128], err[256];
     snprintf(rpath, sizeof rpath, "%s/region", g_dir);
     snprintf(lpath, sizeof lpath, "%s/limits", g_dir);
-    make_region(rpath);
+    abi_write_region(rpath);
     make_limits(lpath, 1000);
     struct hook_config cfg = {.has_region = true, .has_limits = true, .has_core_limits = true};
     strcpy(cfg.region_path, rpath);
@@ -200,7 +173,7 @@ static void test_region_claim_exec_and_reuse(void)
 {
     char rpath[128], err[256];
     snprintf(rpath, sizeof rpath, "%s/region2", g_dir);
-    make_region(rpath);
+    abi_write_region(rpath);
     tessera_region *r;
     CHECK(region_map(rpath, &r, err, sizeof err) == 0);
     uint64_t st;
