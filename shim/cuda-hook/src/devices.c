@@ -49,6 +49,13 @@ CUresult device_current(CUdevice *dev, int *idx)
     return r;
 }
 
+int device_current_index(void)
+{
+    CUdevice dev;
+    int idx;
+    return device_current(&dev, &idx) == CUDA_SUCCESS ? idx : DEVICE_PASS_THROUGH;
+}
+
 int device_index_nvml(nvmlDevice_t dev)
 {
     if (!limiter_active())

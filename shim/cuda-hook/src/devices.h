@@ -14,6 +14,9 @@ int device_index(CUdevice dev);
 /* Index for the current context's device; *dev gets the ordinal. CUDA_SUCCESS, or
  * the driver's error when there is no current context. */
 CUresult device_current(CUdevice *dev, int *idx);
+/* Index for the current context's device; pass-through when there is no current
+ * context (the driver call that follows reports that error itself). */
+int device_current_index(void);
 /* Index for an NVML handle (not cached: NVML calls are not on a hot path). */
 int device_index_nvml(nvmlDevice_t dev);
 

@@ -23,10 +23,7 @@ static CUresult plain_alloc(const char *api, CUdeviceptr *dptr, size_t n, unsign
 {
     if (hook_closed())
         return HOOK_FAIL_CLOSED_ERROR;
-    CUdevice dev;
-    int idx;
-    if (device_current(&dev, &idx) != CUDA_SUCCESS)
-        idx = DEVICE_PASS_THROUGH; /* no context: let the driver report it */
+    int idx = device_current_index();
     CUresult r = charge_admit(api, idx, n);
     if (r != CUDA_SUCCESS)
         return r;
@@ -51,10 +48,7 @@ TESSERA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, si
 {
     if (hook_closed())
         return HOOK_FAIL_CLOSED_ERROR;
-    CUdevice dev;
-    int idx;
-    if (device_current(&dev, &idx) != CUDA_SUCCESS)
-        idx = DEVICE_PASS_THROUGH;
+    int idx = device_current_index();
     uint64_t est = 0;
     if (__builtin_mul_overflow((uint64_t)((WidthInBytes + PITCH_ALIGN - 1) / PITCH_ALIGN * PITCH_ALIGN),
                                (uint64_t)Height, &est))
@@ -182,11 +176,7 @@ static CUresult alloc_from_pool(const char *api, enum pool_call c, CUdeviceptr *
 {
     if (hook_closed())
         return HOOK_FAIL_CLOSED_ERROR;
-    CUdevice dev;
-    int idx;
-    if (device_current(&dev, &idx) != CUDA_SUCCESS)
-        idx = DEVICE_PASS_THROUGH;
-    return pool_alloc(api, c, dptr, n, pool, pool_index(pool, idx), s);
+    return pool_alloc(api, c, dptr, n, pool, pool_index(pool, device_current_index()), s);
 }
 
 TESSERA_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
@@ -307,9 +297,7 @@ static CUresult array_admit(const char *api, uint64_t bytes, int *idx)
 {
     if (hook_closed())
         return HOOK_FAIL_CLOSED_ERROR;
-    CUdevice dev;
-    if (device_current(&dev, idx) != CUDA_SUCCESS)
-        *idx = DEVICE_PASS_THROUGH;
+    *idx = device_current_index();
     return charge_admit(api, *idx, bytes);
 }
 
