@@ -9,7 +9,6 @@
 #include "interpose.h"
 
 #include <dlfcn.h>
-#include <link.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -238,51 +237,23 @@ TESSERA_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int 
 
 /* ---- dlsym ---- */
 
-/* The link map of the object containing addr, or NULL. */
-static struct link_map *object_of(const void *addr)
+static int is_driver_name(const char *name)
 {
-    Dl_info info;
-    struct link_map *lm = NULL;
-    if (dladdr1(addr, &info, (void **)&lm, RTLD_DL_LINKMAP) == 0)
-        return NULL;
-    return lm;
+    return name != NULL && ((name[0] == 'c' && name[1] == 'u') || strncmp(name, "nvml", 4) == 0);
 }
 
-/* RTLD_NEXT means "after the caller", and the caller the real dlsym would see is
- * us. Walk the objects after the real caller and take the first definition. */
-static void *lookup_next(dlsym_fn rd, const void *caller, const char *name)
-{
-    struct link_map *lm = object_of(caller);
-    if (lm == NULL)
-        return rd(RTLD_NEXT, name);
-    for (struct link_map *l = lm->l_next; l != NULL; l = l->l_next) {
-        void *p = rd(l, name);
-        if (p != NULL && object_of(p) == l)
-            return p;
-    }
-    return NULL;
-}
-
+/* Every symbol but the driver's goes straight to the real dlsym as a tail call (-O2
+ * makes it a jump), so the real dlsym finds our caller's return address, not ours,
+ * and RTLD_NEXT keeps its caller-relative meaning (TestDlsymKeepsCallerRelativeMeaning).
+ * For a driver symbol the real dlsym sees us as the caller, which changes nothing for
+ * the handles programs use to find the driver: a dlopen handle, or RTLD_DEFAULT,
+ * where we come first anyway; RTLD_NEXT from the program also lands on the driver. */
 TESSERA_EXPORT void *dlsym(void *restrict handle, const char *restrict name)
 {
     dlsym_fn rd = real_dlsym();
     if (rd == NULL)
-        return NULL;
-    const void *caller = __builtin_return_address(0);
-    void *p;
-    if (handle == RTLD_NEXT) {
-        p = lookup_next(rd, caller, name);
-    } else {
-        p = rd(handle, name);
-        /* RTLD_DEFAULT also covers the caller's own local scope (an RTLD_LOCAL
-         * plugin looking up its dependencies); the real dlsym now sees us instead. */
-        if (p == NULL && handle == RTLD_DEFAULT) {
-            struct link_map *lm = object_of(caller);
-            if (lm != NULL)
-                p = rd(lm, name);
-        }
-    }
-    if (p != NULL && ((name[0] == 'c' && name[1] == 'u') || strncmp(name, "nvml", 4) == 0))
-        p = interpose_wrap(name, p);
-    return p;
+        return NULL; /* no glibc dlsym version found: nothing can be looked up */
+    if (__builtin_expect(!is_driver_name(name), 1))
+        return rd(handle, name);
+    return interpose_wrap(name, rd(handle, name));
 }
