@@ -161,11 +161,13 @@ func clearSlot(s *rawProcSlot) uint64 {
 	return total
 }
 
-// ProcessAlive is the Liveness of processes in this pid namespace: pid exists, is
-// not a zombie (its device memory is gone with its address space) and, when
-// startTime is known, started at that time (/proc/<pid>/stat field 22), so a
-// reused pid is not mistaken for the slot's owner. A process that cannot be read
-// for another reason counts as alive: never take a live process's usage away.
+// ProcessAlive is the Liveness of processes in the caller's pid namespace (slots
+// hold pids as the container sees them: a reaper in another namespace must map
+// them first). A process is alive when its pid exists, is not a zombie (its
+// device memory is gone with its address space) and, when startTime is known,
+// started at that time (/proc/<pid>/stat field 22), so a reused pid is not
+// mistaken for the slot's owner. A process that cannot be read for another
+// reason counts as alive: never take a live process's usage away.
 func ProcessAlive(pid uint32, startTime uint64) bool {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

@@ -143,8 +143,11 @@ bool proc_alive(uint32_t pid, uint64_t start_time)
         return false;
     uint64_t st;
     bool zombie;
+    /* kill() says it exists. An unreadable /proc entry (hidepid mounts hide other
+     * users' processes) therefore means alive; one that vanished in between is
+     * found dead by the next look. */
     if (proc_identity((pid_t)pid, &st, &zombie) != 0)
-        return errno != ENOENT; /* vanished between the two looks: dead */
+        return true;
     if (zombie)
         return false; /* its address space and device memory are gone */
     return start_time == 0 || st == start_time;
