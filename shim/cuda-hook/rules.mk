@@ -1,5 +1,7 @@
 # shim/cuda-hook — the LD_PRELOAD library that caps GPU memory per container.
 # Targets: hook (build), test-hook-unit (C unit tests), lint-hook, bench-hook, demo-hook.
+# -Bsymbolic: the hook's own references (its symbol table of wrappers) bind to itself.
+# -O2 is required: dlsym relies on a tail call (see src/interpose.c).
 # The Go tests that drive the hook through the simulated GPU live in
 # shim/cuda-hook/hooktest and run with `go test` (make go-test).
 
@@ -21,7 +23,7 @@ hook: $(HOOK_LIB)
 
 $(HOOK_LIB): $(HOOK_SRCS) $(HOOK_HDRS) $(HOOK_DIR)/rules.mk
 	@mkdir -p $(LIB)
-	$(CC) $(HOOK_CFLAGS) -shared -Wl,-soname,libtessera-hook.so -Wl,-z,defs -o $@ $(HOOK_SRCS) -ldl -lpthread
+	$(CC) $(HOOK_CFLAGS) -shared -Wl,-soname,libtessera-hook.so -Wl,-z,defs -Wl,-Bsymbolic -o $@ $(HOOK_SRCS) -ldl -lpthread
 
 # Everything compiled with warnings as errors, including the test and bench programs.
 lint-hook:

@@ -38,7 +38,7 @@ func TestSIGKILLInAllocFreeLoop(t *testing.T) {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	// The survivors keep allocating and freeing while processes die around them;
-	// every answer must come back (proc.do fails the test on a hang).
+	// every answer must come back (send reports a hang as an error).
 	for _, s := range survivors {
 		wg.Add(1)
 		go func() {
@@ -49,8 +49,13 @@ func TestSIGKILLInAllocFreeLoop(t *testing.T) {
 					return
 				default:
 				}
-				if out := s.do("alloc tmp 1048576"); out == "ok" {
-					s.ok("free tmp")
+				out, err := s.send("alloc tmp 1048576")
+				if err == nil && out == "ok" {
+					out, err = s.send("free tmp")
+				}
+				if err != nil {
+					t.Error(err)
+					return
 				}
 			}
 		}()

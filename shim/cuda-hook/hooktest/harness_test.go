@@ -229,22 +229,31 @@ func (n *node) run(t testing.TB, env []string, mode string, hooked bool) *proc {
 	return p
 }
 
-// do sends one command and returns the answer; a hang fails the test.
-func (p *proc) do(command string) string {
-	p.t.Helper()
+// send sends one command and returns the answer, or an error when cudash exits or
+// does not answer within 30s (a hang). Safe to call from any goroutine.
+func (p *proc) send(command string) (string, error) {
 	if _, err := fmt.Fprintln(p.in, command); err != nil {
-		p.t.Fatalf("%s: write: %v (stderr: %s)", command, err, p.stderr)
+		return "", fmt.Errorf("%s: write: %w (stderr: %s)", command, err, p.stderr)
 	}
 	select {
 	case line, ok := <-p.lines:
 		if !ok {
-			p.t.Fatalf("%s: cudash exited (stderr: %s)", command, p.stderr)
+			return "", fmt.Errorf("%s: cudash exited (stderr: %s)", command, p.stderr)
 		}
-		return line
+		return line, nil
 	case <-time.After(30 * time.Second):
-		p.t.Fatalf("%s: no answer in 30s: hung (stderr: %s)", command, p.stderr)
+		return "", fmt.Errorf("%s: no answer in 30s: hung (stderr: %s)", command, p.stderr)
 	}
-	return ""
+}
+
+// do is send for the test goroutine: an error fails the test.
+func (p *proc) do(command string) string {
+	p.t.Helper()
+	out, err := p.send(command)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return out
 }
 
 func (p *proc) ok(command string) string {
