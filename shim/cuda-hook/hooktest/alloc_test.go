@@ -36,40 +36,45 @@ func allocAPIs() []allocAPI {
 // TestEveryAllocationAPIUnderAtAndOverTheCap: four objects fit exactly (the last one
 // lands on the cap), the fifth is refused with CUDA_ERROR_OUT_OF_MEMORY and takes
 // nothing, a free makes room for exactly one more, and freeing everything returns
-// the container's usage to zero.
+// the container's usage to zero. Through the linked symbols, dlsym, and
+// cuGetProcAddress with per-thread default streams (the _ptsz variants).
 func TestEveryAllocationAPIUnderAtAndOverTheCap(t *testing.T) {
 	n := newNode(t, "")
-	for _, api := range allocAPIs() {
-		t.Run(api.name, func(t *testing.T) {
-			c := n.container(t, map[int]uint64{0: 4 * api.bytes})
-			p := c.ready("direct")
-			for _, s := range api.setup {
-				p.ok(s)
-			}
-			for i := range 4 {
-				p.ok(fmt.Sprintf(api.alloc, fmt.Sprint("o", i)))
-			}
-			if got := c.usage().UsedBytes[0]; got != 4*api.bytes {
-				t.Fatalf("usage at the cap: %d, want %d", got, 4*api.bytes)
-			}
-			p.fails(fmt.Sprintf(api.alloc, "over"), "CUDA_ERROR_OUT_OF_MEMORY")
-			u := c.usage()
-			if u.UsedBytes[0] != 4*api.bytes || u.Refused[0] == 0 {
-				t.Fatalf("after the refusal: usage %d (want %d), refused %d", u.UsedBytes[0], 4*api.bytes, u.Refused[0])
-			}
-			p.ok("free o0")
-			p.ok(fmt.Sprintf(api.alloc, "again"))
-			p.fails(fmt.Sprintf(api.alloc, "over"), "CUDA_ERROR_OUT_OF_MEMORY")
-			for _, o := range []string{"o1", "o2", "o3", "again"} {
-				p.ok("free " + o)
-			}
-			if api.trim != "" {
-				p.ok(api.trim)
-			}
-			if got := c.usage().UsedBytes[0]; got != 0 {
-				t.Fatalf("usage after freeing everything: %d", got)
-			}
-			p.exit()
-		})
+	for _, mode := range []string{"direct", "dlsym", "gpa-ptsz"} {
+		for _, api := range allocAPIs() {
+			t.Run(mode+"/"+api.name, func(t *testing.T) { underAtOver(t, n, mode, api) })
+		}
 	}
+}
+
+func underAtOver(t *testing.T, n *node, mode string, api allocAPI) {
+	c := n.container(t, map[int]uint64{0: 4 * api.bytes})
+	p := c.ready(mode)
+	for _, s := range api.setup {
+		p.ok(s)
+	}
+	for i := range 4 {
+		p.ok(fmt.Sprintf(api.alloc, fmt.Sprint("o", i)))
+	}
+	if got := c.usage().UsedBytes[0]; got != 4*api.bytes {
+		t.Fatalf("usage at the cap: %d, want %d", got, 4*api.bytes)
+	}
+	p.fails(fmt.Sprintf(api.alloc, "over"), "CUDA_ERROR_OUT_OF_MEMORY")
+	u := c.usage()
+	if u.UsedBytes[0] != 4*api.bytes || u.Refused[0] == 0 {
+		t.Fatalf("after the refusal: usage %d (want %d), refused %d", u.UsedBytes[0], 4*api.bytes, u.Refused[0])
+	}
+	p.ok("free o0")
+	p.ok(fmt.Sprintf(api.alloc, "again"))
+	p.fails(fmt.Sprintf(api.alloc, "over"), "CUDA_ERROR_OUT_OF_MEMORY")
+	for _, o := range []string{"o1", "o2", "o3", "again"} {
+		p.ok("free " + o)
+	}
+	if api.trim != "" {
+		p.ok(api.trim)
+	}
+	if got := c.usage().UsedBytes[0]; got != 0 {
+		t.Fatalf("usage after freeing everything: %d", got)
+	}
+	p.exit()
 }
