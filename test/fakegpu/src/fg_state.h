@@ -74,6 +74,8 @@ _Static_assert(sizeof(struct fg_state_slot) == 384, "slot layout");
  * NULL with a message in err. */
 struct fg_state *fg_state_open(const struct fg_config *cfg, char *err, unsigned errlen);
 
+void fg_state_close(struct fg_state *st);
+
 /* Claims a slot for the calling process; NULL when all are held by live processes. */
 struct fg_state_slot *fg_state_claim(struct fg_state *st);
 

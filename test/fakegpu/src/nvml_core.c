@@ -2,6 +2,7 @@
  * Memory and process views read the node state file the CUDA side writes. */
 #include <stdio.h>
 #include <string.h>
+#include <string.h>
 
 #include "nvml_internal.h"
 
@@ -21,6 +22,7 @@ static nvmlReturn_t init_locked(void)
         return NVML_ERROR_UNKNOWN;
     }
     uint64_t now = fg_now_ns();
+    memset(nv.dev, 0, sizeof nv.dev);
     for (int d = 0; d < nv.cfg.count; d++) {
         nv.dev[d].index = d;
         nv.dev[d].cfg = &nv.cfg.dev[d];
@@ -54,8 +56,10 @@ FG_API nvmlReturn_t nvmlShutdown(void)
     nvmlReturn_t r = NVML_SUCCESS;
     if (nv.refs == 0)
         r = NVML_ERROR_UNINITIALIZED;
-    else
-        nv.refs--;
+    else if (--nv.refs == 0) {
+        fg_state_close(nv.st);
+        nv.st = NULL;
+    }
     pthread_mutex_unlock(&nv_mu);
     return r;
 }

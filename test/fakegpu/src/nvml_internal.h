@@ -19,6 +19,10 @@ struct fg_nvml_dev {
     const struct fg_device_cfg *cfg;
     /* nvmlDeviceGetUtilizationRates: the previous sample taken by this process. */
     uint64_t util_prev_ns, util_prev_busy;
+    /* nvmlDeviceGetProcessUtilization: previous sample per state slot. */
+    struct {
+        uint64_t owner, ns, busy;
+    } proc_prev[FG_MAX_SLOTS];
 };
 
 struct fg_nvml {
