@@ -203,3 +203,51 @@ func TestSIGKILLedProcessesAreReclaimed(t *testing.T) {
 		t.Errorf("state lists %d processes, want the 2 live ones: %+v", len(st.Processes), st.Processes)
 	}
 }
+
+// Kernels of different processes on one device run one after the other.
+func TestKernelsSerializeAcrossProcesses(t *testing.T) {
+	n := newNode(t)
+	start := time.Now()
+	a := n.start("busy", "200")
+	aReady := time.Since(start)
+	b := n.start("busy", "200")
+	bReady := time.Since(start)
+	if bReady-aReady > 150*time.Millisecond {
+		t.Fatalf("second process launched %v after the first; cannot overlap", bReady-aReady)
+	}
+	a.expect(t, "done")
+	b.expect(t, "done")
+	// a's kernel started before a said ready; b's waited for it: 400 ms in all.
+	if total := time.Since(start) - aReady; total < 390*time.Millisecond {
+		t.Errorf("two 200 ms kernels on one device finished %v after the first launch, want >= 400 ms", total)
+	}
+	st, err := fakegpu.ReadState(n.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Devices[0].BusyTotalNs != 400e6 || st.Devices[1].BusyTotalNs != 0 {
+		t.Errorf("busy totals %d / %d", st.Devices[0].BusyTotalNs, st.Devices[1].BusyTotalNs)
+	}
+}
+
+// FAKEGPU_CONTEXT_MIB: each live context takes device memory, like a real one.
+func TestContextMemory(t *testing.T) {
+	n := newNode(t)
+	n.extra = []string{"FAKEGPU_CONTEXT_MIB=300"}
+	p, r := n.hold(0, 100*MiB)
+	mustAlloc(t, r, "0")
+	st, err := fakegpu.ReadState(n.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := st.Process(p.pid()); rec.Used[0] != 400*MiB {
+		t.Errorf("process with one context and 100 MiB uses %d bytes, want %d", rec.Used[0], 400*MiB)
+	}
+	_, r = n.hold(0, 400*MiB) // 300 for its context leaves 324 MiB
+	mustAlloc(t, r, "2")
+	n.extra = []string{"FAKEGPU_CONTEXT_MIB=lots"}
+	out, errOut, _ := n.run("errors")
+	if !strings.Contains(errOut, `FAKEGPU_CONTEXT_MIB: "lots"`) || !strings.Contains(out, "cuInit(0) = 1, want 0") {
+		t.Errorf("malformed FAKEGPU_CONTEXT_MIB: stderr %q\n%s", errOut, out)
+	}
+}

@@ -78,6 +78,7 @@ struct fg_driver {
     struct fg_config cfg;
     struct fg_state *st;
     struct fg_state_slot *slot;
+    uint64_t ctx_bytes; /* FAKEGPU_CONTEXT_MIB: device memory each live context takes */
     pthread_mutex_t mu; /* contexts, primary contexts, modules, free lists */
     struct CUctx_st primary[FG_MAX_DEVICES];
     int primary_refs[FG_MAX_DEVICES];
@@ -140,6 +141,9 @@ void fg_ctx_release_resources(struct CUctx_st *ctx);
 
 /* Sleeps until CLOCK_MONOTONIC reaches t. */
 void fg_wait_until(uint64_t t);
+
+/* VMM (cu_vmm.c): forget the parent's reservations in a fork child. */
+void fg_vmm_reset(void);
 
 /* Pools (cu_pool.c). */
 void fg_pools_init(void);
