@@ -19,6 +19,8 @@ func TestStateLayoutMatchesC(t *testing.T) {
 		"header.slot_hwm":    uint64(unsafe.Offsetof(s.Header.SlotHWM)),
 		"header.fingerprint": uint64(unsafe.Offsetof(s.Header.ConfigFingerprint)),
 		"device.busy_total":  uint64(unsafe.Offsetof(s.Devices[0].BusyTotalNs)),
+		"device.xid_seq":     uint64(unsafe.Offsetof(s.Devices[0].XidSeq)),
+		"device.xid_last":    uint64(unsafe.Offsetof(s.Devices[0].XidLast)),
 		"slot.used":          uint64(unsafe.Offsetof(s.Slots[0].Used)),
 		"slot.busy_ns":       uint64(unsafe.Offsetof(s.Slots[0].BusyNs)),
 		"slot.contexts":      uint64(unsafe.Offsetof(s.Slots[0].Contexts)),

@@ -28,7 +28,7 @@ func openNVML(t *testing.T, n *node) nvml.Interface {
 	return lib
 }
 
-func device(t *testing.T, lib nvml.Interface, i int) nvml.Device {
+func handle(t *testing.T, lib nvml.Interface, i int) nvml.Device {
 	t.Helper()
 	d, ret := lib.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {
@@ -52,7 +52,7 @@ func TestGoNVMLIdentity(t *testing.T) {
 	wantName := []string{"Test GPU", "Other"}
 	wantMem := []uint64{1024 * MiB, 2048 * MiB}
 	for i := 0; i < count; i++ {
-		d := device(t, lib, i)
+		d := handle(t, lib, i)
 		uuid, _ := d.GetUUID()
 		name, _ := d.GetName()
 		idx, _ := d.GetIndex()
@@ -144,7 +144,7 @@ func runningOn(t *testing.T, d nvml.Device) []procMem {
 func TestGoNVMLSeesOtherProcesses(t *testing.T) {
 	n := newNode(t)
 	lib := openNVML(t, n)
-	d0 := device(t, lib, 0)
+	d0 := handle(t, lib, 0)
 	a, r := n.hold(0, 100*MiB)
 	mustAlloc(t, r, "0")
 	b, r := n.hold(0, 200*MiB)
@@ -158,7 +158,7 @@ func TestGoNVMLSeesOtherProcesses(t *testing.T) {
 	if got := runningOn(t, d0); len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("running processes %+v, want %+v", got, want)
 	}
-	if got := runningOn(t, device(t, lib, 1)); len(got) != 0 {
+	if got := runningOn(t, handle(t, lib, 1)); len(got) != 0 {
 		t.Errorf("device 1 lists %+v", got)
 	}
 	_ = a.cmd.Process.Signal(syscall.SIGKILL)
@@ -176,7 +176,7 @@ func TestGoNVMLSeesOtherProcesses(t *testing.T) {
 func TestGoNVMLUtilization(t *testing.T) {
 	n := newNode(t)
 	lib := openNVML(t, n)
-	d0 := device(t, lib, 0)
+	d0 := handle(t, lib, 0)
 	if _, ret := d0.GetUtilizationRates(); ret != nvml.SUCCESS { // starts a sample window
 		t.Fatal(ret)
 	}

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
 )
 
 // Layout of the node state file (test/fakegpu/src/fg_state.h); a test holds these
@@ -41,7 +44,9 @@ type rawDevice struct {
 	MemBytes    uint64
 	TailNs      uint64
 	BusyTotalNs uint64
-	Reserved    [5]uint64
+	XidSeq      uint64
+	XidLast     uint64
+	Reserved    [3]uint64
 }
 
 type rawSlot struct {
@@ -166,4 +171,28 @@ func StartTicks(pid int) (uint64, error) {
 	}
 	v, err := strconv.ParseUint(string(fields[19]), 10, 64)
 	return v & 0x7fffffff, err
+}
+
+// InjectXid makes the simulated GPU report Xid error xid on device dev: NVML event
+// sets registered for nvmlEventTypeXidCriticalError on it return one event.
+func InjectXid(path string, dev int, xid uint64) error {
+	if dev < 0 || dev >= MaxDevices {
+		return fmt.Errorf("inject Xid: device %d out of range", dev)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("inject Xid: %w", err)
+	}
+	defer f.Close()
+	m, err := syscall.Mmap(int(f.Fd()), 0, StateSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("inject Xid: mmap %s: %w", path, err)
+	}
+	defer syscall.Munmap(m)
+	var raw rawState
+	rec := HeaderSize + dev*DeviceRecSize
+	// The C side reads these words with C11 atomics; code first, then the sequence.
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(&m[rec+int(unsafe.Offsetof(raw.Devices[0].XidLast))])), xid)
+	atomic.AddUint64((*uint64)(unsafe.Pointer(&m[rec+int(unsafe.Offsetof(raw.Devices[0].XidSeq))])), 1)
+	return nil
 }

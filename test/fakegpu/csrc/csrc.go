@@ -18,6 +18,8 @@ static size_t slot_size(void) { return sizeof(struct fg_state_slot); }
 static size_t off_hwm(void) { return offsetof(struct fg_state_header, slot_hwm); }
 static size_t off_fingerprint(void) { return offsetof(struct fg_state_header, config_fingerprint); }
 static size_t off_dev_busy(void) { return offsetof(struct fg_state_device, busy_total_ns); }
+static size_t off_dev_xid_seq(void) { return offsetof(struct fg_state_device, xid_seq); }
+static size_t off_dev_xid_last(void) { return offsetof(struct fg_state_device, xid_last); }
 static size_t off_slot_used(void) { return offsetof(struct fg_state_slot, used); }
 static size_t off_slot_busy(void) { return offsetof(struct fg_state_slot, busy_ns); }
 static size_t off_slot_contexts(void) { return offsetof(struct fg_state_slot, contexts); }
@@ -79,6 +81,8 @@ func Layout() map[string]uint64 {
 		"header.slot_hwm":    uint64(C.off_hwm()),
 		"header.fingerprint": uint64(C.off_fingerprint()),
 		"device.busy_total":  uint64(C.off_dev_busy()),
+		"device.xid_seq":     uint64(C.off_dev_xid_seq()),
+		"device.xid_last":    uint64(C.off_dev_xid_last()),
 		"slot.used":          uint64(C.off_slot_used()),
 		"slot.busy_ns":       uint64(C.off_slot_busy()),
 		"slot.contexts":      uint64(C.off_slot_contexts()),

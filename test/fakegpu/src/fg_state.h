@@ -46,7 +46,9 @@ struct fg_state_device {
     uint64_t mem_bytes;              /* physical capacity */
     _Atomic uint64_t tail_ns;        /* CLOCK_MONOTONIC ns when queued kernels finish */
     _Atomic uint64_t busy_total_ns;  /* kernel time ever queued on the device */
-    uint64_t reserved[5];
+    _Atomic uint64_t xid_seq;        /* Xid errors injected by tests (NVML events) */
+    _Atomic uint64_t xid_last;       /* code of the latest one (written before xid_seq) */
+    uint64_t reserved[3];
 };
 
 struct fg_state_slot {

@@ -211,3 +211,58 @@ FG_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlPro
     *processSamplesCount = n;
     return n ? NVML_SUCCESS : NVML_ERROR_NOT_FOUND;
 }
+
+/* The simulated GPU runs no graphics and no MPS clients. */
+static nvmlReturn_t no_processes(nvmlDevice_t device, unsigned int *infoCount)
+{
+    struct fg_nvml_dev *d;
+    nvmlReturn_t r = nvml_dev(device, &d);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!infoCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *infoCount = 0;
+    return NVML_SUCCESS;
+}
+
+FG_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                          nvmlProcessInfo_v1_t *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}
+
+FG_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                             nvmlProcessInfo_v2_t *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}
+
+FG_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                             nvmlProcessInfo_t *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}
+
+FG_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                            nvmlProcessInfo_v1_t *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}
+
+FG_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                               nvmlProcessInfo_v2_t *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}
+
+FG_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                               nvmlProcessInfo_t *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}
