@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -249,5 +251,51 @@ func TestContextMemory(t *testing.T) {
 	out, errOut, _ := n.run("errors")
 	if !strings.Contains(errOut, `FAKEGPU_CONTEXT_MIB: "lots"`) || !strings.Contains(out, "cuInit(0) = 1, want 0") {
 		t.Errorf("malformed FAKEGPU_CONTEXT_MIB: stderr %q\n%s", errOut, out)
+	}
+}
+
+// Every entry point cuda_driver.h declares is reachable through cuGetProcAddress
+// under its base name, and resolves to the newest version (or the _ptsz variant).
+func TestEveryDeclaredEntryPointResolves(t *testing.T) {
+	src, err := fakegpu.SourceDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	header, err := os.ReadFile(filepath.Join(src, "..", "..", "shim", "cuda-hook", "include", "cuda_driver.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`CUresult CUDAAPI (cu\w+)\(`).FindAllStringSubmatch(string(header), -1)
+	versioned := regexp.MustCompile(`^(cu\w+?)(_v(\d+))?(_ptsz)?$`)
+	type target struct {
+		sym     string
+		version int
+	}
+	newest := map[string]target{}
+	var args []string
+	for _, m := range names {
+		parts := versioned.FindStringSubmatch(m[1])
+		base, ptsz := parts[1], parts[4] != ""
+		if ptsz {
+			args = append(args, base, m[1], "1")
+			continue
+		}
+		v := 1
+		if parts[3] != "" {
+			v, _ = strconv.Atoi(parts[3])
+		}
+		if cur, ok := newest[base]; !ok || v > cur.version {
+			newest[base] = target{m[1], v}
+		}
+	}
+	for base, tg := range newest {
+		args = append(args, base, tg.sym, "0")
+	}
+	if len(newest) < 60 {
+		t.Fatalf("parsed only %d entry points from cuda_driver.h", len(newest))
+	}
+	out, errOut, err := newNode(t).run(append([]string{"resolve"}, args...)...)
+	if err != nil {
+		t.Fatalf("resolve: %v\n%s%s", err, out, errOut)
 	}
 }

@@ -16,6 +16,12 @@
 
 #define FG_API __attribute__((visibility("default")))
 
+/* Per-thread-default-stream entry points the real driver also exports; not in
+ * cuda_driver.h because the hook has no reason to intercept them. */
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream);
+CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream);
+CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
+
 #define FG_STREAM_LEGACY ((CUstream)0x1)
 #define FG_STREAM_PER_THREAD ((CUstream)0x2)
 

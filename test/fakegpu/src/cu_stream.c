@@ -212,3 +212,20 @@ FG_API CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent
     *pMilliseconds = (float)((double)((int64_t)(hEnd->ts_ns - hStart->ts_ns)) / 1e6);
     return CUDA_SUCCESS;
 }
+
+/* Every stream of a device is serialised anyway, so the per-thread default stream
+ * behaves as the legacy one (docs/fakegpu.md). */
+FG_API CUresult cuStreamSynchronize_ptsz(CUstream hStream)
+{
+    return cuStreamSynchronize(hStream);
+}
+
+FG_API CUresult cuStreamQuery_ptsz(CUstream hStream)
+{
+    return cuStreamQuery(hStream);
+}
+
+FG_API CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
+{
+    return cuEventRecord(hEvent, hStream);
+}
