@@ -57,6 +57,7 @@ struct CUstream_st {
 struct CUevent_st {
     uint32_t magic;
     unsigned flags;
+    struct CUctx_st *ctx; /* where it was created: its device's pools release on sync */
     int recorded;
     uint64_t ts_ns; /* when the work before the record point finishes */
     struct CUevent_st *next_free;

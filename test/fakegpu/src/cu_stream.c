@@ -136,6 +136,7 @@ FG_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     if (!e && !(e = malloc(sizeof *e)))
         return CUDA_ERROR_OUT_OF_MEMORY;
     e->flags = Flags;
+    e->ctx = ctx;
     e->recorded = 0;
     e->ts_ns = 0;
     e->next_free = NULL;
@@ -185,6 +186,7 @@ FG_API CUresult cuEventSynchronize(CUevent hEvent)
         return CUDA_ERROR_INVALID_HANDLE;
     if (hEvent->recorded)
         fg_wait_until(hEvent->ts_ns);
+    fg_pools_sync(hEvent->ctx->dev);
     return CUDA_SUCCESS;
 }
 
