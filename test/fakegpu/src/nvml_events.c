@@ -96,7 +96,7 @@ static int pending(struct nvmlEventSet_st *s, nvmlEventData_t *data)
     return -1;
 }
 
-static nvmlReturn_t wait_event(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+FG_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
 {
     if (!nvml_ready())
         return NVML_ERROR_UNINITIALIZED;
@@ -114,12 +114,5 @@ static nvmlReturn_t wait_event(nvmlEventSet_t set, nvmlEventData_t *data, unsign
     }
 }
 
-FG_API nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
-{
-    return wait_event(set, data, timeoutms);
-}
-
-FG_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
-{
-    return wait_event(set, data, timeoutms);
-}
+nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+    FG_ALIAS(nvmlEventSetWait_v2);

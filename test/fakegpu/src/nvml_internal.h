@@ -13,6 +13,9 @@
 #include "nvml.h"
 
 #define FG_API __attribute__((visibility("default")))
+/* Another exported name of the same function: the library's versioned entry points
+ * (nvmlInit and nvmlInit_v2, ...) that share one signature and behaviour. */
+#define FG_ALIAS(target) __attribute__((alias(#target), visibility("default")))
 
 struct fg_nvml_dev {
     int index;

@@ -28,10 +28,8 @@ FG_API nvmlReturn_t nvmlDeviceGetAttributes(nvmlDevice_t device, nvmlDeviceAttri
     return NVML_SUCCESS;
 }
 
-FG_API nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes)
-{
-    return nvmlDeviceGetAttributes(device, attributes);
-}
+nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes)
+    FG_ALIAS(nvmlDeviceGetAttributes);
 
 FG_API nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node)
 {
@@ -79,19 +77,15 @@ FG_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int l
     return no_nvlink(device);
 }
 
-FG_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
-{
-    (void)link;
-    (void)pci;
-    return no_nvlink(device);
-}
-
 FG_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
 {
     (void)link;
     (void)pci;
     return no_nvlink(device);
 }
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
+    FG_ALIAS(nvmlDeviceGetNvLinkRemotePciInfo_v2);
 
 FG_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
 {
