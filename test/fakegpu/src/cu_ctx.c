@@ -36,12 +36,23 @@ static int ctx_usable(struct CUctx_st *ctx)
     return fg_ctx_known(ctx) && atomic_load(&ctx->alive);
 }
 
-static void count_context(int dev, int delta)
+/* A live context is listed by NVML and takes FAKEGPU_CONTEXT_MIB of device memory. */
+static CUresult context_up(int dev)
 {
-    if (delta > 0)
-        atomic_fetch_add(&fg.slot->contexts[dev], 1);
-    else
-        atomic_fetch_sub(&fg.slot->contexts[dev], 1);
+    if (fg.ctx_bytes) {
+        CUresult r = fg_charge(dev, fg.ctx_bytes);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    atomic_fetch_add(&fg.slot->contexts[dev], 1);
+    return CUDA_SUCCESS;
+}
+
+static void context_down(int dev)
+{
+    atomic_fetch_sub(&fg.slot->contexts[dev], 1);
+    if (fg.ctx_bytes)
+        fg_uncharge(dev, fg.ctx_bytes);
 }
 
 FG_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
@@ -56,9 +67,14 @@ FG_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev
     struct fg_tls *t = tls();
     if (t->depth == FG_CTX_STACK)
         return CUDA_ERROR_UNKNOWN;
+    CUresult r = context_up(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUctx_st *c = calloc(1, sizeof *c);
-    if (!c)
+    if (!c) {
+        context_down(dev);
         return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     c->magic = FG_MAGIC_CTX;
     c->dev = dev;
     c->null_stream.magic = FG_MAGIC_STREAM;
@@ -71,6 +87,7 @@ FG_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev
         if (!n) {
             pthread_mutex_unlock(&fg.mu);
             free(c);
+            context_down(dev);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         known = n;
@@ -78,7 +95,6 @@ FG_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev
     }
     known[nknown++] = c;
     pthread_mutex_unlock(&fg.mu);
-    count_context(dev, +1);
     t->stack[t->depth++] = c;
     *pctx = c;
     return CUDA_SUCCESS;
@@ -94,7 +110,7 @@ FG_API CUresult cuCtxDestroy_v2(CUcontext ctx)
     if (!atomic_compare_exchange_strong(&ctx->alive, &expect, 0))
         return CUDA_ERROR_INVALID_CONTEXT;
     fg_ctx_release_resources(ctx);
-    count_context(ctx->dev, -1);
+    context_down(ctx->dev);
     struct fg_tls *t = tls();
     if (t->depth > 0 && t->stack[t->depth - 1] == ctx)
         t->depth--;
@@ -176,14 +192,16 @@ FG_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (!fg_valid_dev(dev))
         return CUDA_ERROR_INVALID_DEVICE;
+    CUresult r = CUDA_SUCCESS;
     pthread_mutex_lock(&fg.mu);
-    if (fg.primary_refs[dev]++ == 0) {
+    if (fg.primary_refs[dev] == 0)
+        r = context_up(dev);
+    if (r == CUDA_SUCCESS && fg.primary_refs[dev]++ == 0)
         atomic_store(&fg.primary[dev].alive, 1);
-        count_context(dev, +1);
-    }
     pthread_mutex_unlock(&fg.mu);
-    *pctx = &fg.primary[dev];
-    return CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS)
+        *pctx = &fg.primary[dev];
+    return r;
 }
 
 /* Deactivates the primary context: its memory is freed as the real driver does. */
@@ -191,7 +209,7 @@ static void primary_deactivate(CUdevice dev)
 {
     atomic_store(&fg.primary[dev].alive, 0);
     fg_ctx_release_resources(&fg.primary[dev]);
-    count_context(dev, -1);
+    context_down(dev);
 }
 
 FG_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)

@@ -18,6 +18,10 @@ static CUresult init_locked(void)
     }
     if (fg.cfg.count == 0)
         return CUDA_ERROR_NO_DEVICE;
+    if (fg_config_context_mib(&fg.ctx_bytes, err, sizeof err) != 0) {
+        fprintf(stderr, "fakegpu: %s\n", err);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     fg.st = fg_state_open(&fg.cfg, err, sizeof err);
     if (!fg.st) {
         fprintf(stderr, "fakegpu: %s\n", err);
@@ -74,6 +78,7 @@ static void atfork_child(void)
     }
     fg_table_reset();
     fg_pools_reset();
+    fg_vmm_reset();
     fg.init_err = CUDA_SUCCESS;
     atomic_store(&fg.init, 0);
 }

@@ -16,6 +16,12 @@
 
 #define FG_API __attribute__((visibility("default")))
 
+/* Per-thread-default-stream entry points the real driver also exports; not in
+ * cuda_driver.h because the hook has no reason to intercept them. */
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream);
+CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream);
+CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
+
 #define FG_STREAM_LEGACY ((CUstream)0x1)
 #define FG_STREAM_PER_THREAD ((CUstream)0x2)
 
@@ -51,6 +57,7 @@ struct CUstream_st {
 struct CUevent_st {
     uint32_t magic;
     unsigned flags;
+    struct CUctx_st *ctx; /* where it was created: its device's pools release on sync */
     int recorded;
     uint64_t ts_ns; /* when the work before the record point finishes */
     struct CUevent_st *next_free;
@@ -78,6 +85,7 @@ struct fg_driver {
     struct fg_config cfg;
     struct fg_state *st;
     struct fg_state_slot *slot;
+    uint64_t ctx_bytes; /* FAKEGPU_CONTEXT_MIB: device memory each live context takes */
     pthread_mutex_t mu; /* contexts, primary contexts, modules, free lists */
     struct CUctx_st primary[FG_MAX_DEVICES];
     int primary_refs[FG_MAX_DEVICES];
@@ -140,6 +148,9 @@ void fg_ctx_release_resources(struct CUctx_st *ctx);
 
 /* Sleeps until CLOCK_MONOTONIC reaches t. */
 void fg_wait_until(uint64_t t);
+
+/* VMM (cu_vmm.c): forget the parent's reservations in a fork child. */
+void fg_vmm_reset(void);
 
 /* Pools (cu_pool.c). */
 void fg_pools_init(void);

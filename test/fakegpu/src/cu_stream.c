@@ -136,6 +136,7 @@ FG_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     if (!e && !(e = malloc(sizeof *e)))
         return CUDA_ERROR_OUT_OF_MEMORY;
     e->flags = Flags;
+    e->ctx = ctx;
     e->recorded = 0;
     e->ts_ns = 0;
     e->next_free = NULL;
@@ -185,6 +186,7 @@ FG_API CUresult cuEventSynchronize(CUevent hEvent)
         return CUDA_ERROR_INVALID_HANDLE;
     if (hEvent->recorded)
         fg_wait_until(hEvent->ts_ns);
+    fg_pools_sync(hEvent->ctx->dev);
     return CUDA_SUCCESS;
 }
 
@@ -211,4 +213,21 @@ FG_API CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent
         return CUDA_ERROR_NOT_READY;
     *pMilliseconds = (float)((double)((int64_t)(hEnd->ts_ns - hStart->ts_ns)) / 1e6);
     return CUDA_SUCCESS;
+}
+
+/* Every stream of a device is serialised anyway, so the per-thread default stream
+ * behaves as the legacy one (docs/fakegpu.md). */
+FG_API CUresult cuStreamSynchronize_ptsz(CUstream hStream)
+{
+    return cuStreamSynchronize(hStream);
+}
+
+FG_API CUresult cuStreamQuery_ptsz(CUstream hStream)
+{
+    return cuStreamQuery(hStream);
+}
+
+FG_API CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
+{
+    return cuEventRecord(hEvent, hStream);
 }

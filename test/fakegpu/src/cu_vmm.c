@@ -25,6 +25,12 @@ static struct fg_range *reservations, *mappings;
 static size_t nres, capres, nmap, capmap;
 static _Atomic uint64_t next_handle = FG_HANDLE_BASE;
 
+void fg_vmm_reset(void)
+{
+    pthread_mutex_init(&vmm_mu, NULL);
+    nres = nmap = 0;
+}
+
 static int push_range(struct fg_range **arr, size_t *n, size_t *cap, struct fg_range r)
 {
     if (*n == *cap) {

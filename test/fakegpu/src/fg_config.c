@@ -247,3 +247,18 @@ uint64_t fg_config_fingerprint(const struct fg_config *cfg)
     }
     return h ^ (uint64_t)cfg->count;
 }
+
+int fg_config_context_mib(uint64_t *bytes, char *err, unsigned errlen)
+{
+    const char *v = getenv("FAKEGPU_CONTEXT_MIB");
+    unsigned long long mib = 0;
+    *bytes = 0;
+    if (!v || strcmp(v, "0") == 0 || *v == '\0')
+        return 0;
+    if (parse_uint(v, FG_MAX_MEM_MIB, &mib) != 0) {
+        snprintf(err, errlen, "FAKEGPU_CONTEXT_MIB: \"%s\" is not an integer in 0..%llu", v, FG_MAX_MEM_MIB);
+        return -1;
+    }
+    *bytes = mib << 20;
+    return 0;
+}

@@ -40,6 +40,9 @@ int fg_config_load(struct fg_config *cfg, char *err, unsigned errlen);
 int fg_config_parse_list(struct fg_config *cfg, const char *text, char sep, const char *origin, char *err,
                          unsigned errlen);
 
+/* FAKEGPU_CONTEXT_MIB (default 0) in bytes; -1 with a message if malformed. */
+int fg_config_context_mib(uint64_t *bytes, char *err, unsigned errlen);
+
 /* UUID of device index under seed: see docs/fakegpu.md for the formula. */
 void fg_uuid_derive(const char *seed, int index, unsigned char out[16]);
 

@@ -210,6 +210,12 @@ out:
     return st;
 }
 
+void fg_state_close(struct fg_state *st)
+{
+    if (st)
+        munmap(st, sizeof *st);
+}
+
 static void raise_hwm(struct fg_state *st, uint32_t n)
 {
     uint32_t cur = atomic_load(&st->hdr.slot_hwm);

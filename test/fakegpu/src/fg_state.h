@@ -46,7 +46,9 @@ struct fg_state_device {
     uint64_t mem_bytes;              /* physical capacity */
     _Atomic uint64_t tail_ns;        /* CLOCK_MONOTONIC ns when queued kernels finish */
     _Atomic uint64_t busy_total_ns;  /* kernel time ever queued on the device */
-    uint64_t reserved[5];
+    _Atomic uint64_t xid_seq;        /* Xid errors injected by tests (NVML events) */
+    _Atomic uint64_t xid_last;       /* code of the latest one (written before xid_seq) */
+    uint64_t reserved[3];
 };
 
 struct fg_state_slot {
@@ -73,6 +75,8 @@ _Static_assert(sizeof(struct fg_state_slot) == 384, "slot layout");
 /* Maps (creating or validating) the state file for cfg. Returns the mapping or
  * NULL with a message in err. */
 struct fg_state *fg_state_open(const struct fg_config *cfg, char *err, unsigned errlen);
+
+void fg_state_close(struct fg_state *st);
 
 /* Claims a slot for the calling process; NULL when all are held by live processes. */
 struct fg_state_slot *fg_state_claim(struct fg_state *st);

@@ -2,6 +2,7 @@
  * Memory and process views read the node state file the CUDA side writes. */
 #include <stdio.h>
 #include <string.h>
+#include <string.h>
 
 #include "nvml_internal.h"
 
@@ -21,6 +22,7 @@ static nvmlReturn_t init_locked(void)
         return NVML_ERROR_UNKNOWN;
     }
     uint64_t now = fg_now_ns();
+    memset(nv.dev, 0, sizeof nv.dev);
     for (int d = 0; d < nv.cfg.count; d++) {
         nv.dev[d].index = d;
         nv.dev[d].cfg = &nv.cfg.dev[d];
@@ -44,8 +46,8 @@ static nvmlReturn_t do_init(unsigned flags)
     return r;
 }
 
-FG_API nvmlReturn_t nvmlInit(void) { return do_init(0); }
 FG_API nvmlReturn_t nvmlInit_v2(void) { return do_init(0); }
+nvmlReturn_t nvmlInit(void) FG_ALIAS(nvmlInit_v2);
 FG_API nvmlReturn_t nvmlInitWithFlags(unsigned int flags) { return do_init(flags); }
 
 FG_API nvmlReturn_t nvmlShutdown(void)
@@ -54,8 +56,10 @@ FG_API nvmlReturn_t nvmlShutdown(void)
     nvmlReturn_t r = NVML_SUCCESS;
     if (nv.refs == 0)
         r = NVML_ERROR_UNINITIALIZED;
-    else
-        nv.refs--;
+    else if (--nv.refs == 0) {
+        fg_state_close(nv.st);
+        nv.st = NULL;
+    }
     pthread_mutex_unlock(&nv_mu);
     return r;
 }
@@ -122,12 +126,9 @@ FG_API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
     return NVML_SUCCESS;
 }
 
-FG_API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
-{
-    return nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
-}
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion) FG_ALIAS(nvmlSystemGetCudaDriverVersion);
 
-static nvmlReturn_t get_count(unsigned int *deviceCount)
+FG_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
     if (!nvml_ready())
         return NVML_ERROR_UNINITIALIZED;
@@ -137,8 +138,7 @@ static nvmlReturn_t get_count(unsigned int *deviceCount)
     return NVML_SUCCESS;
 }
 
-FG_API nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) { return get_count(deviceCount); }
-FG_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount) { return get_count(deviceCount); }
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) FG_ALIAS(nvmlDeviceGetCount_v2);
 
 static nvmlReturn_t by_index(unsigned int index, nvmlDevice_t *device)
 {
@@ -150,15 +150,13 @@ static nvmlReturn_t by_index(unsigned int index, nvmlDevice_t *device)
     return NVML_SUCCESS;
 }
 
-FG_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
-{
-    return by_index(index, device);
-}
-
 FG_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
     return by_index(index, device);
 }
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
+    FG_ALIAS(nvmlDeviceGetHandleByIndex_v2);
 
 FG_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
 {
@@ -184,15 +182,13 @@ static nvmlReturn_t by_bus_id(const char *busId, nvmlDevice_t *device)
     return NVML_ERROR_NOT_FOUND;
 }
 
-FG_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device)
-{
-    return by_bus_id(pciBusId, device);
-}
-
 FG_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device)
 {
     return by_bus_id(pciBusId, device);
 }
+
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device)
+    FG_ALIAS(nvmlDeviceGetHandleByPciBusId_v2);
 
 FG_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
@@ -232,12 +228,10 @@ FG_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
     return NVML_SUCCESS;
 }
 
-FG_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
-{
-    return nvmlDeviceGetIndex(device, minorNumber);
-}
+/* Minor number = index: /dev/nvidia<index>. */
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber) FG_ALIAS(nvmlDeviceGetIndex);
 
-static nvmlReturn_t pci_info(nvmlDevice_t device, nvmlPciInfo_t *pci)
+FG_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
 {
     struct fg_nvml_dev *d;
     nvmlReturn_t r = nvml_dev(device, &d);
@@ -257,9 +251,8 @@ static nvmlReturn_t pci_info(nvmlDevice_t device, nvmlPciInfo_t *pci)
     return NVML_SUCCESS;
 }
 
-FG_API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t *pci) { return pci_info(device, pci); }
-FG_API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t *pci) { return pci_info(device, pci); }
-FG_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) { return pci_info(device, pci); }
+nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t *pci) FG_ALIAS(nvmlDeviceGetPciInfo_v3);
+nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t *pci) FG_ALIAS(nvmlDeviceGetPciInfo_v3);
 
 FG_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
 {

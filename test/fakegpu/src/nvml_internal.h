@@ -13,12 +13,19 @@
 #include "nvml.h"
 
 #define FG_API __attribute__((visibility("default")))
+/* Another exported name of the same function: the library's versioned entry points
+ * (nvmlInit and nvmlInit_v2, ...) that share one signature and behaviour. */
+#define FG_ALIAS(target) __attribute__((alias(#target), visibility("default")))
 
 struct fg_nvml_dev {
     int index;
     const struct fg_device_cfg *cfg;
     /* nvmlDeviceGetUtilizationRates: the previous sample taken by this process. */
     uint64_t util_prev_ns, util_prev_busy;
+    /* nvmlDeviceGetProcessUtilization: previous sample per state slot. */
+    struct {
+        uint64_t owner, ns, busy;
+    } proc_prev[FG_MAX_SLOTS];
 };
 
 struct fg_nvml {

@@ -155,3 +155,114 @@ FG_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtili
     utilization->memory = 0;
     return NVML_SUCCESS;
 }
+
+static uint64_t realtime_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000ull + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* One sample per live process with a context on the device: smUtil is the share
+ * of wall time its kernels took since this process last sampled it (or since it
+ * first used the device). Kernel time counts when it is queued. */
+FG_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
+                                                    unsigned int *processSamplesCount,
+                                                    unsigned long long lastSeenTimeStamp)
+{
+    (void)lastSeenTimeStamp;
+    struct fg_nvml_dev *d;
+    nvmlReturn_t r = nvml_dev(device, &d);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!processSamplesCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned need = for_each_process(d->index, NULL, NULL);
+    if (!utilization || *processSamplesCount < need) {
+        *processSamplesCount = need;
+        return need ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_ERROR_NOT_FOUND;
+    }
+    uint64_t now = fg_now_ns(), stamp = realtime_us();
+    unsigned n = 0;
+    uint32_t hwm = atomic_load(&nv.st->hdr.slot_hwm);
+    for (uint32_t i = 0; i < hwm && i < FG_MAX_SLOTS && n < *processSamplesCount; i++) {
+        struct fg_state_slot *s = &nv.st->slot[i];
+        uint64_t owner = atomic_load(&s->owner);
+        uint32_t pid = fg_owner_pid(owner);
+        if (pid == 0 || (atomic_load(&s->contexts[d->index]) == 0 && atomic_load(&s->used[d->index]) == 0))
+            continue;
+        uint64_t busy = atomic_load(&s->busy_ns[d->index]);
+        uint64_t since = atomic_load(&s->claimed_ns), base = 0;
+        if (d->proc_prev[i].owner == owner) {
+            since = d->proc_prev[i].ns;
+            base = d->proc_prev[i].busy;
+        }
+        uint64_t dt = now > since ? now - since : 0, db = busy - base;
+        unsigned pct = dt ? (unsigned)((db * 100 + dt / 2) / dt) : 0;
+        d->proc_prev[i].owner = owner;
+        d->proc_prev[i].ns = now;
+        d->proc_prev[i].busy = busy;
+        nvmlProcessUtilizationSample_t *u = &utilization[n++];
+        memset(u, 0, sizeof *u);
+        u->pid = pid;
+        u->timeStamp = stamp;
+        u->smUtil = pct > 100 ? 100 : pct;
+    }
+    *processSamplesCount = n;
+    return n ? NVML_SUCCESS : NVML_ERROR_NOT_FOUND;
+}
+
+/* The simulated GPU runs no graphics and no MPS clients. */
+static nvmlReturn_t no_processes(nvmlDevice_t device, unsigned int *infoCount)
+{
+    struct fg_nvml_dev *d;
+    nvmlReturn_t r = nvml_dev(device, &d);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!infoCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *infoCount = 0;
+    return NVML_SUCCESS;
+}
+
+FG_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                          nvmlProcessInfo_v1_t *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}
+
+FG_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                             nvmlProcessInfo_v2_t *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}
+
+FG_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                             nvmlProcessInfo_t *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}
+
+FG_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                            nvmlProcessInfo_v1_t *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}
+
+FG_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                               nvmlProcessInfo_v2_t *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}
+
+FG_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                               nvmlProcessInfo_t *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}

@@ -52,5 +52,6 @@ int scenario_hold(int argc, char **argv);
 int scenario_allocloop(int argc, char **argv);
 int scenario_busy(int argc, char **argv);
 int scenario_info(int argc, char **argv);
+int scenario_resolve(int argc, char **argv);
 
 #endif

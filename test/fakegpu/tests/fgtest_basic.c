@@ -286,3 +286,20 @@ int scenario_dlopen(int argc, char **argv)
     CHECK(cuMemFree_v2(p), CUDA_SUCCESS);
     return 0;
 }
+
+/* resolve <base> <symbol> <ptds 0|1> ...: cuGetProcAddress_v2(base, 12080) must
+ * return the exported <symbol>. */
+int scenario_resolve(int argc, char **argv)
+{
+    for (int i = 0; i + 2 < argc; i += 3) {
+        void *want = dlsym(RTLD_DEFAULT, argv[i + 1]), *got = NULL;
+        cuuint64_t flags = atoi(argv[i + 2]) ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0;
+        CUresult rc = cuGetProcAddress_v2(argv[i], &got, 12080, flags, NULL);
+        if (!want || rc != CUDA_SUCCESS || got != want) {
+            printf("FAIL resolve %s (flags %llu): rc %d, got %p, want %s = %p\n", argv[i], (unsigned long long)flags,
+                   rc, got, argv[i + 1], want);
+            fg_failures++;
+        }
+    }
+    return 0;
+}

@@ -274,8 +274,12 @@ static void pool_capacity(CUmemoryPool dp)
     CHECK(cuMemAllocAsync(&b, 1, NULL), CUDA_SUCCESS); /* fits the freed chunk */
     EXPECT_EQ(pool_attr(dp, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 1024 * MiB);
     CHECK(cuMemFreeAsync(b, (CUstream)0x2), CUDA_SUCCESS);
-    CHECK(cuStreamSynchronize(NULL), CUDA_SUCCESS);
+    CUevent ev;
+    CHECK(cuEventCreate(&ev, 0), CUDA_SUCCESS);
+    CHECK(cuEventRecord(ev, NULL), CUDA_SUCCESS);
+    CHECK(cuEventSynchronize(ev), CUDA_SUCCESS); /* event sync releases too */
     EXPECT_EQ(fgt_used(), 0);
+    CHECK(cuEventDestroy_v2(ev), CUDA_SUCCESS);
 }
 
 int scenario_pool(int argc, char **argv)
