@@ -16,8 +16,9 @@ type allocAPI struct {
 
 func allocAPIs() []allocAPI {
 	const s = 8 * MiB
-	// Mipmapped 512x512 RGBA8, 3 levels: 1 MiB + 256 KiB + 64 KiB (each a multiple of 512).
-	const mip = 512*512*4 + 256*256*4 + 128*128*4
+	// Mipmapped 100x100 8-bit, 3 levels: 10000 + 2500 + 625 bytes, rounded up to 512
+	// once (rounding each level would give 13824).
+	const mip = 13312
 	return []allocAPI{
 		{name: "cuMemAlloc_v2", alloc: "alloc %s 8388608", bytes: s},
 		{name: "cuMemAllocManaged", alloc: "managed %s 8388608", bytes: s},
@@ -29,7 +30,7 @@ func allocAPIs() []allocAPI {
 		{name: "cuMemCreate", alloc: "vmm %s 0 8388608", bytes: s},
 		{name: "cuArrayCreate_v2", alloc: "array %s 1024 512 32 4", bytes: s},
 		{name: "cuArray3DCreate_v2", alloc: "array3d %s 256 256 8 32 4", bytes: s},
-		{name: "cuMipmappedArrayCreate", alloc: "mipmap %s 512 512 0 1 4 3", bytes: mip},
+		{name: "cuMipmappedArrayCreate", alloc: "mipmap %s 100 100 0 1 1 3", bytes: mip},
 	}
 }
 
@@ -77,4 +78,36 @@ func underAtOver(t *testing.T, n *node, mode string, api allocAPI) {
 		t.Fatalf("usage after freeing everything: %d", got)
 	}
 	p.exit()
+}
+
+// TestChargesMatchTheDriver: what the hook charges for each API is what the driver
+// takes from the GPU (the simulated GPU's node-wide NVML view, read by a process
+// without the hook).
+func TestChargesMatchTheDriver(t *testing.T) {
+	n := newNode(t, "")
+	c := n.container(t, map[int]uint64{0: 10 << 30})
+	p := c.ready("direct")
+	probe := n.run(t, nil, "direct", false)
+	probe.ok("init")
+	physical := func() uint64 { return fieldU(t, probe.ok("nvml 0"), "used") }
+	for _, api := range allocAPIs() {
+		for _, s := range api.setup {
+			p.ok(s)
+		}
+		gpu, charged := physical(), c.usage().UsedBytes[0]
+		p.ok(fmt.Sprintf(api.alloc, "x"))
+		dGPU, dCharged := physical()-gpu, c.usage().UsedBytes[0]-charged
+		if dGPU != dCharged || dCharged < api.bytes {
+			t.Errorf("%s: the GPU lost %d bytes, the hook charged %d", api.name, dGPU, dCharged)
+		}
+		p.ok("free x")
+		if api.trim != "" {
+			p.ok(api.trim)
+		}
+	}
+	if got := c.usage().UsedBytes[0]; got != 0 {
+		t.Errorf("usage after freeing everything: %d", got)
+	}
+	p.exit()
+	probe.exit()
 }

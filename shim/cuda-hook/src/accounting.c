@@ -138,10 +138,11 @@ static uint64_t mul_sat(uint64_t a, uint64_t b)
     return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
+static uint64_t round512(uint64_t n) { return n > UINT64_MAX - 511 ? UINT64_MAX : (n + 511) & ~(uint64_t)511; }
+
 static uint64_t level_bytes(uint64_t w, uint64_t h, uint64_t d, uint64_t texel)
 {
-    uint64_t n = mul_sat(mul_sat(mul_sat(w, h ? h : 1), d ? d : 1), texel);
-    return n > UINT64_MAX - 511 ? UINT64_MAX : (n + 511) & ~(uint64_t)511;
+    return mul_sat(mul_sat(mul_sat(w, h ? h : 1), d ? d : 1), texel);
 }
 
 uint64_t array_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d)
@@ -149,9 +150,11 @@ uint64_t array_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d)
     uint64_t texel = (uint64_t)element_size(d->Format) * d->NumChannels;
     if (texel == 0 || d->Width == 0)
         return 0;
-    return level_bytes(d->Width, d->Height, d->Depth, texel);
+    return round512(level_bytes(d->Width, d->Height, d->Depth, texel));
 }
 
+/* Level l halves every non-zero extent (down to 1); zero extents stay zero. The sum
+ * is rounded once, as the driver allocates the levels in one piece. */
 uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels)
 {
     uint64_t texel = (uint64_t)element_size(d->Format) * d->NumChannels;
@@ -165,7 +168,7 @@ uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels)
         h = h > 1 ? h / 2 : h;
         dd = dd > 1 ? dd / 2 : dd;
     }
-    return total;
+    return round512(total);
 }
 
 void uuid_format(const CUuuid *u, char *out)

@@ -35,7 +35,8 @@ void acct_atfork_child(void);
 
 /* Bytes an array takes, as the driver lays it out: width x max(h,1) x max(d,1) x
  * channels x element size, rounded up to 512; a mipmapped array is the sum of its
- * levels. 0 for a descriptor the driver would reject (unknown format, 0 width). */
+ * levels (each extent halved per level, at least 1), rounded up to 512 once. 0 for
+ * a descriptor the driver would reject (unknown format, 0 width). */
 uint64_t array_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d);
 uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels);
 

@@ -236,8 +236,11 @@ static void test_sizes(void)
     d.Format = (CUarray_format)0x77;
     CHECK(array_bytes(&d) == 0);
     CUDA_ARRAY3D_DESCRIPTOR m = {.Width = 64, .Height = 64, .Format = CU_AD_FORMAT_UNSIGNED_INT8, .NumChannels = 1};
-    /* levels 64x64, 32x32, 16x16, 8x8: 4096 + 1024 + 512(256) + 512(64) */
-    CHECK(mipmap_bytes(&m, 4) == 4096 + 1024 + 512 + 512);
+    /* levels 64x64, 32x32, 16x16, 8x8: 4096 + 1024 + 256 + 64 = 5440, rounded once */
+    CHECK(mipmap_bytes(&m, 4) == 5632);
+    /* a 1-D mipmap keeps its zero extents: 1000 + 500 + 250 bytes */
+    CUDA_ARRAY3D_DESCRIPTOR m1 = {.Width = 1000, .Format = CU_AD_FORMAT_UNSIGNED_INT8, .NumChannels = 1};
+    CHECK(mipmap_bytes(&m1, 3) == 2048);
     CUuuid u;
     for (int i = 0; i < 16; i++)
         u.bytes[i] = (char)(i * 17);
