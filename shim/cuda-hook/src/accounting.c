@@ -60,27 +60,29 @@ int acct_put(const struct acct_rec *rec)
     return rc;
 }
 
-bool acct_take(uint32_t space, uint64_t key, struct acct_rec *out)
+/* Index of the record, or g_cap when absent. Caller holds g_mu. */
+static uint64_t find_locked(uint32_t space, uint64_t key)
 {
-    bool found = false;
-    pthread_mutex_lock(&g_mu);
     if (g_cap == 0)
-        goto done;
-    uint64_t mask = g_cap - 1, i = hash(space, key) & mask;
-    for (; g_tab[i].space != 0; i = (i + 1) & mask) {
+        return 0;
+    uint64_t mask = g_cap - 1;
+    for (uint64_t i = hash(space, key) & mask; g_tab[i].space != 0; i = (i + 1) & mask) {
         if (g_tab[i].space == space && g_tab[i].key == key)
-            break;
+            return i;
     }
-    if (g_tab[i].space == 0)
-        goto done;
-    *out = g_tab[i];
-    found = true;
+    return g_cap;
+}
+
+/* Remove bucket i, moving later members of its probe run into the hole
+ * (backward-shift deletion: no tombstones). Caller holds g_mu. */
+static void remove_locked(uint64_t i)
+{
+    uint64_t mask = g_cap - 1;
     g_len--;
-    /* Backward-shift: move later members of the probe run into the hole. */
     for (uint64_t hole = i, j = (i + 1) & mask;; j = (j + 1) & mask) {
         if (g_tab[j].space == 0) {
             g_tab[hole].space = 0;
-            break;
+            return;
         }
         uint64_t home = hash(g_tab[j].space, g_tab[j].key) & mask;
         /* j may move to hole if its home is not in (hole, j] cyclically. */
@@ -90,9 +92,89 @@ bool acct_take(uint32_t space, uint64_t key, struct acct_rec *out)
             hole = j;
         }
     }
-done:
+}
+
+static bool take_locked(uint32_t space, uint64_t key, struct acct_rec *out)
+{
+    uint64_t i = find_locked(space, key);
+    if (i >= g_cap)
+        return false;
+    *out = g_tab[i];
+    remove_locked(i);
+    return true;
+}
+
+bool acct_take(uint32_t space, uint64_t key, struct acct_rec *out)
+{
+    pthread_mutex_lock(&g_mu);
+    bool found = take_locked(space, key, out);
     pthread_mutex_unlock(&g_mu);
     return found;
+}
+
+/* Collect the keys first (removal shifts buckets), then take them. */
+static int take_matching(bool (*match)(const struct acct_rec *, const void *), const void *arg,
+                         struct acct_rec *out, int max)
+{
+    int n = 0;
+    pthread_mutex_lock(&g_mu);
+    for (uint64_t i = 0; i < g_cap && n < max; i++) {
+        if (g_tab[i].space != 0 && match(&g_tab[i], arg))
+            out[n++] = g_tab[i];
+    }
+    for (int k = 0; k < n; k++)
+        take_locked(out[k].space, out[k].key, &out[k]);
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+
+struct range {
+    uint32_t space;
+    uint64_t lo, hi;
+};
+
+static bool in_range(const struct acct_rec *r, const void *arg)
+{
+    const struct range *q = arg;
+    return r->space == q->space && r->key >= q->lo && r->key < q->hi;
+}
+
+int acct_take_range(uint32_t space, uint64_t lo, uint64_t hi, struct acct_rec *out, int max)
+{
+    struct range q = {space, lo, hi};
+    return take_matching(in_range, &q, out, max);
+}
+
+static bool owned_by(const struct acct_rec *r, const void *arg)
+{
+    return r->owner == *(const uint64_t *)arg &&
+           (r->space == ACCT_PTR || r->space == ACCT_ARRAY || r->space == ACCT_MIPMAP);
+}
+
+int acct_take_owned(uint64_t owner, struct acct_rec *out, int max)
+{
+    return take_matching(owned_by, &owner, out, max);
+}
+
+int acct_vmm_update(uint64_t handle, int maps_delta, int release, struct acct_rec *out)
+{
+    int rc = -1;
+    pthread_mutex_lock(&g_mu);
+    uint64_t i = find_locked(ACCT_VMM, handle);
+    if (i < g_cap) {
+        struct acct_rec *r = &g_tab[i];
+        r->maps += maps_delta;
+        if (release)
+            r->released = release > 0;
+        rc = 0;
+        if (r->released && r->maps <= 0) {
+            *out = *r;
+            remove_locked(i);
+            rc = 1;
+        }
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
 }
 
 uint64_t acct_count(void)

@@ -42,18 +42,16 @@ int device_index(CUdevice dev)
     return idx;
 }
 
-CUresult device_current(CUdevice *dev, int *idx)
+CUresult device_place(struct place *pl)
 {
-    CUresult r = REAL.cuCtxGetDevice != NULL ? REAL.cuCtxGetDevice(dev) : CUDA_ERROR_NOT_INITIALIZED;
-    *idx = r == CUDA_SUCCESS ? device_index(*dev) : DEVICE_PASS_THROUGH;
+    CUcontext ctx = NULL;
+    CUresult r = CUDA_ERROR_NOT_INITIALIZED;
+    if (REAL.cuCtxGetCurrent != NULL && REAL.cuCtxGetDevice != NULL &&
+        (r = REAL.cuCtxGetCurrent(&ctx)) == CUDA_SUCCESS)
+        r = ctx == NULL ? CUDA_ERROR_INVALID_CONTEXT : REAL.cuCtxGetDevice(&pl->dev);
+    pl->ctx = (uint64_t)(uintptr_t)ctx;
+    pl->idx = r == CUDA_SUCCESS ? device_index(pl->dev) : DEVICE_PASS_THROUGH;
     return r;
-}
-
-int device_current_index(void)
-{
-    CUdevice dev;
-    int idx;
-    return device_current(&dev, &idx) == CUDA_SUCCESS ? idx : DEVICE_PASS_THROUGH;
 }
 
 int device_index_nvml(nvmlDevice_t dev)

@@ -11,12 +11,17 @@
 
 /* Index for an ordinal; cached, the ordinal-to-UUID map never changes in a process. */
 int device_index(CUdevice dev);
-/* Index for the current context's device; *dev gets the ordinal. CUDA_SUCCESS, or
- * the driver's error when there is no current context. */
-CUresult device_current(CUdevice *dev, int *idx);
-/* Index for the current context's device; pass-through when there is no current
- * context (the driver call that follows reports that error itself). */
-int device_current_index(void);
+/* Where an allocation made now goes: the current context, its device and that
+ * device's index. */
+struct place {
+    CUdevice dev;
+    int idx;
+    uint64_t ctx;
+};
+/* CUDA_SUCCESS, or the driver's error when there is no current context; then idx is
+ * pass-through (the driver call that follows reports the error itself). */
+CUresult device_place(struct place *pl);
+
 /* Index for an NVML handle (not cached: NVML calls are not on a hot path). */
 int device_index_nvml(nvmlDevice_t dev);
 

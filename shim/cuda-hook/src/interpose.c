@@ -61,6 +61,8 @@ static const struct entry g_entries[] = {
     E(cuDeviceGetMemPool, "cuDeviceGetMemPool", 11020, 0, NO_STREAM),
     E(cuMemCreate, "cuMemCreate", 10020, 0, NO_STREAM),
     E(cuMemRelease, "cuMemRelease", 10020, 0, NO_STREAM),
+    E(cuMemMap, "cuMemMap", 10020, 0, NO_STREAM),
+    E(cuMemUnmap, "cuMemUnmap", 10020, 0, NO_STREAM),
     E(cuArrayCreate_v2, "cuArrayCreate", 3020, 0, NO_STREAM),
     E(cuArray3DCreate_v2, "cuArray3DCreate", 3020, 0, NO_STREAM),
     E(cuArrayDestroy, "cuArrayDestroy", 2000, 0, NO_STREAM),
@@ -83,6 +85,7 @@ static const struct {
     {"cuDeviceGetUuid", (void **)&REAL.cuDeviceGetUuid},
     {"cuDeviceGetUuid_v2", (void **)&REAL.cuDeviceGetUuid_v2},
     {"cuCtxGetDevice", (void **)&REAL.cuCtxGetDevice},
+    {"cuCtxGetCurrent", (void **)&REAL.cuCtxGetCurrent},
     {"cuMemPoolGetAttribute", (void **)&REAL.cuMemPoolGetAttribute},
     {"nvmlDeviceGetUUID", (void **)&REAL_NVML.nvmlDeviceGetUUID},
 };

@@ -23,12 +23,13 @@ static CUresult plain_alloc(const char *api, CUdeviceptr *dptr, size_t n, unsign
 {
     if (hook_closed())
         return HOOK_FAIL_CLOSED_ERROR;
-    int idx = device_current_index();
-    CUresult r = charge_admit(api, idx, n);
+    struct place pl;
+    device_place(&pl);
+    CUresult r = charge_admit(api, pl.idx, n);
     if (r != CUDA_SUCCESS)
         return r;
     r = managed ? REAL.cuMemAllocManaged(dptr, n, flags) : REAL.cuMemAlloc_v2(dptr, n);
-    return charge_commit(r, ACCT_PTR, r == CUDA_SUCCESS ? *dptr : 0, n, idx, undo_mem);
+    return charge_commit(r, ACCT_PTR, r == CUDA_SUCCESS ? *dptr : 0, n, pl.idx, pl.ctx, undo_mem);
 }
 
 TESSERA_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
@@ -48,7 +49,9 @@ TESSERA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, si
 {
     if (hook_closed())
         return HOOK_FAIL_CLOSED_ERROR;
-    int idx = device_current_index();
+    struct place pl;
+    device_place(&pl);
+    int idx = pl.idx;
     uint64_t est = 0;
     if (__builtin_mul_overflow((uint64_t)((WidthInBytes + PITCH_ALIGN - 1) / PITCH_ALIGN * PITCH_ALIGN),
                                (uint64_t)Height, &est))
@@ -69,7 +72,7 @@ TESSERA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, si
     }
     if (actual < est)
         limiter_uncharge(idx, est - actual);
-    return charge_commit(CUDA_SUCCESS, ACCT_PTR, *dptr, actual, idx, undo_mem);
+    return charge_commit(CUDA_SUCCESS, ACCT_PTR, *dptr, actual, idx, pl.ctx, undo_mem);
 }
 
 TESSERA_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
@@ -108,7 +111,7 @@ static CUresult call_free(int ptsz, CUdeviceptr p, CUstream s)
 /* A pool allocation may be served from the pool's reservation or grow it. Charge the
  * growth it can need up front, then bring the pool's charge to what it reserves. */
 static CUresult pool_alloc(const char *api, enum pool_call c, CUdeviceptr *dptr, size_t n, CUmemoryPool pool,
-                           int idx, CUstream s)
+                           int idx, uint64_t ctx, CUstream s)
 {
     if (pool == NULL || idx < 0) {
         /* Unknown pool or pass-through device: charge what is handed out. */
@@ -117,7 +120,7 @@ static CUresult pool_alloc(const char *api, enum pool_call c, CUdeviceptr *dptr,
             return r;
         r = call_alloc(c, dptr, n, pool, s);
         /* The table is full only when host memory is: free synchronously then. */
-        return charge_commit(r, ACCT_PTR, r == CUDA_SUCCESS ? *dptr : 0, n, idx, undo_mem);
+        return charge_commit(r, ACCT_PTR, r == CUDA_SUCCESS ? *dptr : 0, n, idx, ctx, undo_mem);
     }
     pool_note(pool, idx);
     uint64_t headroom = pool_headroom(pool);
@@ -132,7 +135,7 @@ static CUresult pool_alloc(const char *api, enum pool_call c, CUdeviceptr *dptr,
         return r;
     }
     int ptsz = c == CALL_ASYNC_PTSZ || c == CALL_FROM_POOL_PTSZ;
-    if (pool_reconcile(pool, 1) != 0 || charge_remember(ACCT_PTR, *dptr, 0, idx, pool) != 0) {
+    if (pool_reconcile(pool, 1) != 0 || charge_remember(ACCT_PTR, *dptr, 0, idx, pool, ctx) != 0) {
         /* The pool grew past the cap (it reserves in chunks): undo it all. */
         hook_log(HOOK_LOG_INFO, "%s: pool %p grew past the cap; freeing and trimming", api, (void *)pool);
         call_free(ptsz, *dptr, s);
@@ -151,14 +154,11 @@ static CUresult alloc_async(const char *api, enum pool_call c, CUdeviceptr *dptr
 {
     if (hook_closed())
         return HOOK_FAIL_CLOSED_ERROR;
-    CUdevice dev;
-    int idx;
+    struct place pl;
     CUmemoryPool pool = NULL;
-    if (device_current(&dev, &idx) != CUDA_SUCCESS)
-        idx = DEVICE_PASS_THROUGH;
-    else if (idx >= 0 && REAL.cuDeviceGetMemPool != NULL && REAL.cuDeviceGetMemPool(&pool, dev) != CUDA_SUCCESS)
+    if (device_place(&pl) == CUDA_SUCCESS && pl.idx >= 0 && REAL.cuDeviceGetMemPool(&pool, pl.dev) != CUDA_SUCCESS)
         pool = NULL;
-    return pool_alloc(api, c, dptr, n, pool, idx, s);
+    return pool_alloc(api, c, dptr, n, pool, pl.idx, pl.ctx, s);
 }
 
 TESSERA_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
@@ -176,7 +176,9 @@ static CUresult alloc_from_pool(const char *api, enum pool_call c, CUdeviceptr *
 {
     if (hook_closed())
         return HOOK_FAIL_CLOSED_ERROR;
-    return pool_alloc(api, c, dptr, n, pool, pool_index(pool, device_current_index()), s);
+    struct place pl;
+    device_place(&pl);
+    return pool_alloc(api, c, dptr, n, pool, pool_index(pool, pl.idx), pl.ctx, s);
 }
 
 TESSERA_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
@@ -265,7 +267,10 @@ TESSERA_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
     return note_device_pool(REAL.cuDeviceGetMemPool(pool, dev), pool, dev);
 }
 
-/* ---- virtual memory management: physical handles on a device are charged ---- */
+/* ---- virtual memory management: physical handles on a device are charged ----
+ * A handle's memory lives until it is released AND its last mapping is gone (a
+ * common pattern releases the handle right after mapping it), so the charge is
+ * given back only then. */
 
 TESSERA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                                     const CUmemAllocationProp *prop, unsigned long long flags)
@@ -279,26 +284,82 @@ TESSERA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t
     if (r != CUDA_SUCCESS)
         return r;
     r = REAL.cuMemCreate(handle, size, prop, flags);
-    return charge_commit(r, ACCT_VMM, r == CUDA_SUCCESS ? *handle : 0, size, idx, undo_vmm);
+    return charge_commit(r, ACCT_VMM, r == CUDA_SUCCESS ? *handle : 0, size, idx, 0, undo_vmm);
+}
+
+static void vmm_settle(int rc, const struct acct_rec *rec)
+{
+    if (rc == 1)
+        limiter_uncharge(rec->idx, rec->bytes);
 }
 
 TESSERA_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     hook_ensure();
     struct acct_rec rec;
-    int known = acct_take(ACCT_VMM, handle, &rec);
+    /* Marked before the call: once released, the driver may hand the same handle
+     * value out again to another thread. */
+    int rc = acct_vmm_update(handle, 0, 1, &rec);
     CUresult r = REAL.cuMemRelease(handle);
-    return charge_freed(r, known, &rec);
+    if (r != CUDA_SUCCESS) {
+        if (rc == 1) {
+            rec.released = 0;
+            acct_put(&rec);
+        } else if (rc == 0) {
+            acct_vmm_update(handle, 0, -1, &rec);
+        }
+        return r;
+    }
+    vmm_settle(rc, &rec);
+    return r;
+}
+
+TESSERA_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                                 unsigned long long flags)
+{
+    hook_ensure();
+    CUresult r = REAL.cuMemMap(ptr, size, offset, handle, flags);
+    struct acct_rec rec;
+    if (r == CUDA_SUCCESS && acct_vmm_update(handle, 1, 0, &rec) == 0) {
+        struct acct_rec map = {.key = ptr, .owner = handle, .space = ACCT_MAP};
+        if (acct_put(&map) != 0)
+            acct_vmm_update(handle, -1, 0, &rec); /* cannot follow it: charge until release */
+    }
+    return r;
+}
+
+TESSERA_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    hook_ensure();
+    struct acct_rec maps[64];
+    int n = acct_take_range(ACCT_MAP, ptr, ptr + size, maps, 64);
+    CUresult r = REAL.cuMemUnmap(ptr, size);
+    for (int i = 0; i < n; i++) {
+        if (r != CUDA_SUCCESS) {
+            acct_put(&maps[i]);
+            continue;
+        }
+        struct acct_rec rec;
+        vmm_settle(acct_vmm_update(maps[i].owner, -1, 0, &rec), &rec);
+    }
+    /* More than 64 mappings in one range: the rest, now unmapped, one batch at a time. */
+    while (r == CUDA_SUCCESS && n == 64 && (n = acct_take_range(ACCT_MAP, ptr, ptr + size, maps, 64)) > 0) {
+        for (int i = 0; i < n; i++) {
+            struct acct_rec rec;
+            vmm_settle(acct_vmm_update(maps[i].owner, -1, 0, &rec), &rec);
+        }
+    }
+    return r;
 }
 
 /* ---- arrays: the driver does not report their size; use its layout rule ---- */
 
-static CUresult array_admit(const char *api, uint64_t bytes, int *idx)
+static CUresult array_admit(const char *api, uint64_t bytes, struct place *pl)
 {
     if (hook_closed())
         return HOOK_FAIL_CLOSED_ERROR;
-    *idx = device_current_index();
-    return charge_admit(api, *idx, bytes);
+    device_place(pl);
+    return charge_admit(api, pl->idx, bytes);
 }
 
 TESSERA_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d)
@@ -309,38 +370,38 @@ TESSERA_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESC
                                       .NumChannels = d->NumChannels};
         bytes = array_bytes(&d3);
     }
-    int idx;
-    CUresult r = array_admit("cuArrayCreate_v2", bytes, &idx);
+    struct place pl;
+    CUresult r = array_admit("cuArrayCreate_v2", bytes, &pl);
     if (r != CUDA_SUCCESS)
         return r;
     r = REAL.cuArrayCreate_v2(pHandle, d);
-    return charge_commit(r, ACCT_ARRAY, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0, bytes, idx,
-                         undo_array);
+    return charge_commit(r, ACCT_ARRAY, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0, bytes, pl.idx,
+                         pl.ctx, undo_array);
 }
 
 TESSERA_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
 {
     uint64_t bytes = d != NULL ? array_bytes(d) : 0;
-    int idx;
-    CUresult r = array_admit("cuArray3DCreate_v2", bytes, &idx);
+    struct place pl;
+    CUresult r = array_admit("cuArray3DCreate_v2", bytes, &pl);
     if (r != CUDA_SUCCESS)
         return r;
     r = REAL.cuArray3DCreate_v2(pHandle, d);
-    return charge_commit(r, ACCT_ARRAY, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0, bytes, idx,
-                         undo_array);
+    return charge_commit(r, ACCT_ARRAY, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0, bytes, pl.idx,
+                         pl.ctx, undo_array);
 }
 
 TESSERA_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d,
                                                unsigned int numMipmapLevels)
 {
     uint64_t bytes = d != NULL ? mipmap_bytes(d, numMipmapLevels) : 0;
-    int idx;
-    CUresult r = array_admit("cuMipmappedArrayCreate", bytes, &idx);
+    struct place pl;
+    CUresult r = array_admit("cuMipmappedArrayCreate", bytes, &pl);
     if (r != CUDA_SUCCESS)
         return r;
     r = REAL.cuMipmappedArrayCreate(pHandle, d, numMipmapLevels);
-    return charge_commit(r, ACCT_MIPMAP, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0, bytes, idx,
-                         undo_mipmap);
+    return charge_commit(r, ACCT_MIPMAP, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0, bytes, pl.idx,
+                         pl.ctx, undo_mipmap);
 }
 
 TESSERA_EXPORT CUresult cuArrayDestroy(CUarray hArray)

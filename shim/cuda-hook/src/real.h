@@ -14,6 +14,7 @@ struct cuda_real {
     CUresult (*cuDeviceGetUuid_v2)(CUuuid *, CUdevice);
     CUresult (*cuDeviceTotalMem_v2)(size_t *, CUdevice);
     CUresult (*cuCtxGetDevice)(CUdevice *);
+    CUresult (*cuCtxGetCurrent)(CUcontext *);
     CUresult (*cuCtxCreate_v2)(CUcontext *, unsigned int, CUdevice);
     CUresult (*cuCtxDestroy_v2)(CUcontext);
     CUresult (*cuCtxSynchronize)(void);
@@ -40,6 +41,8 @@ struct cuda_real {
     CUresult (*cuDeviceGetMemPool)(CUmemoryPool *, CUdevice);
     CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
     CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
+    CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+    CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
     CUresult (*cuArrayCreate_v2)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
     CUresult (*cuArray3DCreate_v2)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
     CUresult (*cuArrayDestroy)(CUarray);

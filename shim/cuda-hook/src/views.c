@@ -11,9 +11,15 @@
 
 #define MAX_PRIMARY 64
 
-/* Primary-context retains per ordinal in this process: the reservation is charged on
- * the first and given back on the last release (or a reset). */
-static _Atomic int g_primary_refs[MAX_PRIMARY];
+/* Primary contexts per ordinal, as this process retains them. The reservation is
+ * charged on the first retain; the last release or a reset destroys the context,
+ * which frees everything made in it, and gives the reservation back. */
+struct primary {
+    _Atomic int refs;
+    _Atomic uint64_t ctx;  /* the context, once retained */
+    _Atomic int charged;   /* limits index + 1 of the charged reservation; 0: none */
+};
+static struct primary g_primary[MAX_PRIMARY];
 
 TESSERA_EXPORT CUresult cuInit(unsigned int flags)
 {
@@ -44,13 +50,11 @@ TESSERA_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b)
     if (atomic_load_explicit(&pools_known, memory_order_relaxed))
         pool_reconcile_all();
     CUresult r = REAL.cuMemGetInfo_v2(free_b, total_b);
-    CUdevice dev;
-    int idx;
-    if (r != CUDA_SUCCESS || free_b == NULL || total_b == NULL || device_current(&dev, &idx) != CUDA_SUCCESS ||
-        idx < 0)
+    struct place pl;
+    if (r != CUDA_SUCCESS || free_b == NULL || total_b == NULL || device_place(&pl) != CUDA_SUCCESS || pl.idx < 0)
         return r;
     uint64_t f = *free_b, t = *total_b;
-    capped_view(idx, &f, &t);
+    capped_view(pl.idx, &f, &t);
     *free_b = (size_t)f;
     *total_b = (size_t)t;
     return r;
@@ -81,7 +85,7 @@ TESSERA_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUde
     if (r != CUDA_SUCCESS)
         return r;
     r = REAL.cuCtxCreate_v2(pctx, flags, dev);
-    return charge_commit(r, ACCT_CTX, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pctx : 0, n, idx, undo_ctx);
+    return charge_commit(r, ACCT_CTX, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pctx : 0, n, idx, 0, undo_ctx);
 }
 
 TESSERA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
@@ -89,35 +93,51 @@ TESSERA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
     hook_ensure();
     struct acct_rec rec;
     int known = acct_take(ACCT_CTX, (uint64_t)(uintptr_t)ctx, &rec);
-    return charge_freed(REAL.cuCtxDestroy_v2(ctx), known, &rec);
+    CUresult r = charge_freed(REAL.cuCtxDestroy_v2(ctx), known, &rec);
+    if (r == CUDA_SUCCESS)
+        charge_context_gone((uint64_t)(uintptr_t)ctx);
+    return r;
 }
 
-static int primary_index(CUdevice dev)
+static void primary_gone(CUdevice dev)
 {
-    if (hook_cfg.ctx_reserve_bytes == 0 || dev < 0 || dev >= MAX_PRIMARY)
-        return DEVICE_PASS_THROUGH;
-    return device_index(dev);
+    struct primary *p = &g_primary[dev];
+    int charged = atomic_exchange(&p->charged, 0);
+    if (charged > 0)
+        limiter_uncharge(charged - 1, hook_cfg.ctx_reserve_bytes);
+    uint64_t ctx = atomic_load(&p->ctx);
+    if (ctx != 0)
+        charge_context_gone(ctx);
 }
 
 TESSERA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     if (hook_closed())
         return HOOK_FAIL_CLOSED_ERROR;
-    int idx = primary_index(dev);
-    if (idx == DEVICE_PASS_THROUGH)
+    if (dev < 0 || dev >= MAX_PRIMARY)
         return REAL.cuDevicePrimaryCtxRetain(pctx, dev);
+    struct primary *p = &g_primary[dev];
     uint64_t n = hook_cfg.ctx_reserve_bytes;
-    int first = atomic_fetch_add(&g_primary_refs[dev], 1) == 0;
-    if (first) {
+    if (atomic_fetch_add(&p->refs, 1) == 0 && n != 0) {
+        int idx = device_index(dev);
         CUresult r = charge_admit("cuDevicePrimaryCtxRetain", idx, n);
         if (r != CUDA_SUCCESS) {
-            atomic_fetch_sub(&g_primary_refs[dev], 1);
+            atomic_fetch_sub(&p->refs, 1);
             return r;
         }
+        if (idx >= 0)
+            atomic_store(&p->charged, idx + 1);
     }
     CUresult r = REAL.cuDevicePrimaryCtxRetain(pctx, dev);
-    if (r != CUDA_SUCCESS && atomic_fetch_sub(&g_primary_refs[dev], 1) == 1)
-        limiter_uncharge(idx, n);
+    if (r != CUDA_SUCCESS) {
+        if (atomic_fetch_sub(&p->refs, 1) == 1) {
+            int charged = atomic_exchange(&p->charged, 0);
+            if (charged > 0)
+                limiter_uncharge(charged - 1, n);
+        }
+        return r;
+    }
+    atomic_store(&p->ctx, (uint64_t)(uintptr_t)*pctx);
     return r;
 }
 
@@ -125,13 +145,13 @@ TESSERA_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
     hook_ensure();
     CUresult r = REAL.cuDevicePrimaryCtxRelease_v2(dev);
-    int idx = primary_index(dev);
-    if (r == CUDA_SUCCESS && idx != DEVICE_PASS_THROUGH) {
-        int prev = atomic_load(&g_primary_refs[dev]);
-        while (prev > 0 && !atomic_compare_exchange_weak(&g_primary_refs[dev], &prev, prev - 1))
+    if (r == CUDA_SUCCESS && dev >= 0 && dev < MAX_PRIMARY) {
+        struct primary *p = &g_primary[dev];
+        int prev = atomic_load(&p->refs);
+        while (prev > 0 && !atomic_compare_exchange_weak(&p->refs, &prev, prev - 1))
             ;
         if (prev == 1)
-            limiter_uncharge(idx, hook_cfg.ctx_reserve_bytes);
+            primary_gone(dev);
     }
     return r;
 }
@@ -140,16 +160,20 @@ TESSERA_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     hook_ensure();
     CUresult r = REAL.cuDevicePrimaryCtxReset_v2(dev);
-    int idx = primary_index(dev);
-    if (r == CUDA_SUCCESS && idx != DEVICE_PASS_THROUGH && atomic_exchange(&g_primary_refs[dev], 0) > 0)
-        limiter_uncharge(idx, hook_cfg.ctx_reserve_bytes);
+    if (r == CUDA_SUCCESS && dev >= 0 && dev < MAX_PRIMARY) {
+        atomic_store(&g_primary[dev].refs, 0);
+        primary_gone(dev);
+    }
     return r;
 }
 
 void views_atfork_child(void)
 {
-    for (int i = 0; i < MAX_PRIMARY; i++)
-        atomic_store(&g_primary_refs[i], 0);
+    for (int i = 0; i < MAX_PRIMARY; i++) {
+        atomic_store(&g_primary[i].refs, 0);
+        atomic_store(&g_primary[i].ctx, 0);
+        atomic_store(&g_primary[i].charged, 0);
+    }
 }
 
 /* ---- launches: no compute limit yet, so nothing but the call (no lock, no syscall) ---- */

@@ -38,6 +38,7 @@ static struct {
     CUresult (*DeviceGetUuid)(CUuuid *, CUdevice);
     CUresult (*PrimaryRetain)(CUcontext *, CUdevice);
     CUresult (*PrimaryRelease)(CUdevice);
+    CUresult (*PrimaryReset)(CUdevice);
     CUresult (*CtxSetCurrent)(CUcontext);
     CUresult (*CtxCreate)(CUcontext *, unsigned, CUdevice);
     CUresult (*CtxDestroy)(CUcontext);
@@ -57,6 +58,9 @@ static struct {
     CUresult (*MemPoolGetAttribute)(CUmemoryPool, CUmemPool_attribute, void *);
     CUresult (*MemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
     CUresult (*MemRelease)(CUmemGenericAllocationHandle);
+    CUresult (*MemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*MemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+    CUresult (*MemUnmap)(CUdeviceptr, size_t);
     CUresult (*ArrayCreate)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
     CUresult (*Array3DCreate)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
     CUresult (*ArrayDestroy)(CUarray);
@@ -87,6 +91,7 @@ static struct binding bindings[] = {
     B(DeviceGetUuid, cuDeviceGetUuid, "cuDeviceGetUuid"),
     B(PrimaryRetain, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
     B(PrimaryRelease, cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease"),
+    B(PrimaryReset, cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset"),
     B(CtxSetCurrent, cuCtxSetCurrent, "cuCtxSetCurrent"),
     B(CtxCreate, cuCtxCreate_v2, NULL),
     B(CtxDestroy, cuCtxDestroy_v2, "cuCtxDestroy"),
@@ -106,6 +111,9 @@ static struct binding bindings[] = {
     B(MemPoolGetAttribute, cuMemPoolGetAttribute, "cuMemPoolGetAttribute"),
     B(MemCreate, cuMemCreate, "cuMemCreate"),
     B(MemRelease, cuMemRelease, "cuMemRelease"),
+    B(MemAddressReserve, cuMemAddressReserve, "cuMemAddressReserve"),
+    B(MemMap, cuMemMap, "cuMemMap"),
+    B(MemUnmap, cuMemUnmap, "cuMemUnmap"),
     B(ArrayCreate, cuArrayCreate_v2, "cuArrayCreate"),
     B(Array3DCreate, cuArray3DCreate_v2, "cuArray3DCreate"),
     B(ArrayDestroy, cuArrayDestroy, "cuArrayDestroy"),
@@ -196,7 +204,7 @@ static const char *err_name(CUresult r)
 
 /* ---- named objects ---- */
 
-enum kind { K_PTR = 1, K_ASYNC, K_ARRAY, K_MIPMAP, K_VMM, K_POOL, K_CTX };
+enum kind { K_PTR = 1, K_ASYNC, K_ARRAY, K_MIPMAP, K_VMM, K_POOL, K_CTX, K_VA };
 struct obj {
     char name[32];
     enum kind kind;
@@ -240,6 +248,7 @@ static CUresult free_obj(struct obj *o)
     case K_VMM: return api.MemRelease(o->v);
     case K_POOL: return api.MemPoolDestroy((CUmemoryPool)(uintptr_t)o->v);
     case K_CTX: return api.CtxDestroy((CUcontext)(uintptr_t)o->v);
+    case K_VA: return CUDA_SUCCESS; /* address ranges are not charged; left to exit */
     }
     return CUDA_ERROR_INVALID_VALUE;
 }
@@ -379,6 +388,29 @@ static int command(char **tok, int n)
         return reply(set_ctx((int)num(tok[1])), NULL);
     if (strcmp(c, "ctxrelease") == 0)
         return reply(api.PrimaryRelease((CUdevice)num(tok[1])), NULL);
+    if (strcmp(c, "ctxreset") == 0)
+        return reply(api.PrimaryReset((CUdevice)num(tok[1])), NULL);
+    if (strcmp(c, "forget") == 0 && n >= 2) {
+        /* Drop a name without freeing it (the driver freed it with its context). */
+        struct obj *o = find(tok[1]);
+        if (o == NULL)
+            return reply(CUDA_ERROR_INVALID_VALUE, NULL);
+        drop(o);
+        return reply(CUDA_SUCCESS, NULL);
+    }
+    if (strcmp(c, "vareserve") == 0 && n >= 3) {
+        CUdeviceptr va;
+        if ((r = api.MemAddressReserve(&va, num(tok[2]), 0, 0, 0)) == CUDA_SUCCESS)
+            put(tok[1], K_VA, va);
+        return reply(r, NULL);
+    }
+    if ((strcmp(c, "map") == 0 || strcmp(c, "unmap") == 0) && n >= 3) {
+        struct obj *va = find(tok[1]), *h = c[0] == 'm' && n >= 4 ? find(tok[2]) : NULL;
+        if (va == NULL || (c[0] == 'm' && h == NULL))
+            return reply(CUDA_ERROR_INVALID_VALUE, NULL);
+        size_t size = num(tok[c[0] == 'm' ? 3 : 2]);
+        return reply(c[0] == 'm' ? api.MemMap(va->v, size, 0, h->v, 0) : api.MemUnmap(va->v, size), NULL);
+    }
     if (strcmp(c, "ctxnew") == 0 && n >= 3) {
         CUcontext ctx;
         if ((r = api.CtxCreate(&ctx, 0, (CUdevice)num(tok[2]))) == CUDA_SUCCESS)

@@ -225,6 +225,33 @@ static void test_table(void)
     CHECK(acct_count() == 0);
 }
 
+static void test_table_ranges_owners_and_vmm(void)
+{
+    struct acct_rec out[8];
+    for (uint64_t i = 0; i < 6; i++) {
+        struct acct_rec m = {.key = 0x1000 + i * 0x100, .owner = 77, .space = ACCT_MAP};
+        struct acct_rec p = {.key = 0x1000 + i * 0x100, .owner = i % 2 ? 5 : 6, .bytes = 1, .space = ACCT_PTR};
+        CHECK(acct_put(&m) == 0 && acct_put(&p) == 0);
+    }
+    /* [0x1100, 0x1300): two mappings, and no pointer records. */
+    CHECK(acct_take_range(ACCT_MAP, 0x1100, 0x1300, out, 8) == 2 && out[0].owner == 77);
+    CHECK(acct_take_range(ACCT_MAP, 0x1100, 0x1300, out, 8) == 0);
+    CHECK(acct_take_owned(5, out, 8) == 3 && acct_take_owned(5, out, 8) == 0);
+    CHECK(acct_take_range(ACCT_MAP, 0, UINT64_MAX, out, 8) == 4);
+    CHECK(acct_take_owned(6, out, 2) == 2 && acct_take_owned(6, out, 8) == 1);
+    CHECK(acct_count() == 0);
+
+    struct acct_rec h = {.key = 9, .bytes = 4096, .idx = 0, .space = ACCT_VMM};
+    CHECK(acct_put(&h) == 0);
+    CHECK(acct_vmm_update(10, 1, 0, out) == -1);   /* unknown handle */
+    CHECK(acct_vmm_update(9, 1, 0, out) == 0);     /* mapped */
+    CHECK(acct_vmm_update(9, 0, 1, out) == 0);     /* released while mapped: kept */
+    CHECK(acct_vmm_update(9, -1, 0, out) == 1 && out[0].bytes == 4096); /* last unmap frees */
+    CHECK(acct_count() == 0);
+    CHECK(acct_put(&h) == 0);
+    CHECK(acct_vmm_update(9, 0, 1, out) == 1); /* never mapped: the release frees */
+}
+
 static void test_sizes(void)
 {
     CUDA_ARRAY3D_DESCRIPTOR d = {.Width = 100, .Height = 0, .Depth = 0, .Format = CU_AD_FORMAT_FLOAT,
@@ -261,6 +288,7 @@ int main(void)
     test_limiter();
     test_region_claim_exec_and_reuse();
     test_table();
+    test_table_ranges_owners_and_vmm();
     test_sizes();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
