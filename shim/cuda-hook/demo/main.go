@@ -246,10 +246,12 @@ func (d *demo) run() error {
 	if err := alloc(a2, "n1", 12*gib); err != nil {
 		return err
 	}
+	nv, _ = probe.must("nvml 0")
+	fmt.Printf("\nThe GPU now holds %s: team-b's 20 GiB and the new team-a process's 12 GiB.\n",
+		gb(value(nv, "used")))
 	for _, p := range []*proc{a2, b, probe} {
 		p.do("exit")
 		p.cmd.Wait()
 	}
-	fmt.Println("\nNo process was blocked, no memory was leaked, and team-b never noticed team-a's cap.")
 	return nil
 }
