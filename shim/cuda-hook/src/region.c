@@ -104,6 +104,32 @@ bad:
 void region_unmap(tessera_region *r) { munmap(r, sizeof *r); }
 void limits_unmap(const tessera_limits *l) { munmap((void *)l, sizeof *l); }
 
+int proc_stat_parse(const char *buf, uint64_t *start_time, bool *zombie)
+{
+    /* comm may contain spaces and parentheses: fields restart after the last ')'. */
+    const char *p = strrchr(buf, ')');
+    if (p == NULL || p[1] != ' ' || p[2] == '\0')
+        return -1;
+    p += 2; /* field 3, state */
+    *zombie = (*p == 'Z' || *p == 'X');
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p, ' ');
+        if (p == NULL)
+            return -1;
+        p++;
+    }
+    if (*p < '0' || *p > '9')
+        return -1;
+    uint64_t v = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (v > (UINT64_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    *start_time = v;
+    return 0;
+}
+
 int proc_identity(pid_t pid, uint64_t *start_time, bool *zombie)
 {
     char path[64], buf[1024];
@@ -116,23 +142,7 @@ int proc_identity(pid_t pid, uint64_t *start_time, bool *zombie)
     if (n <= 0)
         return -1;
     buf[n] = '\0';
-    /* comm may contain spaces and parentheses: fields restart after the last ')'. */
-    char *p = strrchr(buf, ')');
-    if (p == NULL || p[1] != ' ')
-        return -1;
-    p += 2; /* field 3, state */
-    *zombie = (*p == 'Z' || *p == 'X');
-    for (int field = 3; field < 22; field++) {
-        p = strchr(p, ' ');
-        if (p == NULL)
-            return -1;
-        p++;
-    }
-    uint64_t v = 0;
-    for (; *p >= '0' && *p <= '9'; p++)
-        v = v * 10 + (uint64_t)(*p - '0');
-    *start_time = v;
-    return 0;
+    return proc_stat_parse(buf, start_time, zombie);
 }
 
 bool proc_alive(uint32_t pid, uint64_t start_time)

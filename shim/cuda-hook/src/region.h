@@ -20,6 +20,8 @@ void limits_unmap(const tessera_limits *l);
 /* /proc/<pid>/stat field 22 and whether the process is a zombie. 0, or -1 when the
  * process does not exist or cannot be read. */
 int proc_identity(pid_t pid, uint64_t *start_time, bool *zombie);
+/* The same from the text of a stat file (NUL-terminated). 0, or -1 if malformed. */
+int proc_stat_parse(const char *buf, uint64_t *start_time, bool *zombie);
 
 /* Whether the owner of a slot (pid, start_time; start_time 0 = still claiming) is
  * alive. Unreadable means alive: never take a live process's usage away. */
