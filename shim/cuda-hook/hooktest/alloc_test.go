@@ -57,9 +57,7 @@ func underAtOver(t *testing.T, n *node, mode string, api allocAPI) {
 	for i := range 4 {
 		p.ok(fmt.Sprintf(api.alloc, fmt.Sprint("o", i)))
 	}
-	if got := c.usage().UsedBytes[0]; got != 4*api.bytes {
-		t.Fatalf("usage at the cap: %d, want %d", got, 4*api.bytes)
-	}
+	c.wantUsed(4*api.bytes, "at the cap")
 	p.fails(fmt.Sprintf(api.alloc, "over"), "CUDA_ERROR_OUT_OF_MEMORY")
 	u := c.usage()
 	if u.UsedBytes[0] != 4*api.bytes || u.Refused[0] == 0 {
@@ -74,9 +72,7 @@ func underAtOver(t *testing.T, n *node, mode string, api allocAPI) {
 	if api.trim != "" {
 		p.ok(api.trim)
 	}
-	if got := c.usage().UsedBytes[0]; got != 0 {
-		t.Fatalf("usage after freeing everything: %d", got)
-	}
+	c.wantUsed(0, "after freeing everything")
 	p.exit()
 }
 
@@ -105,9 +101,7 @@ func TestChargesMatchTheDriver(t *testing.T) {
 			p.ok(api.trim)
 		}
 	}
-	if got := c.usage().UsedBytes[0]; got != 0 {
-		t.Errorf("usage after freeing everything: %d", got)
-	}
+	c.checkUsed(0, "after freeing everything")
 	p.exit()
 	probe.exit()
 }

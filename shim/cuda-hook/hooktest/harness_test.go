@@ -154,6 +154,24 @@ func (c *container) usage() region.Usage {
 	return r.Usage()
 }
 
+// checkUsed reports an error unless the container uses want bytes on device 0.
+func (c *container) checkUsed(want uint64, when string) bool {
+	c.t.Helper()
+	if got := c.usage().UsedBytes[0]; got != want {
+		c.t.Errorf("%s: the container is charged %d bytes, want %d", when, got, want)
+		return false
+	}
+	return true
+}
+
+// wantUsed is checkUsed that stops the test.
+func (c *container) wantUsed(want uint64, when string) {
+	c.t.Helper()
+	if !c.checkUsed(want, when) {
+		c.t.FailNow()
+	}
+}
+
 func (c *container) setCap(dev int, bytes uint64) {
 	c.t.Helper()
 	l, err := region.OpenLimits(c.limits)

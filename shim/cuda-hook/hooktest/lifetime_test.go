@@ -12,27 +12,19 @@ func TestVMMMemoryLivesUntilReleasedAndUnmapped(t *testing.T) {
 	p.ok("vareserve va 8388608")
 	p.ok("map va h 8388608")
 	p.ok("free h") // cuMemRelease while mapped: the usual pattern
-	if got := c.usage().UsedBytes[0]; got != 8*MiB {
-		t.Fatalf("released but mapped: charged %d, want %d", got, 8*MiB)
-	}
+	c.wantUsed(8*MiB, "released but still mapped")
 	p.fails("alloc a 10485760", "CUDA_ERROR_OUT_OF_MEMORY")
 	p.ok("unmap va 8388608")
-	if got := c.usage().UsedBytes[0]; got != 0 {
-		t.Fatalf("released and unmapped: charged %d", got)
-	}
+	c.wantUsed(0, "released and unmapped")
 	p.ok("alloc a 10485760")
 	p.ok("free a")
 	// Unmapped first, released after: the release gives it back.
 	p.ok("vmm h2 0 8388608")
 	p.ok("map va h2 8388608")
 	p.ok("unmap va 8388608")
-	if got := c.usage().UsedBytes[0]; got != 8*MiB {
-		t.Fatalf("unmapped but not released: charged %d", got)
-	}
+	c.wantUsed(8*MiB, "unmapped but not released")
 	p.ok("free h2")
-	if got := c.usage().UsedBytes[0]; got != 0 {
-		t.Fatalf("after release: charged %d", got)
-	}
+	c.wantUsed(0, "after the release")
 	p.exit()
 }
 
@@ -47,33 +39,23 @@ func TestDestroyedContextsFreeTheirMemory(t *testing.T) {
 	p.ok("ctxnew own 0")       // becomes current
 	p.ok("alloc a 8388608")
 	p.ok("array arr 1024 512 32 1")
-	if got := c.usage().UsedBytes[0]; got != 14*MiB {
-		t.Fatalf("before destroying: charged %d", got)
-	}
+	c.wantUsed(14*MiB, "before destroying the context")
 	p.ok("free own")
-	if got := c.usage().UsedBytes[0]; got != 4*MiB {
-		t.Fatalf("after cuCtxDestroy: charged %d, want only the primary context's 4 MiB", got)
-	}
+	c.wantUsed(4*MiB, "after cuCtxDestroy (only the primary context's 4 MiB left)")
 	p.ok("forget a")
 	p.ok("forget arr")
 	p.ok("ctx 0")
 	p.ok("alloc b 8388608")
 	p.ok("ctxreset 0")
-	if got := c.usage().UsedBytes[0]; got != 0 {
-		t.Fatalf("after cuDevicePrimaryCtxReset: charged %d", got)
-	}
+	c.wantUsed(0, "after cuDevicePrimaryCtxReset")
 	p.ok("forget kept")
 	p.ok("forget b")
 	p.ok("ctx 0") // a reset drops every retain: retain twice again
 	p.ok("ctx 0")
 	p.ok("alloc d 8388608")
 	p.ok("ctxrelease 0")
-	if got := c.usage().UsedBytes[0]; got != 8*MiB {
-		t.Fatalf("primary context still retained once: charged %d", got)
-	}
+	c.wantUsed(8*MiB, "primary context still retained once")
 	p.ok("ctxrelease 0")
-	if got := c.usage().UsedBytes[0]; got != 0 {
-		t.Fatalf("after the last cuDevicePrimaryCtxRelease: charged %d", got)
-	}
+	c.wantUsed(0, "after the last cuDevicePrimaryCtxRelease")
 	p.exit()
 }

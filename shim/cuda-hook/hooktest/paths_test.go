@@ -23,13 +23,9 @@ func TestEveryLoadingPathIsCapped(t *testing.T) {
 			if fieldU(t, info, "total") != 40*MiB || fieldU(t, info, "free") != 0 {
 				t.Fatalf("info at the cap: %s", info)
 			}
-			if got := c.usage().UsedBytes[0]; got != 40*MiB {
-				t.Fatalf("region usage %d, want %d", got, 40*MiB)
-			}
+			c.wantUsed(40*MiB, "at the cap")
 			p.ok("freeall")
-			if got := c.usage().UsedBytes[0]; got != 0 {
-				t.Fatalf("usage after freeing: %d", got)
-			}
+			c.wantUsed(0, "after freeing")
 			p.exit()
 		})
 	}

@@ -15,22 +15,14 @@ func TestPoolsAreChargedForWhatTheyReserve(t *testing.T) {
 	if r := fieldU(t, p.ok("poolreserved P"), "reserved"); r != 32*MiB {
 		t.Fatalf("pool reserves %d, the simulated driver should reserve a 32 MiB chunk", r)
 	}
-	if got := c.usage().UsedBytes[0]; got != 32*MiB {
-		t.Fatalf("charged %d for a pool reserving 32 MiB", got)
-	}
+	c.wantUsed(32*MiB, "a pool reserving one 32 MiB chunk")
 	p.ok("poolalloc b P 8388608") // served from the chunk: no new charge
-	if got := c.usage().UsedBytes[0]; got != 32*MiB {
-		t.Fatalf("charged %d after a second allocation from the same chunk", got)
-	}
+	c.wantUsed(32*MiB, "a second allocation from the same chunk")
 	p.ok("free a")
 	p.ok("free b")
-	if got := c.usage().UsedBytes[0]; got != 32*MiB {
-		t.Fatalf("charged %d after frees: freed pool memory stays reserved until a sync", got)
-	}
+	c.wantUsed(32*MiB, "after frees (freed pool memory stays reserved until a sync)")
 	p.ok("sync")
-	if got := c.usage().UsedBytes[0]; got != 0 {
-		t.Fatalf("charged %d after the sync released the chunk", got)
-	}
+	c.wantUsed(0, "after the sync released the chunk")
 
 	// A cap below one chunk: the pool would reserve past it.
 	c.setCap(0, 20*MiB)
@@ -38,9 +30,7 @@ func TestPoolsAreChargedForWhatTheyReserve(t *testing.T) {
 	if r := fieldU(t, p.ok("poolreserved P"), "reserved"); r != 0 {
 		t.Fatalf("the refused allocation left %d bytes reserved in the pool", r)
 	}
-	if got := c.usage().UsedBytes[0]; got != 0 {
-		t.Fatalf("the refused allocation left %d bytes charged", got)
-	}
+	c.wantUsed(0, "after the refused allocation")
 	p.fails("async d 8388608", "CUDA_ERROR_OUT_OF_MEMORY") // the default pool too
 	c.setCap(0, 64*MiB)
 	p.ok("async d 8388608")

@@ -83,8 +83,6 @@ func TestThreadsShareTheTable(t *testing.T) {
 	if out := p.ok("threads 8 1048576 2000"); field(t, out, "failures") != "0" {
 		t.Fatalf("threads: %s", out)
 	}
-	if got := c.usage().UsedBytes[0]; got != 0 {
-		t.Fatalf("usage after balanced threads: %d", got)
-	}
+	c.wantUsed(0, "after balanced threads")
 	p.exit()
 }

@@ -82,21 +82,15 @@ func TestContextReservation(t *testing.T) {
 	n := newNode(t, "")
 	c := n.container(t, map[int]uint64{0: 250 * MiB}, "TESSERA_CTX_RESERVE_MIB=100")
 	p := c.ready("direct")
-	if got := c.usage().UsedBytes[0]; got != 100*MiB {
-		t.Fatalf("usage after the primary context: %d, want %d", got, 100*MiB)
-	}
+	c.wantUsed(100*MiB, "after the primary context")
 	p.fails("alloc a 167772160", "CUDA_ERROR_OUT_OF_MEMORY") // 160 MiB
 	p.ok("alloc a 157286400")                                // 150 MiB: at the cap
 	p.fails("ctxnew second 0", "CUDA_ERROR_OUT_OF_MEMORY")
 	p.ok("free a")
 	p.ok("ctxnew second 0")
-	if got := c.usage().UsedBytes[0]; got != 200*MiB {
-		t.Fatalf("usage with two contexts: %d", got)
-	}
+	c.wantUsed(200*MiB, "with two contexts")
 	p.ok("free second")
 	p.ok("ctxrelease 0")
-	if got := c.usage().UsedBytes[0]; got != 0 {
-		t.Fatalf("usage after releasing both contexts: %d", got)
-	}
+	c.wantUsed(0, "after releasing both contexts")
 	p.exit()
 }
