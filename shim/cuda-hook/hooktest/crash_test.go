@@ -14,9 +14,11 @@ import (
 )
 
 // TestSIGKILLInAllocFreeLoop kills 1,000 processes at random points of a tight
-// alloc/free loop while two survivors hold memory and keep allocating. No survivor
-// ever blocks, and once the dead are reaped the region holds exactly what the
-// survivors hold; the survivors can then fill the cap exactly.
+// alloc/free loop while two survivors hold memory and keep allocating, and the node
+// reaper (internal/region, as the monitor will run it) sweeps concurrently with the
+// container's own reapers. No survivor ever blocks, and once the dead are reaped the
+// region holds exactly what the survivors hold; the survivors can then fill the cap
+// exactly.
 func TestSIGKILLInAllocFreeLoop(t *testing.T) {
 	const (
 		kills   = 1000
@@ -60,6 +62,23 @@ func TestSIGKILLInAllocFreeLoop(t *testing.T) {
 			}
 		}()
 	}
+	nodeReaper, err := region.OpenRegion(c.region)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nodeReaper.Close()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+				nodeReaper.Reap(region.ProcessAlive)
+			}
+		}
+	}()
 	var kwg sync.WaitGroup
 	errs := make(chan error, workers)
 	for w := range workers {
@@ -83,11 +102,7 @@ func TestSIGKILLInAllocFreeLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r, err := region.OpenRegion(c.region)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := nodeReaper
 	r.Reap(region.ProcessAlive)
 	u := r.Usage()
 	if u.UsedBytes[0] != held || len(u.Procs) != 2 {
