@@ -84,3 +84,22 @@ func TestGoMirrorReadsTheCRegion(t *testing.T) {
 		t.Fatalf("a clean exit left %+v", u)
 	}
 }
+
+// TestExecTakesOverItsSlot: exec() keeps the pid and start time; the driver freed
+// the old image's memory, and the new image takes the slot over, zeroed, at its
+// first charge.
+func TestExecTakesOverItsSlot(t *testing.T) {
+	n := newNode(t, "")
+	c := n.container(t, map[int]uint64{0: 64 * MiB})
+	p := c.ready("direct")
+	p.ok("alloc a 41943040") // 40 MiB
+	p.ok("exec")
+	p.ok("init")
+	p.ok("ctx 0")
+	p.ok("alloc b 52428800") // 50 MiB: fits only if the old image's 40 MiB are gone
+	u := c.usage()
+	if len(u.Procs) != 1 || u.Procs[0].PID != p.pid() || u.UsedBytes[0] != 50*MiB {
+		t.Fatalf("after exec: %+v", u)
+	}
+	p.exit()
+}

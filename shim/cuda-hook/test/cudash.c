@@ -334,6 +334,7 @@ static CUresult run_threads(int n, size_t bytes, int iters, int *failures)
     return CUDA_SUCCESS;
 }
 
+static char **g_argv;
 static pid_t child_pid;
 static int child_pipe = -1;
 
@@ -628,6 +629,14 @@ static int command(char **tok, int n)
         return reply(r, "uuid=GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
                      b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
     }
+    if (strcmp(c, "exec") == 0) {
+        /* Replace this image with a fresh cudash (same pid, same start time). */
+        reply(CUDA_SUCCESS, NULL);
+        execv("/proc/self/exe", g_argv);
+        printf("fatal exec: %s\n", strerror(errno));
+        fflush(stdout);
+        return -1;
+    }
     if (strcmp(c, "pid") == 0)
         return reply(CUDA_SUCCESS, "pid=%d", (int)getpid());
     if (strcmp(c, "exit") == 0) {
@@ -646,6 +655,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "-mode") == 0)
             mode = argv[++i];
     }
+    g_argv = argv;
     bind(mode);
     char line[1024];
     while (fgets(line, sizeof line, stdin) != NULL) {
