@@ -95,12 +95,23 @@ result() { echo "GPUCHECK $1 $2"; }
 calc() { "$PY" -c "print($1)"; }
 check() { if [[ $2 == 1 ]]; then result "$1" pass; else result "$1" fail; fail=1; fi; }
 
-read -r total free < <(hooked "$PY" "$work/check.py" info)
+# py MODE [ARGS]: run check.py under the hook; its stdout, or stop with what went wrong.
+py() {
+	local out
+	if ! out=$(hooked "$PY" "$work/check.py" "$@" 2>"$work/stderr"); then
+		echo "gpu-check: check.py $* failed:" >&2
+		cat "$work/stderr" >&2
+		exit 1
+	fi
+	echo "$out"
+}
+
+read -r total free <<<"$(py info)"
 result mem_get_info_total_bytes "$total"
 result mem_get_info_free_bytes "$free"
 check mem_get_info_shows_cap "$(( total == CAP_GIB << 30 ))"
 
-read -r filled raised < <(hooked "$PY" "$work/check.py" fill)
+read -r filled raised <<<"$(py fill)"
 result alloc_up_to_cap_bytes "$filled"
 check alloc_beyond_cap_raises_oom "$raised"
 # torch's own context and workspace take a little of the cap; allow 1 GiB of slack.
@@ -110,15 +121,15 @@ check alloc_up_to_cap_reaches_cap "$(( filled > (CAP_GIB - 1) << 30 && filled <=
 coproc HOLD { hooked "$PY" "$work/check.py" hold "$(calc "$CAP_GIB * 0.6")"; }
 hold_in=${HOLD[1]}
 read -r held _ <&"${HOLD[0]}"
-second=$(hooked "$PY" "$work/check.py" try "$(calc "$CAP_GIB * 0.6")")
-third=$(hooked "$PY" "$work/check.py" try "$(calc "$CAP_GIB * 0.3")")
+second=$(py try "$(calc "$CAP_GIB * 0.6")")
+third=$(py try "$(calc "$CAP_GIB * 0.3")")
 exec {hold_in}>&-
 wait "$HOLD_PID" || true
 result two_procs_first_holds_bytes "$held"
 check two_procs_share_cap "$(( second == 0 && third == 1 ))"
 
 base=$("$PY" "$work/check.py" launch)
-with=$(hooked "$PY" "$work/check.py" launch)
+with=$(py launch)
 result launch_ns_per_op_direct "$base"
 result launch_ns_per_op_hooked "$with"
 result launch_loop_slowdown_pct "$(calc "round(($with - $base) * 100 / $base, 2)")"
