@@ -106,12 +106,14 @@ py() {
 	echo "$out"
 }
 
-read -r total free <<<"$(py info)"
+out=$(py info)
+read -r total free <<<"$out"
 result mem_get_info_total_bytes "$total"
 result mem_get_info_free_bytes "$free"
 check mem_get_info_shows_cap "$(( total == CAP_GIB << 30 ))"
 
-read -r filled raised <<<"$(py fill)"
+out=$(py fill)
+read -r filled raised <<<"$out"
 result alloc_up_to_cap_bytes "$filled"
 check alloc_beyond_cap_raises_oom "$raised"
 # torch's own context and workspace take a little of the cap; allow 1 GiB of slack.
