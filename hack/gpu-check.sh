@@ -122,7 +122,7 @@ check alloc_up_to_cap_reaches_cap "$(( filled > (CAP_GIB - 1) << 30 && filled <=
 # Two processes share one cap: A holds 60%, B cannot take another 60% but can take 30%.
 coproc HOLD { hooked "$PY" "$work/check.py" hold "$(calc "$CAP_GIB * 0.6")"; }
 hold_in=${HOLD[1]}
-read -r held _ <&"${HOLD[0]}"
+read -r held _ <&"${HOLD[0]}" || { echo "gpu-check: the process holding 60% of the cap failed" >&2; exit 1; }
 second=$(py try "$(calc "$CAP_GIB * 0.6")")
 third=$(py try "$(calc "$CAP_GIB * 0.3")")
 exec {hold_in}>&-
