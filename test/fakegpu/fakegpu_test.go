@@ -210,24 +210,24 @@ func TestSIGKILLedProcessesAreReclaimed(t *testing.T) {
 func TestKernelsSerializeAcrossProcesses(t *testing.T) {
 	n := newNode(t)
 	start := time.Now()
-	a := n.start("busy", "200")
+	a := n.start("busy", "500")
 	aReady := time.Since(start)
-	b := n.start("busy", "200")
+	b := n.start("busy", "500")
 	bReady := time.Since(start)
-	if bReady-aReady > 150*time.Millisecond {
+	if bReady-aReady > 400*time.Millisecond {
 		t.Fatalf("second process launched %v after the first; cannot overlap", bReady-aReady)
 	}
 	a.expect(t, "done")
 	b.expect(t, "done")
-	// a's kernel started before a said ready; b's waited for it: 400 ms in all.
-	if total := time.Since(start) - aReady; total < 390*time.Millisecond {
-		t.Errorf("two 200 ms kernels on one device finished %v after the first launch, want >= 400 ms", total)
+	// a's kernel started before a said ready; b's waited for it: 1 s in all.
+	if total := time.Since(start) - aReady; total < 990*time.Millisecond {
+		t.Errorf("two 500 ms kernels on one device finished %v after the first launch, want >= 1 s", total)
 	}
 	st, err := fakegpu.ReadState(n.state)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Devices[0].BusyTotalNs != 400e6 || st.Devices[1].BusyTotalNs != 0 {
+	if st.Devices[0].BusyTotalNs != 1000e6 || st.Devices[1].BusyTotalNs != 0 {
 		t.Errorf("busy totals %d / %d", st.Devices[0].BusyTotalNs, st.Devices[1].BusyTotalNs)
 	}
 }

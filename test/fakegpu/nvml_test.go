@@ -185,8 +185,9 @@ func TestGoNVMLUtilization(t *testing.T) {
 	p.expect(t, "done")
 	elapsed := time.Since(start)
 	u, ret := d0.GetUtilizationRates()
+	// The sample interval is this test's own, within a few ms of elapsed.
 	want := uint32(300 * time.Millisecond * 100 / elapsed)
-	if ret != nvml.SUCCESS || u.Gpu+2 < want || u.Gpu > want+2 || u.Gpu < 50 {
+	if ret != nvml.SUCCESS || u.Gpu+3 < want || u.Gpu > want+3 || want < 10 {
 		t.Errorf("utilisation %d%% over %v with 300 ms of kernels, want ~%d%%", u.Gpu, elapsed, want)
 	}
 	samples, ret := d0.GetProcessUtilization(0)
