@@ -299,3 +299,41 @@ func TestEveryDeclaredEntryPointResolves(t *testing.T) {
 		t.Fatalf("resolve: %v\n%s%s", err, out, errOut)
 	}
 }
+
+// Eight processes racing to fill one device never take more than it has. Small
+// chunks make the race long enough for the processes to interleave.
+func TestConcurrentFillNeverExceedsCapacity(t *testing.T) {
+	const fillChunk = 4096
+	n := newNode(t)
+	var procs []*proc
+	for i := 0; i < 8; i++ {
+		procs = append(procs, n.start("fill", fmt.Sprint(fillChunk)))
+	}
+	for _, p := range procs { // start them together
+		if _, err := p.stdin.Write([]byte("go\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var total uint64
+	var shares []uint64
+	for _, p := range procs {
+		lines := p.expectPrefix(t, "got ")
+		var got uint64
+		if _, err := fmt.Sscan(strings.TrimPrefix(lines, "got "), &got); err != nil {
+			t.Fatal(err)
+		}
+		total += got
+		shares = append(shares, got/fillChunk)
+	}
+	t.Logf("%d-byte chunks per process: %v", fillChunk, shares)
+	st, err := fakegpu.ReadState(n.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total > 1024*MiB || st.UsedBytes(0) != total {
+		t.Errorf("processes hold %d bytes, state says %d, capacity %d", total, st.UsedBytes(0), 1024*MiB)
+	}
+	if total < 1024*MiB-8*fillChunk {
+		t.Errorf("processes stopped at %d bytes of %d: refused far from full", total, 1024*MiB)
+	}
+}

@@ -200,3 +200,34 @@ int scenario_busy(int argc, char **argv)
         ;
     return 0;
 }
+
+/* fill <bytes>: after "ready", wait for a line on stdin (the start signal), then
+ * allocate chunks until the device refuses three times in a row, print
+ * "got <total>", and hold it until stdin closes. */
+int scenario_fill(int argc, char **argv)
+{
+    if (argc < 1)
+        return 2;
+    size_t chunk = strtoull(argv[0], NULL, 10);
+    fgt_setup(0);
+    printf("ready\n");
+    char buf[64];
+    if (read(0, buf, sizeof buf) <= 0)
+        return 2;
+    unsigned long long total = 0;
+    for (int refused = 0; refused < 3;) {
+        CUdeviceptr p;
+        CUresult r = cuMemAlloc_v2(&p, chunk);
+        if (r == CUDA_SUCCESS) {
+            total += chunk;
+            refused = 0;
+        } else {
+            EXPECT(r == CUDA_ERROR_OUT_OF_MEMORY);
+            refused++;
+        }
+    }
+    printf("got %llu\n", total);
+    while (read(0, buf, sizeof buf) > 0)
+        ;
+    return 0;
+}
