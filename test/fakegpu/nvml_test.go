@@ -161,6 +161,11 @@ func TestGoNVMLSeesOtherProcesses(t *testing.T) {
 	if got := runningOn(t, handle(t, lib, 1)); len(got) != 0 {
 		t.Errorf("device 1 lists %+v", got)
 	}
+	gfx, ret1 := d0.GetGraphicsRunningProcesses()
+	mps, ret2 := d0.GetMPSComputeRunningProcesses()
+	if ret1 != nvml.SUCCESS || ret2 != nvml.SUCCESS || len(gfx)+len(mps) != 0 {
+		t.Errorf("graphics %+v (%v), MPS %+v (%v): want none", gfx, ret1, mps, ret2)
+	}
 	_ = a.cmd.Process.Signal(syscall.SIGKILL)
 	_ = a.cmd.Wait()
 	mem, _ = d0.GetMemoryInfo()
