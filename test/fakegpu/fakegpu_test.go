@@ -210,24 +210,24 @@ func TestSIGKILLedProcessesAreReclaimed(t *testing.T) {
 func TestKernelsSerializeAcrossProcesses(t *testing.T) {
 	n := newNode(t)
 	start := time.Now()
-	a := n.start("busy", "200")
+	a := n.start("busy", "500")
 	aReady := time.Since(start)
-	b := n.start("busy", "200")
+	b := n.start("busy", "500")
 	bReady := time.Since(start)
-	if bReady-aReady > 150*time.Millisecond {
+	if bReady-aReady > 400*time.Millisecond {
 		t.Fatalf("second process launched %v after the first; cannot overlap", bReady-aReady)
 	}
 	a.expect(t, "done")
 	b.expect(t, "done")
-	// a's kernel started before a said ready; b's waited for it: 400 ms in all.
-	if total := time.Since(start) - aReady; total < 390*time.Millisecond {
-		t.Errorf("two 200 ms kernels on one device finished %v after the first launch, want >= 400 ms", total)
+	// a's kernel started before a said ready; b's waited for it: 1 s in all.
+	if total := time.Since(start) - aReady; total < 990*time.Millisecond {
+		t.Errorf("two 500 ms kernels on one device finished %v after the first launch, want >= 1 s", total)
 	}
 	st, err := fakegpu.ReadState(n.state)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Devices[0].BusyTotalNs != 400e6 || st.Devices[1].BusyTotalNs != 0 {
+	if st.Devices[0].BusyTotalNs != 1000e6 || st.Devices[1].BusyTotalNs != 0 {
 		t.Errorf("busy totals %d / %d", st.Devices[0].BusyTotalNs, st.Devices[1].BusyTotalNs)
 	}
 }
@@ -297,5 +297,43 @@ func TestEveryDeclaredEntryPointResolves(t *testing.T) {
 	out, errOut, err := newNode(t).run(append([]string{"resolve"}, args...)...)
 	if err != nil {
 		t.Fatalf("resolve: %v\n%s%s", err, out, errOut)
+	}
+}
+
+// Eight processes racing to fill one device never take more than it has. Small
+// chunks make the race long enough for the processes to interleave.
+func TestConcurrentFillNeverExceedsCapacity(t *testing.T) {
+	const fillChunk = 4096
+	n := newNode(t)
+	var procs []*proc
+	for i := 0; i < 8; i++ {
+		procs = append(procs, n.start("fill", fmt.Sprint(fillChunk)))
+	}
+	for _, p := range procs { // start them together
+		if _, err := p.stdin.Write([]byte("go\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var total uint64
+	var shares []uint64
+	for _, p := range procs {
+		lines := p.expectPrefix(t, "got ")
+		var got uint64
+		if _, err := fmt.Sscan(strings.TrimPrefix(lines, "got "), &got); err != nil {
+			t.Fatal(err)
+		}
+		total += got
+		shares = append(shares, got/fillChunk)
+	}
+	t.Logf("%d-byte chunks per process: %v", fillChunk, shares)
+	st, err := fakegpu.ReadState(n.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total > 1024*MiB || st.UsedBytes(0) != total {
+		t.Errorf("processes hold %d bytes, state says %d, capacity %d", total, st.UsedBytes(0), 1024*MiB)
+	}
+	if total < 1024*MiB-8*fillChunk {
+		t.Errorf("processes stopped at %d bytes of %d: refused far from full", total, 1024*MiB)
 	}
 }

@@ -190,6 +190,25 @@ func (p *proc) expect(t *testing.T, want string) []string {
 	}
 }
 
+// expectPrefix waits for a line starting with prefix and returns it.
+func (p *proc) expectPrefix(t *testing.T, prefix string) string {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				t.Fatalf("process exited before a %q line", prefix)
+			}
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		case <-timeout:
+			t.Fatalf("no %q line within 30 s", prefix)
+		}
+	}
+}
+
 // stop closes stdin (the scenario exits normally) and waits.
 func (p *proc) stop() {
 	_ = p.stdin.Close()

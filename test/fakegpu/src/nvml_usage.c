@@ -239,30 +239,15 @@ FG_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device
     return no_processes(device, infoCount);
 }
 
-FG_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-                                                             nvmlProcessInfo_t *infos)
-{
-    (void)infos;
-    return no_processes(device, infoCount);
-}
-
-FG_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
-                                                            nvmlProcessInfo_v1_t *infos)
-{
-    (void)infos;
-    return no_processes(device, infoCount);
-}
-
-FG_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
-                                                               nvmlProcessInfo_v2_t *infos)
-{
-    (void)infos;
-    return no_processes(device, infoCount);
-}
-
-FG_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-                                                               nvmlProcessInfo_t *infos)
-{
-    (void)infos;
-    return no_processes(device, infoCount);
-}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                      nvmlProcessInfo_t *infos)
+    FG_ALIAS(nvmlDeviceGetGraphicsRunningProcesses_v2);
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                     nvmlProcessInfo_v1_t *infos)
+    FG_ALIAS(nvmlDeviceGetGraphicsRunningProcesses);
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                        nvmlProcessInfo_v2_t *infos)
+    FG_ALIAS(nvmlDeviceGetGraphicsRunningProcesses_v2);
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                        nvmlProcessInfo_t *infos)
+    FG_ALIAS(nvmlDeviceGetGraphicsRunningProcesses_v2);

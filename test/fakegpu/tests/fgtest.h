@@ -53,5 +53,6 @@ int scenario_allocloop(int argc, char **argv);
 int scenario_busy(int argc, char **argv);
 int scenario_info(int argc, char **argv);
 int scenario_resolve(int argc, char **argv);
+int scenario_fill(int argc, char **argv);
 
 #endif

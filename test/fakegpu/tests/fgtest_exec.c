@@ -39,42 +39,50 @@ int scenario_timing(int argc, char **argv)
     /* A zero-duration kernel completes at once. */
     CHECK(cuLaunchKernel(noop, 1, 1, 1, 1, 1, 1, 0, s1, NULL, NULL), CUDA_SUCCESS);
     CHECK(cuStreamQuery(s1), CUDA_SUCCESS);
-    /* A 2 ms kernel: asynchronous launch, synchronize waits, events measure it. */
+    /* A 2 ms kernel: asynchronous launch, synchronize waits, events measure it.
+     * CPU-side gaps (this machine is shared) lengthen the measured time as on a
+     * real GPU, so the upper bounds allow for the time the launches took. */
     double t0 = fgt_now_ms();
     CHECK(cuEventRecord(a, s1), CUDA_SUCCESS);
     CHECK(sleep_on(sl, s1, 2000000), CUDA_SUCCESS);
     CHECK(cuEventRecord(b, s1), CUDA_SUCCESS);
     double launched = fgt_now_ms() - t0;
+    CHECK(cuStreamSynchronize(s1), CUDA_SUCCESS);
+    double waited = fgt_now_ms() - t0;
+    EXPECT(waited >= 2.0 && waited < 2.0 + launched + 500.0);
+    CHECK(cuEventElapsedTime(&ms, a, b), CUDA_SUCCESS);
+    EXPECT(ms >= 1.999f && ms <= 2.0f + (float)launched + 0.01f);
+    printf("timing: launch %.3f ms, sync after %.3f ms, event %.3f ms\n", launched, waited, ms);
+    /* Until the work is done, queries say so. */
+    CHECK(cuEventRecord(a, s1), CUDA_SUCCESS);
+    CHECK(sleep_on(sl, s1, 100000000), CUDA_SUCCESS);
+    CHECK(cuEventRecord(b, s1), CUDA_SUCCESS);
     CHECK(cuStreamQuery(s1), CUDA_ERROR_NOT_READY);
     CHECK(cuEventQuery(b), CUDA_ERROR_NOT_READY);
     CHECK(cuEventElapsedTime(&ms, a, b), CUDA_ERROR_NOT_READY);
-    CHECK(cuStreamSynchronize(s1), CUDA_SUCCESS);
-    double waited = fgt_now_ms() - t0;
-    EXPECT(launched < 1.0);
-    EXPECT(waited >= 2.0 && waited < 50.0);
-    CHECK(cuEventElapsedTime(&ms, a, b), CUDA_SUCCESS);
-    EXPECT(ms >= 1.999f && ms < 2.5f);
-    printf("timing: launch %.3f ms, sync after %.3f ms, event %.3f ms\n", launched, waited, ms);
+    CHECK(cuEventSynchronize(b), CUDA_SUCCESS);
+    CHECK(cuStreamQuery(s1), CUDA_SUCCESS);
+    CHECK(cuEventQuery(b), CUDA_SUCCESS);
     /* Kernels on two streams share the device: they run one after the other. */
     t0 = fgt_now_ms();
     CHECK(cuEventRecord(a, s1), CUDA_SUCCESS);
     CHECK(sleep_on(sl, s1, 3000000), CUDA_SUCCESS);
     CHECK(sleep_on(sl, s2, 3000000), CUDA_SUCCESS);
     CHECK(cuEventRecord(b, s2), CUDA_SUCCESS);
+    launched = fgt_now_ms() - t0;
     CHECK(cuEventSynchronize(b), CUDA_SUCCESS);
-    waited = fgt_now_ms() - t0;
-    EXPECT(waited >= 6.0);
+    EXPECT(fgt_now_ms() - t0 >= 6.0);
     CHECK(cuEventElapsedTime(&ms, a, b), CUDA_SUCCESS);
-    EXPECT(ms >= 5.999f && ms < 7.0f);
+    EXPECT(ms >= 5.999f && ms <= 6.0f + (float)launched + 0.01f);
     /* The legacy default stream waits for every stream of the context. */
+    t0 = fgt_now_ms();
     CHECK(sleep_on(sl, s2, 2000000), CUDA_SUCCESS);
-    t0 = fgt_now_ms();
     CHECK(cuStreamSynchronize(NULL), CUDA_SUCCESS);
-    EXPECT(fgt_now_ms() - t0 >= 1.5);
-    CHECK(sleep_on(sl, s1, 2000000), CUDA_SUCCESS);
+    EXPECT(fgt_now_ms() - t0 >= 2.0);
     t0 = fgt_now_ms();
+    CHECK(sleep_on(sl, s1, 2000000), CUDA_SUCCESS);
     CHECK(cuCtxSynchronize(), CUDA_SUCCESS);
-    EXPECT(fgt_now_ms() - t0 >= 1.5);
+    EXPECT(fgt_now_ms() - t0 >= 2.0);
     /* Argument checks. */
     CHECK(cuLaunchKernel(sl, 1, 1, 1, 1, 1, 1, 0, s1, NULL, NULL), CUDA_ERROR_INVALID_VALUE);
     CHECK(cuLaunchKernel(noop, 1, 1, 1, 2048, 1, 1, 0, s1, NULL, NULL), CUDA_ERROR_INVALID_VALUE);
@@ -188,6 +196,37 @@ int scenario_busy(int argc, char **argv)
     CHECK(cuCtxSynchronize(), CUDA_SUCCESS);
     printf("done\n");
     char buf[64];
+    while (read(0, buf, sizeof buf) > 0)
+        ;
+    return 0;
+}
+
+/* fill <bytes>: after "ready", wait for a line on stdin (the start signal), then
+ * allocate chunks until the device refuses three times in a row, print
+ * "got <total>", and hold it until stdin closes. */
+int scenario_fill(int argc, char **argv)
+{
+    if (argc < 1)
+        return 2;
+    size_t chunk = strtoull(argv[0], NULL, 10);
+    fgt_setup(0);
+    printf("ready\n");
+    char buf[64];
+    if (read(0, buf, sizeof buf) <= 0)
+        return 2;
+    unsigned long long total = 0;
+    for (int refused = 0; refused < 3;) {
+        CUdeviceptr p;
+        CUresult r = cuMemAlloc_v2(&p, chunk);
+        if (r == CUDA_SUCCESS) {
+            total += chunk;
+            refused = 0;
+        } else {
+            EXPECT(r == CUDA_ERROR_OUT_OF_MEMORY);
+            refused++;
+        }
+    }
+    printf("got %llu\n", total);
     while (read(0, buf, sizeof buf) > 0)
         ;
     return 0;

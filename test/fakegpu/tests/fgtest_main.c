@@ -47,7 +47,7 @@ static const struct {
     {"procaddr", scenario_procaddr}, {"dlopen", scenario_dlopen}, {"timing", scenario_timing},
     {"threads", scenario_threads}, {"fork", scenario_fork},       {"hold", scenario_hold},
     {"allocloop", scenario_allocloop}, {"busy", scenario_busy},   {"info", scenario_info},
-    {"resolve", scenario_resolve},
+    {"resolve", scenario_resolve}, {"fill", scenario_fill},
 };
 
 int main(int argc, char **argv)
