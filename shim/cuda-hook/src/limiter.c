@@ -11,6 +11,9 @@
 #include "log.h"
 #include "region.h"
 
+/* 2^56 bytes (64 PiB): no request or reservation is larger. */
+#define LIMITER_MAX_BYTES (1ull << 56)
+
 static tessera_region *g_region;
 static const tessera_limits *g_limits;
 static const tessera_limits *g_core_limits;
@@ -101,6 +104,12 @@ int limiter_charge(int idx, uint64_t n)
 {
     if (idx < 0 || n == 0 || !limiter_active())
         return LIMITER_OK; /* taking nothing fits even under a cap lowered below usage */
+    if (n > LIMITER_MAX_BYTES) {
+        /* No GPU has this much (the driver would refuse too); adding it could wrap the
+         * slot's counter and corrupt everyone's sum. */
+        atomic_fetch_add(&g_region->refused[idx], 1);
+        return LIMITER_OVER_CAP;
+    }
     tessera_proc_slot *s = my_slot();
     if (s == NULL)
         return LIMITER_NO_SLOT;
@@ -127,7 +136,7 @@ int limiter_charge(int idx, uint64_t n)
 
 void limiter_force(int idx, uint64_t n)
 {
-    if (idx < 0 || !limiter_active() || n == 0)
+    if (idx < 0 || !limiter_active() || n == 0 || n > LIMITER_MAX_BYTES)
         return;
     tessera_proc_slot *s = my_slot();
     if (s == NULL)

@@ -137,6 +137,8 @@ static void test_limiter(void)
     CHECK(limiter_charge(0, UINT64_MAX) == LIMITER_OVER_CAP);
     CHECK(limiter_charge(1, 1ull << 40) == LIMITER_OK); /* uncapped entry: counted, never refused */
     CHECK(limiter_usage(1) == 1ull << 40);
+    CHECK(limiter_charge(1, UINT64_MAX) == LIMITER_OVER_CAP); /* ...unless absurd: it would wrap */
+    CHECK(limiter_usage(1) == 1ull << 40);
 
     /* A dead process holding usage is reaped when it stands in the way. */
     tessera_region *r;
