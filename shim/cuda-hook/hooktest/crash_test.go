@@ -39,9 +39,8 @@ func TestSIGKILLInAllocFreeLoop(t *testing.T) {
 	var done atomic.Int64
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
-	// The survivors keep allocating and freeing while processes die around them;
-	// every answer must come back (send reports a hang as an error).
-	for _, s := range survivors {
+	// repeat runs step until stop is closed or step fails.
+	repeat := func(step func() error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -51,34 +50,34 @@ func TestSIGKILLInAllocFreeLoop(t *testing.T) {
 					return
 				default:
 				}
-				out, err := s.send("alloc tmp 1048576")
-				if err == nil && out == "ok" {
-					out, err = s.send("free tmp")
-				}
-				if err != nil {
+				if err := step(); err != nil {
 					t.Error(err)
 					return
 				}
 			}
 		}()
 	}
+	// The survivors keep allocating and freeing while processes die around them;
+	// every answer must come back (send reports a hang as an error).
+	for _, s := range survivors {
+		repeat(func() error {
+			out, err := s.send("alloc tmp 1048576")
+			if err == nil && out == "ok" {
+				_, err = s.send("free tmp")
+			}
+			return err
+		})
+	}
 	nodeReaper, err := region.OpenRegion(c.region)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nodeReaper.Close()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(2 * time.Millisecond):
-				nodeReaper.Reap(region.ProcessAlive)
-			}
-		}
-	}()
+	repeat(func() error {
+		time.Sleep(2 * time.Millisecond)
+		nodeReaper.Reap(region.ProcessAlive)
+		return nil
+	})
 	var kwg sync.WaitGroup
 	errs := make(chan error, workers)
 	for w := range workers {
