@@ -164,7 +164,7 @@ bool proc_alive(uint32_t pid, uint64_t start_time)
 }
 
 /* Zero a slot we hold with RECLAIM_BIT|me, then free it. Returns the bytes it held. */
-static uint64_t clear_and_free(tessera_region *r, tessera_proc_slot *s, uint32_t marker)
+static uint64_t clear_and_free(tessera_proc_slot *s, uint32_t marker)
 {
     uint64_t total = 0;
     for (int d = 0; d < TESSERA_MAX_DEVICES; d++)
@@ -172,7 +172,6 @@ static uint64_t clear_and_free(tessera_region *r, tessera_proc_slot *s, uint32_t
     atomic_store(&s->start_time, 0);
     uint32_t expect = marker;
     atomic_compare_exchange_strong(&s->pid, &expect, 0);
-    (void)r;
     return total;
 }
 
@@ -215,7 +214,7 @@ int region_reap(tessera_region *r, uint32_t me, uint64_t my_start)
         }
         if (!atomic_compare_exchange_strong(&s->pid, &pid, mine))
             continue; /* changed under us: someone else is on it */
-        bytes += clear_and_free(r, s, mine);
+        bytes += clear_and_free(s, mine);
         reaped++;
     }
     if (reaped) {
@@ -261,7 +260,7 @@ void region_release(tessera_region *r, int slot, uint32_t pid)
         return; /* reaped already (we were taken for dead) */
     const uint32_t marker = TESSERA_SLOT_RECLAIM_BIT | pid;
     if (atomic_compare_exchange_strong(&s->pid, &cur, marker))
-        clear_and_free(r, s, marker);
+        clear_and_free(s, marker);
 }
 
 uint64_t region_usage(tessera_region *r, int dev)
