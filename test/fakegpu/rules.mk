@@ -32,12 +32,12 @@ $(FAKEGPU_NVML_STAMP):
 
 $(FAKEGPU_OUT)/libcuda.so.1: $(FAKEGPU_CU_SRCS) $(FAKEGPU_HDRS) $(FAKEGPU_NVML_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(FAKEGPU_CFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $@ $(FAKEGPU_CU_SRCS)
+	$(CC) $(FAKEGPU_CFLAGS) -shared -Wl,-Bsymbolic -Wl,-soname,libcuda.so.1 -o $@ $(FAKEGPU_CU_SRCS)
 	ln -sf libcuda.so.1 $(@D)/libcuda.so
 
 $(FAKEGPU_OUT)/libnvidia-ml.so.1: $(FAKEGPU_NV_SRCS) $(FAKEGPU_HDRS) $(FAKEGPU_NVML_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(FAKEGPU_CFLAGS) -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $(FAKEGPU_NV_SRCS)
+	$(CC) $(FAKEGPU_CFLAGS) -shared -Wl,-Bsymbolic -Wl,-soname,libnvidia-ml.so.1 -o $@ $(FAKEGPU_NV_SRCS)
 	ln -sf libnvidia-ml.so.1 $(@D)/libnvidia-ml.so
 
 # Unit tests of the internals (parser, hash table, state slots), linked statically
