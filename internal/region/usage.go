@@ -1,8 +1,15 @@
 package region
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"unsafe"
 )
 
@@ -152,4 +159,45 @@ func clearSlot(s *rawProcSlot) uint64 {
 		total += atomic.SwapUint64(&s.UsedBytes[d], 0)
 	}
 	return total
+}
+
+// ProcessAlive is the Liveness of processes in the caller's pid namespace (slots
+// hold pids as the container sees them: a reaper in another namespace must map
+// them first). A process is alive when its pid exists, is not a zombie (its
+// device memory is gone with its address space) and, when startTime is known,
+// started at that time (/proc/<pid>/stat field 22), so a reused pid is not
+// mistaken for the slot's owner. A process that cannot be read for another
+// reason counts as alive: never take a live process's usage away.
+func ProcessAlive(pid uint32, startTime uint64) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ESRCH)
+	}
+	state, start, ok := parseStat(data)
+	if !ok {
+		return true
+	}
+	if state == 'Z' || state == 'X' {
+		return false
+	}
+	return startTime == 0 || start == startTime
+}
+
+// parseStat returns the state (field 3) and start time (field 22) of a
+// /proc/<pid>/stat line. comm may hold spaces and parentheses: fields are counted
+// from the last ')'.
+func parseStat(data []byte) (state byte, start uint64, ok bool) {
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 || i+2 >= len(data) {
+		return 0, 0, false
+	}
+	fields := strings.Fields(string(data[i+2:]))
+	if len(fields) < 20 {
+		return 0, 0, false
+	}
+	start, err := strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	return fields[0][0], start, true
 }
