@@ -92,11 +92,12 @@ func (b *Builder) Container(res string, ids []string) (*pluginapi.ContainerAlloc
 			return nil, fmt.Errorf("%s: GPU %s is unhealthy", res, s.GPU)
 		}
 	}
-	return b.build(res, kind, ids, shares)
+	return b.build(res, kind, ids, shares, false)
 }
 
-// Restore rewrites a container allocation's files from its IDs, in place,
-// whatever the GPUs' health: the container already runs.
+// Restore recreates a running container's files from its IDs when they are
+// missing or invalid, whatever the GPUs' health. Valid files are left alone:
+// the node agent may have changed the limits in place since Allocate.
 func (b *Builder) Restore(res string, ids []string) error {
 	kind, ok := resource.KindOf(res)
 	if !ok {
@@ -106,11 +107,13 @@ func (b *Builder) Restore(res string, ids []string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", res, err)
 	}
-	_, err = b.build(res, kind, ids, shares)
+	_, err = b.build(res, kind, ids, shares, true)
 	return err
 }
 
-func (b *Builder) build(res string, kind resource.Kind, ids []string, shares []resource.Share) (*pluginapi.ContainerAllocateResponse, error) {
+// build makes the response and writes the files; keep leaves valid
+// existing limits files untouched.
+func (b *Builder) build(res string, kind resource.Kind, ids []string, shares []resource.Share, keep bool) (*pluginapi.ContainerAllocateResponse, error) {
 	var err error
 	if kind == resource.KindMIG {
 		return b.mig(shares), nil
@@ -118,9 +121,9 @@ func (b *Builder) build(res string, kind resource.Kind, ids []string, shares []r
 	r := b.common(shares)
 	switch kind {
 	case resource.KindMem:
-		err = b.addMemory(r, ids, shares)
+		err = b.addMemory(r, ids, shares, keep)
 	case resource.KindCore:
-		err = b.addCore(r, ids, shares)
+		err = b.addCore(r, ids, shares, keep)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", res, err)
@@ -151,11 +154,17 @@ func (b *Builder) common(shares []resource.Share) *pluginapi.ContainerAllocateRe
 	}
 }
 
-// writeLimits writes one limits file per container allocation, in place.
-func (b *Builder) writeLimits(kind resource.Kind, ids []string, name string, shares []resource.Share, limit func(resource.Share) region.DeviceLimit) (string, error) {
+// writeLimits writes one limits file per container allocation, in place
+// (or, with keep, only when no valid file is there).
+func (b *Builder) writeLimits(kind resource.Kind, ids []string, name string, keep bool, shares []resource.Share, limit func(resource.Share) region.DeviceLimit) (string, error) {
 	dir := b.ContainerDir(kind, ids)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
+	}
+	if keep {
+		if l, err := region.OpenLimits(filepath.Join(dir, name)); err == nil {
+			return dir, l.Close()
+		}
 	}
 	limits := make([]region.DeviceLimit, 0, len(shares))
 	for _, s := range shares {
@@ -164,8 +173,8 @@ func (b *Builder) writeLimits(kind resource.Kind, ids []string, name string, sha
 	return dir, region.WriteLimits(filepath.Join(dir, name), limits)
 }
 
-func (b *Builder) addMemory(r *pluginapi.ContainerAllocateResponse, ids []string, shares []resource.Share) error {
-	dir, err := b.writeLimits(resource.KindMem, ids, "limits", shares, func(s resource.Share) region.DeviceLimit {
+func (b *Builder) addMemory(r *pluginapi.ContainerAllocateResponse, ids []string, shares []resource.Share, keep bool) error {
+	dir, err := b.writeLimits(resource.KindMem, ids, "limits", keep, shares, func(s resource.Share) region.DeviceLimit {
 		return region.DeviceLimit{UUID: s.GPU, MemLimitBytes: s.MemBytes}
 	})
 	if err != nil {
@@ -182,8 +191,8 @@ func (b *Builder) addMemory(r *pluginapi.ContainerAllocateResponse, ids []string
 	return nil
 }
 
-func (b *Builder) addCore(r *pluginapi.ContainerAllocateResponse, ids []string, shares []resource.Share) error {
-	dir, err := b.writeLimits(resource.KindCore, ids, "core-limits", shares, func(s resource.Share) region.DeviceLimit {
+func (b *Builder) addCore(r *pluginapi.ContainerAllocateResponse, ids []string, shares []resource.Share, keep bool) error {
+	dir, err := b.writeLimits(resource.KindCore, ids, "core-limits", keep, shares, func(s resource.Share) region.DeviceLimit {
 		return region.DeviceLimit{UUID: s.GPU, CoreLimitPct: uint32(s.CorePct)}
 	})
 	if err != nil {

@@ -97,6 +97,32 @@ func TestRegionSurvivesReallocation(t *testing.T) {
 	if !os.SameFile(before, after) {
 		t.Fatal("restore replaced the region inode that hooks have mapped")
 	}
+	// The node agent lowered the cap in place: a restore keeps its value.
+	limitsPath := filepath.Join(b.ContainerDir(resource.KindMem, ids), "limits")
+	l, err := region.OpenLimits(limitsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetMemLimit(gpus[0].UUID, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if err := b.Restore(resource.Memory, ids); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ = region.OpenLimits(limitsPath); l.Devices()[0].MemLimitBytes != 1<<20 {
+		t.Fatal("restore overwrote a limit the node agent set")
+	}
+	l.Close()
+	// A wiped state directory comes back.
+	os.RemoveAll(b.StateDir)
+	if err := b.Restore(resource.Memory, ids); err != nil {
+		t.Fatal(err)
+	}
+	if l, err = region.OpenLimits(limitsPath); err != nil || l.Devices()[0].MemLimitBytes != 256<<20 {
+		t.Fatalf("restore after wipe: %v", err)
+	}
+	l.Close()
 }
 
 func TestCoreAndMIGResponses(t *testing.T) {

@@ -76,7 +76,8 @@ type Reconciler struct {
 	GCGrace time.Duration
 
 	mu       sync.Mutex
-	reported map[string]string // pod/container/resource → mismatch already counted
+	reported map[string]string    // pod/container/resource → mismatch already counted
+	missing  map[string]time.Time // state dir key → first read-back without it
 }
 
 // Run reconciles every interval until ctx ends.
@@ -293,22 +294,37 @@ func Mismatched(want *annotations.ContainerAssignment, got *annotations.Containe
 	return out
 }
 
-// collectGarbage removes state directories that no container references
-// and that are older than the grace period.
+// collectGarbage removes state directories that no container has
+// referenced for the whole grace period, across read-backs, and that are
+// older than it (a fresh Allocate may not be in PodResources yet; a kubelet
+// restarting may briefly report no pods).
 func (r *Reconciler) collectGarbage(live map[string]bool) {
 	dir := filepath.Join(r.Builder.StateDir, "containers")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.missing == nil {
+		r.missing = map[string]time.Time{}
+	}
+	now := time.Now()
 	for _, e := range entries {
 		if live[e.Name()] {
+			delete(r.missing, e.Name())
 			continue
+		}
+		since, seen := r.missing[e.Name()]
+		if !seen {
+			r.missing[e.Name()] = now
+			since = now
 		}
 		info, err := e.Info()
-		if err != nil || time.Since(info.ModTime()) < r.GCGrace {
+		if err != nil || now.Sub(info.ModTime()) < r.GCGrace || now.Sub(since) < r.GCGrace {
 			continue
 		}
+		delete(r.missing, e.Name())
 		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err == nil {
 			r.Log.Info("removed state of a finished container", "key", e.Name())
 		}
