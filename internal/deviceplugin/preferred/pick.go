@@ -15,7 +15,8 @@ type pool struct {
 	free  map[string][]resource.ID
 }
 
-// only restricts the pool to gpus.
+// only restricts the pool to gpus; the result can be taken from without
+// changing p.
 func (p *pool) only(gpus []string) *pool {
 	keep := map[string]bool{}
 	for _, g := range gpus {
