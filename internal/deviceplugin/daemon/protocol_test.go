@@ -434,3 +434,42 @@ func TestLostSocketIsRecreated(t *testing.T) {
 		t.Fatalf("after socket loss gpu-core lists %d devices", n)
 	}
 }
+
+// TestMultiGPUContainerWithoutAssignment: a container with gpu: 2 keeps its
+// memory and compute on its two GPUs, split evenly, whatever order kubelet
+// allocates the three resources in.
+func TestMultiGPUContainerWithoutAssignment(t *testing.T) {
+	orders := [][]string{
+		{"tessera.io/gpu", "tessera.io/gpu-mem", "tessera.io/gpu-core"},
+		{"tessera.io/gpu", "tessera.io/gpu-core", "tessera.io/gpu-mem"},
+		{"tessera.io/gpu-mem", "tessera.io/gpu", "tessera.io/gpu-core"},
+		{"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu"},
+		{"tessera.io/gpu-core", "tessera.io/gpu", "tessera.io/gpu-mem"},
+		{"tessera.io/gpu-core", "tessera.io/gpu-mem", "tessera.io/gpu"},
+	}
+	sizes := map[string]int{"tessera.io/gpu": 2, "tessera.io/gpu-mem": 40, "tessera.io/gpu-core": 60}
+	for _, order := range orders {
+		t.Run(strings.Join(order, ","), func(t *testing.T) {
+			e := newEnv(t, gputest.DGXH100, pod("wide", t0, "", ctr{name: "c", gpu: 2, mem: 40, core: 60}))
+			e.start()
+			var gpus []string
+			for _, res := range order {
+				ids, _ := e.admit(res, sizes[res])
+				g := resource.GPUsOf(ids)
+				if gpus == nil {
+					gpus = g
+				}
+				if len(g) != 2 || fmt.Sprint(g) != fmt.Sprint(gpus) {
+					t.Fatalf("%s on %v, earlier resources on %v", res, g, gpus)
+				}
+				shares, err := e.d.Manager.Shares(res, ids)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if shares[0].MemBytes != shares[1].MemBytes || shares[0].CorePct != shares[1].CorePct || shares[0].Slots != shares[1].Slots {
+					t.Fatalf("%s split unevenly: %+v", res, shares)
+				}
+			}
+		})
+	}
+}

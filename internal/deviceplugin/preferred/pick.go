@@ -32,6 +32,17 @@ func (p *pool) only(gpus []string) *pool {
 	return out
 }
 
+// atLeast restricts the pool to GPUs with at least n free IDs.
+func (p *pool) atLeast(n int) *pool {
+	var gpus []string
+	for _, g := range p.order {
+		if len(p.free[g]) >= n {
+			gpus = append(gpus, g)
+		}
+	}
+	return p.only(gpus)
+}
+
 // take removes and returns up to n IDs of gpu, mustInclude IDs first.
 func (p *pool) take(gpu string, n int, must []resource.ID) []string {
 	var out []string
@@ -131,7 +142,7 @@ func pickSpill(p *pool, order []string, must []resource.ID, size int) []string {
 // distinct GPUs, chosen by go-gpuallocator's best-effort policy when the
 // topology is known.
 func pickSlots(p *pool, must []resource.ID, size int, policy string, topo gpuallocator.DeviceList) []string {
-	gpus := chooseGPUs(p, must, size, policy, topo)
+	gpus := chooseGPUs(p, gpuSet(must), size, policy, topo)
 	if len(gpus) < size {
 		return nil
 	}
@@ -142,13 +153,14 @@ func pickSlots(p *pool, must []resource.ID, size int, policy string, topo gpuall
 	return out
 }
 
-func chooseGPUs(p *pool, must []resource.ID, size int, policy string, topo gpuallocator.DeviceList) []string {
+// chooseGPUs picks size GPUs that have free IDs, including required.
+func chooseGPUs(p *pool, required []string, size int, policy string, topo gpuallocator.DeviceList) []string {
+	pinned := map[string]bool{}
+	for _, g := range required {
+		pinned[g] = true
+	}
 	if len(topo) > 0 {
 		var avail, req []*gpuallocator.Device
-		pinned := map[string]bool{}
-		for _, m := range must {
-			pinned[m.GPU] = true
-		}
 		for _, d := range topo {
 			if len(p.free[d.UUID]) == 0 {
 				continue
@@ -166,9 +178,45 @@ func chooseGPUs(p *pool, must []resource.ID, size int, policy string, topo gpual
 			return out
 		}
 	}
-	ranked := p.ranked(policy, must)
+	// Without topology: required GPUs first, then by policy.
+	ranked := p.ranked(policy, nil)
+	sort.SliceStable(ranked, func(a, b int) bool { return pinned[ranked[a]] && !pinned[ranked[b]] })
 	if len(ranked) > size {
 		ranked = ranked[:size]
 	}
 	return ranked
+}
+
+// gpuSet returns the distinct GPUs of ids.
+func gpuSet(ids []resource.ID) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if !seen[id.GPU] {
+			seen[id.GPU] = true
+			out = append(out, id.GPU)
+		}
+	}
+	return out
+}
+
+// takeEven takes size IDs spread evenly over gpus (the first GPUs get the
+// remainder); nil unless every GPU has its share.
+func takeEven(p *pool, gpus []string, size int, must []resource.ID) []string {
+	if len(gpus) == 0 {
+		return nil
+	}
+	var out []string
+	for i, g := range gpus {
+		n := size / len(gpus)
+		if i < size%len(gpus) {
+			n++
+		}
+		got := p.take(g, n, must)
+		if len(got) < n {
+			return nil
+		}
+		out = append(out, got...)
+	}
+	return out
 }

@@ -75,10 +75,8 @@ func (c *Chooser) choose(res string, kind resource.Kind, cand *Candidate, pool *
 			log.Warn("assignment unusable, placing locally", "err", err)
 			c.warn(cand.Pod, "TesseraAssignmentUnusable", fmt.Sprintf("container %s, %s: %v; placed by the node's local policy", cand.Ref.Container, res, err))
 		}
-		if gpus := c.siblingGPUs(cand.Ref, res); len(gpus) > 0 {
-			if ids := pickLocal(kind, pool.only(gpus), must, size, c.Policy, c.Topology); len(ids) == size {
-				return ids
-			}
+		if ids := c.withContainer(cand, res, kind, pool, must, size); len(ids) == size {
+			return ids
 		}
 	}
 	return pickLocal(kind, pool, must, size, c.Policy, c.Topology)
@@ -88,6 +86,27 @@ func (c *Chooser) warn(p *corev1.Pod, reason, msg string) {
 	if c.Warn != nil {
 		c.Warn(p, reason, msg)
 	}
+}
+
+// withContainer places a request without assignment so that all tessera
+// resources of one container land on the same GPUs: on the GPUs it already
+// holds, or, for a container spanning N GPUs (`gpu: N`), on N GPUs chosen
+// now with the memory or compute split evenly. nil when that is impossible.
+func (c *Chooser) withContainer(cand *Candidate, res string, kind resource.Kind, pool *pool, must []resource.ID, size int) []string {
+	span := int(pods.Request(cand.Container, resource.GPU))
+	held := c.siblingGPUs(cand.Ref, res)
+	switch {
+	case kind == resource.KindSlot && len(held) > 0:
+		gpus := chooseGPUs(pool, held, size, c.Policy, c.Topology)
+		return takeEven(pool.only(gpus), gpus, size, must)
+	case len(held) > 0:
+		return takeEven(pool.only(held), held, size, must)
+	case kind != resource.KindSlot && span > 1:
+		per := (size + span - 1) / span
+		gpus := chooseGPUs(pool.atLeast(per), gpuSet(must), span, c.Policy, c.Topology)
+		return takeEven(pool.only(gpus), gpus, size, must)
+	}
+	return nil
 }
 
 // Candidate finds the container kubelet is most likely allocating.
