@@ -321,6 +321,19 @@ func TestKubeletDeviceManager(t *testing.T) {
 		}
 	})
 
+	t.Run("no assignment: memory and compute stay together", func(t *testing.T) {
+		// kubelet allocates a container's resources in map order, so run a few pods.
+		for i := 0; i < 6; i++ {
+			p := makePod(fmt.Sprintf("local-%d", i), t0.Add(time.Hour+time.Duration(i)*time.Second), map[string][2]int64{"c": {6, 30}})
+			c.addPod(p)
+			c.admit(p)
+			mem, core := c.devicesOf(p, "c", "tessera.io/gpu-mem"), c.devicesOf(p, "c", "tessera.io/gpu-core")
+			if len(mem) != 1 || fmt.Sprint(mem) != fmt.Sprint(core) {
+				t.Fatalf("pod %s: memory on %v, compute on %v", p.Name, mem, core)
+			}
+		}
+	})
+
 	t.Run("allocated annotation from PodResources", func(t *testing.T) {
 		if err := c.d.Reconciler.Once(context.Background()); err != nil {
 			t.Fatal(err)

@@ -473,3 +473,23 @@ func TestMultiGPUContainerWithoutAssignment(t *testing.T) {
 		})
 	}
 }
+
+// TestFirstResourceLeavesRoomForTheOthers: binpack would put the memory on
+// the fullest GPU, but that GPU has no compute left for the same container.
+func TestFirstResourceLeavesRoomForTheOthers(t *testing.T) {
+	e := newEnv(t, gputest.DGXH100,
+		pod("cores", t0, "", ctr{name: "c", core: 100}),
+		pod("mem", t0.Add(time.Second), "", ctr{name: "c", mem: 70}),
+		pod("job", t0.Add(2*time.Second), "", ctr{name: "c", mem: 4, core: 10}))
+	e.start()
+	cores, _ := e.admit("tessera.io/gpu-core", 100)
+	mem, _ := e.admit("tessera.io/gpu-mem", 70)
+	if fmt.Sprint(resource.GPUsOf(cores)) != fmt.Sprint(resource.GPUsOf(mem)) {
+		t.Fatalf("set-up: fillers on %v and %v", resource.GPUsOf(cores), resource.GPUsOf(mem))
+	}
+	jobMem, _ := e.admit("tessera.io/gpu-mem", 4)
+	jobCore, _ := e.admit("tessera.io/gpu-core", 10)
+	if g := resource.GPUsOf(jobMem); len(g) != 1 || g[0] == resource.GPUsOf(cores)[0] || fmt.Sprint(g) != fmt.Sprint(resource.GPUsOf(jobCore)) {
+		t.Fatalf("job memory on %v, compute on %v; the full GPU is %v", g, resource.GPUsOf(jobCore), resource.GPUsOf(cores))
+	}
+}

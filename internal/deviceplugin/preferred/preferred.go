@@ -76,8 +76,10 @@ func (c *Chooser) choose(res string, kind resource.Kind, cand *Candidate, pool *
 			c.warn(cand.Pod, "TesseraAssignmentUnusable", fmt.Sprintf("container %s, %s: %v; placed by the node's local policy", cand.Ref.Container, res, err))
 		}
 		if ids := c.withContainer(cand, res, kind, pool, must, size); len(ids) == size {
+			log.Debug("preferred allocation follows the container's GPUs", "gpus", resource.GPUsOf(ids))
 			return ids
 		}
+		log.Debug("preferred allocation by local policy", "held", c.siblingGPUs(cand.Ref, res), "available", len(pool.order))
 	}
 	return pickLocal(kind, pool, must, size, c.Policy, c.Topology)
 }
@@ -90,10 +92,11 @@ func (c *Chooser) warn(p *corev1.Pod, reason, msg string) {
 
 // withContainer places a request without assignment so that all tessera
 // resources of one container land on the same GPUs: on the GPUs it already
-// holds, or, for a container spanning N GPUs (`gpu: N`), on N GPUs chosen
-// now with the memory or compute split evenly. nil when that is impossible.
+// holds, or, for its first resource, on GPUs where its other resources fit
+// too (N GPUs with the amounts split evenly for `gpu: N`). nil when that is
+// impossible.
 func (c *Chooser) withContainer(cand *Candidate, res string, kind resource.Kind, pool *pool, must []resource.ID, size int) []string {
-	span := int(pods.Request(cand.Container, resource.GPU))
+	span := max(1, int(pods.Request(cand.Container, resource.GPU)))
 	held := c.siblingGPUs(cand.Ref, res)
 	switch {
 	case kind == resource.KindSlot && len(held) > 0:
@@ -101,12 +104,55 @@ func (c *Chooser) withContainer(cand *Candidate, res string, kind resource.Kind,
 		return takeEven(pool.only(gpus), gpus, size, must)
 	case len(held) > 0:
 		return takeEven(pool.only(held), held, size, must)
-	case kind != resource.KindSlot && span > 1:
-		per := (size + span - 1) / span
-		gpus := chooseGPUs(pool.atLeast(per), gpuSet(must), span, c.Policy, c.Topology)
-		return takeEven(pool.only(gpus), gpus, size, must)
 	}
-	return nil
+	room := c.roomFor(cand, res, pool, span)
+	if kind == resource.KindSlot || span == 1 {
+		return pickLocal(kind, room, must, size, c.Policy, c.Topology)
+	}
+	gpus := chooseGPUs(room.atLeast((size+span-1)/span), gpuSet(must), span, c.Policy, c.Topology)
+	return takeEven(pool.only(gpus), gpus, size, must)
+}
+
+// roomFor restricts the pool to GPUs where the container's other tessera
+// resources would still fit, judged by what the ledger knows is allocated.
+func (c *Chooser) roomFor(cand *Candidate, res string, p *pool, span int) *pool {
+	need := map[string]int{} // other resource → IDs needed per GPU
+	for _, r := range []string{resource.GPU, resource.Memory, resource.Core} {
+		if q := int(pods.Request(cand.Container, r)); r != res && q > 0 {
+			need[r] = (q + span - 1) / span
+			if r == resource.GPU {
+				need[r] = 1
+			}
+		}
+	}
+	if len(need) == 0 {
+		return p
+	}
+	used := map[string]map[string]int{} // resource → GPU → IDs held
+	for _, byRes := range c.Ledger.Snapshot() {
+		for r, keys := range byRes {
+			if need[r] == 0 {
+				continue
+			}
+			if used[r] == nil {
+				used[r] = map[string]int{}
+			}
+			for _, id := range c.Manager.Known(r, keys) {
+				used[r][id.GPU]++
+			}
+		}
+	}
+	var keep []string
+	for _, g := range p.order {
+		fits := true
+		for r, n := range need {
+			fits = fits && c.Manager.Capacity(r, g)-used[r][g] >= n
+		}
+		if fits {
+			keep = append(keep, g)
+		}
+	}
+	return p.only(keep)
 }
 
 // Candidate finds the container kubelet is most likely allocating.

@@ -94,6 +94,23 @@ func (m *Manager) MemoryUnits(g *gpu.GPU) int {
 	return int((g.MemoryBytes - m.opts.ReservedMemory) / m.opts.MemoryUnit)
 }
 
+// Capacity is the number of IDs resource advertises on GPU uuid.
+func (m *Manager) Capacity(resource, uuid string) int {
+	g := m.gpus[uuid]
+	if g == nil || g.MIGEnabled {
+		return 0
+	}
+	switch resource {
+	case GPU:
+		return m.opts.SplitCount
+	case Memory:
+		return m.MemoryUnits(g)
+	case Core:
+		return 100
+	}
+	return 0
+}
+
 // Options returns the sizing options.
 func (m *Manager) Options() Options { return m.opts }
 
