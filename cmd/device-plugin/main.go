@@ -23,7 +23,7 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "device-plugin:", err)
 		os.Exit(1)
 	}
@@ -37,12 +37,12 @@ type environment struct {
 	podResources reconcile.Lister
 }
 
-func run() error {
+func run(args []string) error {
 	fs := flag.NewFlagSet("device-plugin", flag.ContinueOnError)
 	flags := configv1.BindFlags(fs)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig path (default: in-cluster)")
 	simulate := fs.String("simulate", "", "run on a simulated node (dgxa100, dgxh100, dgxh200); needs the tessera_sim build tag")
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	cfg, err := flags.Resolve()

@@ -141,8 +141,12 @@ func (c *cluster) startPlugin() {
 	t.Cleanup(func() { cancel(); <-done })
 }
 
-// awaitCapacity waits until kubelet's device manager reports want for every resource.
-func (c *cluster) awaitCapacity(want map[string]int64) {
+// awaitCapacity waits until kubelet's device manager reports want for
+// every resource, as capacity and as allocatable.
+func (c *cluster) awaitCapacity(want map[string]int64) { c.awaitAllocatable(want, want) }
+
+// awaitAllocatable waits for the given capacity and allocatable.
+func (c *cluster) awaitAllocatable(want, wantAllocatable map[string]int64) {
 	c.t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -151,13 +155,13 @@ func (c *cluster) awaitCapacity(want map[string]int64) {
 		for res, n := range want {
 			q := capacity[corev1.ResourceName(res)]
 			a := allocatable[corev1.ResourceName(res)]
-			ok = ok && q.Value() == n && a.Value() == n
+			ok = ok && q.Value() == n && a.Value() == wantAllocatable[res]
 		}
 		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("kubelet capacity = %v, want %v", capacity, want)
+			c.t.Fatalf("kubelet capacity = %v, allocatable = %v; want %v, %v", capacity, allocatable, want, wantAllocatable)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -332,6 +336,11 @@ func TestKubeletDeviceManager(t *testing.T) {
 				t.Fatalf("pod %s: memory on %v, compute on %v", p.Name, mem, core)
 			}
 		}
+	})
+
+	t.Run("unhealthy GPU leaves allocatable", func(t *testing.T) {
+		c.gpus.InjectXid(7, 79)
+		c.awaitAllocatable(fullNode, map[string]int64{"tessera.io/gpu": 70, "tessera.io/gpu-mem": 7 * 141, "tessera.io/gpu-core": 700})
 	})
 
 	t.Run("allocated annotation from PodResources", func(t *testing.T) {
