@@ -9,7 +9,6 @@ import (
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -111,7 +110,5 @@ func Request(c *corev1.Container, name string) int64 {
 	if !ok {
 		return 0
 	}
-	return quantityValue(q)
+	return q.Value()
 }
-
-func quantityValue(q resource.Quantity) int64 { return q.Value() }
