@@ -25,5 +25,5 @@ lint-device-plugin:
 bench-device-plugin:
 	@mkdir -p $(BIN)
 	$(GO) build -tags tessera_sim -o $(BIN)/device-plugin-sim ./cmd/device-plugin
-	TESSERA_DP_SIM=$(BIN)/device-plugin-sim $(GO) test -count=1 -tags bench -run '^TestBench' -v ./cmd/device-plugin \
+	@TESSERA_DP_SIM=$(BIN)/device-plugin-sim $(GO) test -count=1 -tags bench -run '^TestBench' -v ./cmd/device-plugin \
 		| grep -E '^(BENCH |--- FAIL|FAIL)' || { echo "bench-device-plugin failed"; exit 1; }
