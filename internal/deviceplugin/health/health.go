@@ -61,6 +61,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case nvml.SUCCESS:
 			w.handle(e, ignored, bad)
 		case nvml.ERROR_TIMEOUT:
+		case nvml.ERROR_GPU_IS_LOST:
+			// The driver lost a GPU without saying which: all are suspect.
+			for _, uuid := range w.GPUs {
+				bad[uuid] = w.now()
+				w.Target.SetHealth(uuid, false, "NVML: GPU is lost")
+			}
+			w.Log.Error("NVML reports a lost GPU; all GPUs marked unhealthy")
 		default:
 			w.Log.Warn("NVML event wait failed", "err", ret)
 			select {

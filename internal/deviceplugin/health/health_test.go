@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
 	"github.com/tessera-gpu/tessera/internal/gpu/gputest"
 )
@@ -81,4 +82,33 @@ func wait(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+func TestLostGPUMarksAll(t *testing.T) {
+	node := gputest.MustNew(gputest.DGXH100)
+	lost := true
+	es := &mock.EventSet{
+		WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
+			if lost {
+				lost = false
+				return nvml.EventData{}, nvml.ERROR_GPU_IS_LOST
+			}
+			time.Sleep(5 * time.Millisecond)
+			return nvml.EventData{}, nvml.ERROR_TIMEOUT
+		},
+		FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+	}
+	node.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) { return es, nvml.SUCCESS }
+	uuids := []string{node.Device(0).UUID, node.Device(1).UUID}
+	rec := &recorder{healthy: map[string]bool{}}
+	w := &Watcher{Lib: node, GPUs: uuids, Target: rec, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), WaitMs: 5}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	wait(t, func() bool {
+		a, _ := rec.get(uuids[0])
+		b, _ := rec.get(uuids[1])
+		return !a && !b
+	})
 }
