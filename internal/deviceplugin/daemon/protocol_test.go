@@ -237,10 +237,28 @@ func TestUnhealthyGPU(t *testing.T) {
 
 func TestHealthRecovers(t *testing.T) {
 	e := newEnv(t, gputest.DGXA100)
-	e.start(func(c *configv1.Config) { c.Health.RecoverAfter.Duration = 100 * time.Millisecond })
+	e.start(func(c *configv1.Config) { c.Health.RecoverAfter.Duration = 300 * time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := e.client_("tessera.io/gpu").ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
 	e.node.InjectXid(4, 48)
-	waitFor(t, func() bool { return !e.d.Manager.Healthy(e.uuid(4)) })
-	waitFor(t, func() bool { return e.d.Manager.Healthy(e.uuid(4)) })
+	for _, want := range []string{pluginapi.Unhealthy, pluginapi.Healthy} {
+		m, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range m.Devices {
+			if strings.HasPrefix(d.ID, e.uuid(4)) && d.Health != want {
+				t.Fatalf("GPU 4 device %s is %s, want %s", d.ID, d.Health, want)
+			}
+		}
+	}
 }
 
 func waitFor(t *testing.T, cond func() bool) {

@@ -18,6 +18,7 @@ type recorder struct {
 	mu      sync.Mutex
 	healthy map[string]bool
 	changes int
+	history map[string][]bool // every transition, so fast flips are not missed
 }
 
 func (r *recorder) SetHealth(uuid string, healthy bool, _ string) bool {
@@ -28,6 +29,10 @@ func (r *recorder) SetHealth(uuid string, healthy bool, _ string) bool {
 	}
 	r.healthy[uuid] = healthy
 	r.changes++
+	if r.history == nil {
+		r.history = map[string][]bool{}
+	}
+	r.history[uuid] = append(r.history[uuid], healthy)
 	return true
 }
 
@@ -56,11 +61,19 @@ func TestXidFilterAndRecovery(t *testing.T) {
 	node.InjectXid(0, 13)
 	node.InjectXid(0, 43)
 	node.Events <- nvml.EventData{Device: node.Devices[5], EventType: nvml.EventTypeDoubleBitEccError}
-	wait(t, func() bool { h, _ := rec.get(uuids[5]); return !h })
-	if h, _ := rec.get(uuids[0]); !h {
+	wait(t, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.history[uuids[5]]) == 2
+	})
+	rec.mu.Lock()
+	if h := rec.history[uuids[5]]; h[0] || !h[1] {
+		t.Fatalf("GPU 5 transitions = %v, want unhealthy then recovered", h)
+	}
+	if len(rec.history[uuids[0]]) != 0 {
 		t.Fatal("ignored Xids made GPU 0 unhealthy")
 	}
-	wait(t, func() bool { h, _ := rec.get(uuids[5]); return h })
+	rec.mu.Unlock()
 	// An event without a device affects every GPU.
 	node.Events <- nvml.EventData{EventType: nvml.EventTypeXidCriticalError, EventData: 79}
 	wait(t, func() bool {
