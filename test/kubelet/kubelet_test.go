@@ -338,6 +338,28 @@ func TestKubeletDeviceManager(t *testing.T) {
 		}
 	})
 
+	t.Run("init container first, its devices reused by the app container", func(t *testing.T) {
+		shape := map[string][2]int64{"prep": {4, 10}, "main": {4, 10}}
+		p := makePod("withinit", t0.Add(2*time.Hour), shape)
+		// "prep" becomes an init container; the scheduler assigns both
+		// containers GPU 2, knowing kubelet hands init devices on.
+		p.Spec.InitContainers = []corev1.Container{p.Spec.Containers[1]}
+		p.Spec.Containers = p.Spec.Containers[:1]
+		p.Annotations = map[string]string{annotations.AssignmentKey: c.assignment(map[string]int{"prep": 2, "main": 2}, shape)}
+		c.addPod(p)
+		envs := c.admit(p)
+		for _, ctr := range []string{"prep", "main"} {
+			for _, res := range []string{"tessera.io/gpu-mem", "tessera.io/gpu-core"} {
+				if got := c.devicesOf(p, ctr, res); len(got) != 1 || got[0] != c.uuid(2) {
+					t.Fatalf("%s %s on %v, assigned GPU 2", ctr, res, got)
+				}
+			}
+			if envs[ctr]["NVIDIA_VISIBLE_DEVICES"] != c.uuid(2) {
+				t.Fatalf("%s env = %v", ctr, envs[ctr])
+			}
+		}
+	})
+
 	t.Run("unhealthy GPU leaves allocatable", func(t *testing.T) {
 		c.gpus.InjectXid(7, 79)
 		c.awaitAllocatable(fullNode, map[string]int64{"tessera.io/gpu": 70, "tessera.io/gpu-mem": 7 * 141, "tessera.io/gpu-core": 700})
