@@ -32,6 +32,9 @@ func (p *pool) only(gpus []string) *pool {
 	return out
 }
 
+// clone is a copy that can be taken from without changing p.
+func (p *pool) clone() *pool { return p.only(p.order) }
+
 // atLeast restricts the pool to GPUs with at least n free IDs.
 func (p *pool) atLeast(n int) *pool {
 	var gpus []string

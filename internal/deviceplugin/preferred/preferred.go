@@ -67,7 +67,7 @@ func (c *Chooser) Preferred(res string, available, mustInclude []string, size in
 func (c *Chooser) choose(res string, kind resource.Kind, cand *Candidate, pool *pool, must []resource.ID, size int) []string {
 	if cand != nil && kind != resource.KindMIG {
 		log := c.Log.With("pod", cand.Ref.Namespace+"/"+cand.Ref.Pod, "container", cand.Ref.Container, "resource", res, "size", size)
-		if ids, used, err := c.fromAssignment(cand, kind, pool.only(pool.order), must, size); used {
+		if ids, used, err := c.fromAssignment(cand, kind, pool.clone(), must, size); used {
 			if err == nil {
 				log.Debug("preferred allocation from assignment", "ids", len(ids))
 				return ids

@@ -170,7 +170,7 @@ func TestFailedAssignmentLeavesPoolIntact(t *testing.T) {
 	f := newFixture(t, configv1.PlacementBinpack, false)
 	p := f.c.pool(resource.Memory, f.available(resource.Memory, map[int]int{2: 75}))
 	// GPU 2 has 5 free units: an attempt for 8 takes them, then fails.
-	if got := p.only(p.order).take(f.gpus[2].UUID, 8, nil); len(got) != 5 {
+	if got := p.clone().take(f.gpus[2].UUID, 8, nil); len(got) != 5 {
 		t.Fatalf("took %d", len(got))
 	}
 	if n := len(p.free[f.gpus[2].UUID]); n != 5 {
