@@ -1,0 +1,18 @@
+package placement
+
+import "math/rand/v2"
+
+// random places each pod on a uniformly random feasible node and GPU set: the
+// baseline every other policy must beat.
+type random struct{ rng *rand.Rand }
+
+func init() {
+	register("random", func(c *Cluster, o Options) Policy {
+		return &random{rng: rand.New(rand.NewPCG(o.Seed, 0x5eed))}
+	})
+}
+
+func (p *random) Name() string                             { return "random" }
+func (p *random) Deterministic() bool                      { return false }
+func (p *random) Rank(NodeView, *Shape, Candidate) float64 { return p.rng.Float64() }
+func (p *random) NodeScore(rank float64) int64             { return int64(rank * (1 << 53)) }
