@@ -25,12 +25,16 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 	coverage := fs.Float64("coverage", 0.95, "share of pods the fragmentation target workload covers")
 	format := fs.String("format", "table", "output: table or csv")
 	out := fs.String("out", "", "directory for one per-pod CSV per run")
+	order := fs.String("node-order", "shuffled", "order that breaks score ties: shuffled (one random order per seed, as the published simulator behaves) or file (the node list's order)")
 	scan := fs.Bool("scan", false, "score every node for every pod instead of using the score index")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *nodes == "" || *pods == "" {
 		return errors.New("--nodes and --pods are required")
+	}
+	if *order != "shuffled" && *order != "file" {
+		return fmt.Errorf("--node-order %q: want shuffled or file", *order)
 	}
 	if *format != "table" && *format != "csv" {
 		return fmt.Errorf("--format %q: want table or csv", *format)
@@ -46,7 +50,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	runs, err := sim.SimulateSeeds(t, sim.Config{Policy: *policy, Tune: *tune, Coverage: *coverage, Scan: *scan}, seedList)
+	runs, err := sim.SimulateSeeds(t, sim.Config{Policy: *policy, Tune: *tune, Coverage: *coverage, Scan: *scan, ShuffleNodes: *order == "shuffled"}, seedList)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ func (bestfit) Rank(n NodeView, s *Shape, c Candidate) float64 {
 	return -left*1e6 - chosenFreeAfter(n, s, c)
 }
 
-func (bestfit) NodeScore(rank float64) int64 { return int64(rank) }
+func (bestfit) NodeScore(n NodeView, s *Shape, c Candidate, rank float64) int64 { return int64(rank) }
 
 // cpuLeft is the node's free CPU fraction after placement.
 func cpuLeft(n NodeView, s *Shape) float64 {

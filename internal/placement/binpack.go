@@ -15,7 +15,7 @@ func (binpack) Rank(n NodeView, s *Shape, c Candidate) float64 {
 	return (1-gpuLeft(n, s, c))*1e6 + (1-cpuLeft(n, s))*1e3 - chosenFreeAfter(n, s, c)
 }
 
-func (binpack) NodeScore(rank float64) int64 { return int64(rank) }
+func (binpack) NodeScore(n NodeView, s *Shape, c Candidate, rank float64) int64 { return int64(rank) }
 
 func popcount(c Candidate) int   { return bits.OnesCount64(uint64(c)) }
 func trailingZeros(m uint64) int { return bits.TrailingZeros64(m) }

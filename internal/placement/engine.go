@@ -55,7 +55,7 @@ func (s *Scheduler) evalNode(i int, sh *Shape) (int64, Candidate) {
 			best, bestRank = c, r
 		}
 	}
-	return s.policy.NodeScore(bestRank), best
+	return s.policy.NodeScore(v, sh, best, bestRank), best
 }
 
 // Schedule decides where r goes without reserving anything.

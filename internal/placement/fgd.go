@@ -31,6 +31,8 @@ func (p *fgd) Rank(n NodeView, s *Shape, c Candidate) float64 {
 	return p.frag.Node(n.Node, n.Model) - p.frag.After(n.Node, n.Model, s, c)
 }
 
-func (p *fgd) NodeScore(rank float64) int64 { return int64(100 * sigmoid(rank/1000)) }
+func (p *fgd) NodeScore(n NodeView, s *Shape, c Candidate, rank float64) int64 {
+	return int64(100 * sigmoid(rank/1000))
+}
 
 func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }

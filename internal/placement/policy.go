@@ -22,7 +22,7 @@ type NodeView struct {
 type Policy interface {
 	Name() string
 	Rank(n NodeView, s *Shape, c Candidate) float64
-	NodeScore(rank float64) int64
+	NodeScore(n NodeView, s *Shape, c Candidate, rank float64) int64
 	// Deterministic policies score a node from its own state only, so the
 	// engine may cache scores until the node changes.
 	Deterministic() bool

@@ -15,4 +15,6 @@ func init() {
 func (p *random) Name() string                             { return "random" }
 func (p *random) Deterministic() bool                      { return false }
 func (p *random) Rank(NodeView, *Shape, Candidate) float64 { return p.rng.Float64() }
-func (p *random) NodeScore(rank float64) int64             { return int64(rank * (1 << 53)) }
+func (p *random) NodeScore(n NodeView, s *Shape, c Candidate, rank float64) int64 {
+	return int64(rank * (1 << 53))
+}

@@ -13,4 +13,4 @@ func (spread) Rank(n NodeView, s *Shape, c Candidate) float64 {
 	return gpuLeft(n, s, c)*1e6 + cpuLeft(n, s)*1e3 + chosenFreeAfter(n, s, c)
 }
 
-func (spread) NodeScore(rank float64) int64 { return int64(rank) }
+func (spread) NodeScore(n NodeView, s *Shape, c Candidate, rank float64) int64 { return int64(rank) }

@@ -68,6 +68,9 @@ type Config struct {
 	// Coverage is the share of pods the fgd/tessera target workload covers
 	// (0.95 in the paper).
 	Coverage float64
+	// ShuffleNodes breaks ties by a random node order fixed per seed
+	// instead of the node list's order.
+	ShuffleNodes bool
 	// Scan disables the score index (for checking it).
 	Scan bool
 }
@@ -93,7 +96,13 @@ func Simulate(t Trace, cfg Config) (*Run, error) {
 	if cfg.Coverage == 0 {
 		cfg.Coverage = 0.95
 	}
-	cluster, err := placement.NewCluster(t.Nodes)
+	nodes := t.Nodes
+	if cfg.ShuffleNodes {
+		nodes = slices.Clone(nodes)
+		rng := rand.New(rand.NewPCG(cfg.Seed, 0x0de5))
+		rng.Shuffle(len(nodes), func(i, j int) { nodes[i], nodes[j] = nodes[j], nodes[i] })
+	}
+	cluster, err := placement.NewCluster(nodes)
 	if err != nil {
 		return nil, err
 	}
