@@ -2,6 +2,7 @@
 // Subcommands:
 //
 //	simulate  replay an openb trace with a placement policy (the FGD paper's protocol)
+//	bench     quality on every openb variant against the published results, and throughput
 //
 // A later subcommand, run, will serve the engine as a Kubernetes scheduler.
 package main
@@ -20,6 +21,7 @@ type command struct {
 
 var commands = map[string]command{
 	"simulate": {"replay a pod trace against a cluster with a placement policy", runSimulate},
+	"bench":    {"print BENCH lines: quality on the openb traces, throughput and memory", runBench},
 }
 
 func main() {
