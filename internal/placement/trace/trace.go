@@ -217,14 +217,15 @@ func readRows(file string, r io.Reader, cols []column, fn func(*row) error) erro
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
-		line, _ := cr.FieldPos(0)
 		if err != nil {
+			// FieldPos is only valid after a successful read.
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
 				return fmt.Errorf("%s:%d: %w", file, pe.Line, pe.Err)
 			}
-			return fmt.Errorf("%s:%d: %w", file, line, err)
+			return fmt.Errorf("%s: %w", file, err)
 		}
+		line, _ := cr.FieldPos(0)
 		if err := fn(&row{file: file, line: line, index: index, record: rec}); err != nil {
 			return err
 		}
