@@ -15,6 +15,10 @@ func init() {
 func (p *random) Name() string                             { return "random" }
 func (p *random) Deterministic() bool                      { return false }
 func (p *random) Rank(NodeView, *Shape, Candidate) float64 { return p.rng.Float64() }
-func (p *random) NodeScore(n NodeView, s *Shape, c Candidate, rank float64) int64 {
-	return int64(rank * (1 << 53))
+
+// NodeScore draws afresh rather than reuse the best candidate's draw: the
+// maximum of more draws is larger, which would favour nodes with more
+// distinct GPU states over a uniform choice.
+func (p *random) NodeScore(NodeView, *Shape, Candidate, float64) int64 {
+	return int64(p.rng.Float64() * (1 << 53))
 }

@@ -73,7 +73,7 @@ func RunThroughput(s Synthetic, pods []placement.Request, policy string, scan bo
 		return Throughput{}, err
 	}
 	sched := placement.NewScheduler(cluster, pol, scan)
-	arrivals := sim.Arrivals(reqs, seed, fill, cluster.GPUCapacityMilli())
+	arrivals := untilFull(sim.Arrivals(reqs, seed, fill, cluster.GPUCapacityMilli()), fill, cluster.GPUCapacityMilli())
 	if limit > 0 && len(arrivals) > limit {
 		arrivals = arrivals[:limit]
 	}
@@ -145,4 +145,18 @@ func CompareIndexScan(specs []partition.NodeSpec, pods []placement.Request, poli
 
 func sameDecision(a, b placement.Decision) bool {
 	return a.Node == b.Node && slices.Equal(a.Grant.Shares, b.Grant.Shares)
+}
+
+// untilFull cuts the arrivals where their GPU requests would pass fill ×
+// capacity (a trace larger than the cluster is not inflated, only cut).
+func untilFull(pods []placement.Request, fill float64, capacityMilli int64) []placement.Request {
+	limit := int64(fill * float64(capacityMilli))
+	var total int64
+	for i := range pods {
+		total += int64(pods[i].NumGPU) * int64(pods[i].GPUMilli)
+		if total > limit {
+			return pods[:i]
+		}
+	}
+	return pods
 }
