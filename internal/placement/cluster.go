@@ -12,40 +12,77 @@ const maxModels = 64
 
 // Cluster is the capacity of every node, in a fixed order that breaks ties.
 type Cluster struct {
-	Nodes   []partition.Node
-	modelOf []uint8 // model id of each node
-	models  []string
-	modelID map[string]uint8
-	// watchers are told which node changed, so cached scores stay exact.
+	Nodes    []partition.Node
+	modelOf  []uint8 // model id of each node
+	models   []string
+	modelID  map[string]uint8
+	byName   map[string]int
+	cordoned []bool
+	// watchers are told which node changed, so cached scores stay exact;
+	// growers are told the new node count when nodes join.
 	watchers []func(node int)
+	growers  []func(nodes int)
 }
 
 // NewCluster builds an empty cluster from node descriptions, in their order.
 func NewCluster(specs []partition.NodeSpec) (*Cluster, error) {
-	c := &Cluster{modelID: map[string]uint8{}}
-	seen := map[string]bool{}
+	c := &Cluster{modelID: map[string]uint8{}, byName: map[string]int{}}
 	for _, s := range specs {
-		n, err := partition.NewNode(s)
-		if err != nil {
+		if _, err := c.add(s); err != nil {
 			return nil, err
 		}
-		if seen[s.Name] {
-			return nil, fmt.Errorf("node %s listed twice", s.Name)
-		}
-		seen[s.Name] = true
-		id, ok := c.modelID[s.Model]
-		if !ok {
-			if len(c.models) == maxModels {
-				return nil, fmt.Errorf("node %s: more than %d GPU models", s.Name, maxModels)
-			}
-			id = uint8(len(c.models))
-			c.models = append(c.models, s.Model)
-			c.modelID[s.Model] = id
-		}
-		c.Nodes = append(c.Nodes, n)
-		c.modelOf = append(c.modelOf, id)
 	}
 	return c, nil
+}
+
+// AddNode appends an empty node (a node joined the cluster) and returns its
+// index. Nodes are never renumbered; one that leaves is cordoned.
+func (c *Cluster) AddNode(s partition.NodeSpec) (int, error) {
+	i, err := c.add(s)
+	if err != nil {
+		return -1, err
+	}
+	for _, fn := range c.growers {
+		fn(len(c.Nodes))
+	}
+	return i, nil
+}
+
+func (c *Cluster) add(s partition.NodeSpec) (int, error) {
+	n, err := partition.NewNode(s)
+	if err != nil {
+		return -1, err
+	}
+	if _, dup := c.byName[s.Name]; dup {
+		return -1, fmt.Errorf("node %s listed twice", s.Name)
+	}
+	id, ok := c.modelID[s.Model]
+	if !ok {
+		if len(c.models) == maxModels {
+			return -1, fmt.Errorf("node %s: more than %d GPU models", s.Name, maxModels)
+		}
+		id = uint8(len(c.models))
+		c.models = append(c.models, s.Model)
+		c.modelID[s.Model] = id
+	}
+	c.byName[s.Name] = len(c.Nodes)
+	c.Nodes = append(c.Nodes, n)
+	c.modelOf = append(c.modelOf, id)
+	c.cordoned = append(c.cordoned, false)
+	return len(c.Nodes) - 1, nil
+}
+
+// NodeIndex finds a node by name.
+func (c *Cluster) NodeIndex(name string) (int, bool) {
+	i, ok := c.byName[name]
+	return i, ok
+}
+
+// Cordon stops (or, with false, resumes) placing new pods on node i; what
+// the node holds stays until released.
+func (c *Cluster) Cordon(i int, cordoned bool) {
+	c.cordoned[i] = cordoned
+	c.changed(i)
 }
 
 // Models is the GPU models of the cluster, indexed by model id.
@@ -104,8 +141,12 @@ func (c *Cluster) Release(d Decision) error {
 	return nil
 }
 
-// Watch registers fn to be told about every node whose free capacity changes.
-func (c *Cluster) Watch(fn func(node int)) { c.watchers = append(c.watchers, fn) }
+// Watch registers changed to be told about every node whose free capacity
+// or cordon changes, and grown about the node count when nodes join.
+func (c *Cluster) Watch(changed func(node int), grown func(nodes int)) {
+	c.watchers = append(c.watchers, changed)
+	c.growers = append(c.growers, grown)
+}
 
 func (c *Cluster) changed(node int) {
 	for _, w := range c.watchers {

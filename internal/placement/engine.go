@@ -41,7 +41,7 @@ const infeasible = math.MinInt64
 func (s *Scheduler) evalNode(i int, sh *Shape) (int64, Candidate) {
 	n := &s.cluster.Nodes[i]
 	m := s.cluster.modelOf[i]
-	if feasible(n, m, sh) >= 0 {
+	if s.cluster.cordoned[i] || feasible(n, m, sh) >= 0 {
 		return infeasible, 0
 	}
 	s.buf = candidates(n, sh, s.buf[:0])
@@ -100,12 +100,18 @@ func (s *Scheduler) scan(sh *Shape) int {
 // when a pod stays pending.
 func (s *Scheduler) explain(sh *Shape) string {
 	counts := make([]int, len(Filters))
+	cordoned := 0
 	for i := range s.cluster.Nodes {
-		if f := feasible(&s.cluster.Nodes[i], s.cluster.modelOf[i], sh); f >= 0 {
+		if s.cluster.cordoned[i] {
+			cordoned++
+		} else if f := feasible(&s.cluster.Nodes[i], s.cluster.modelOf[i], sh); f >= 0 {
 			counts[f]++
 		}
 	}
 	var parts []string
+	if cordoned > 0 {
+		parts = append(parts, fmt.Sprintf("%d nodes cordoned", cordoned))
+	}
 	for i, k := range counts {
 		if k > 0 {
 			parts = append(parts, fmt.Sprintf("%d nodes fail %s", k, Filters[i].Name))

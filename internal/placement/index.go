@@ -29,7 +29,7 @@ const DefaultMaxShapes = 256
 // NewIndex builds an empty index over cluster c and watches c for changes.
 func NewIndex(c *Cluster, eval func(int, *Shape) (int64, Candidate)) *Index {
 	x := &Index{eval: eval, n: len(c.Nodes), shapes: map[Shape]*shapeIndex{}, MaxShapes: DefaultMaxShapes}
-	c.Watch(x.changed)
+	c.Watch(x.changed, x.grown)
 	return x
 }
 
@@ -41,6 +41,13 @@ func (x *Index) changed(node int) {
 			si.pending = append(si.pending, int32(node))
 		}
 	}
+}
+
+// grown drops every cached shape: tree sizes depend on the node count, and
+// joins are rare next to placements.
+func (x *Index) grown(nodes int) {
+	x.n = nodes
+	clear(x.shapes)
 }
 
 // Best returns the best node for shape s, or -1 when none is feasible.

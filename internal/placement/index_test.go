@@ -3,6 +3,7 @@ package placement
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/tessera-gpu/tessera/internal/partition"
@@ -83,5 +84,36 @@ func TestIndexSingleNodeAndEmptyCluster(t *testing.T) {
 		if (err == nil) != (n == 1) {
 			t.Errorf("%d nodes: err = %v", n, err)
 		}
+	}
+}
+
+func TestIndexFollowsJoinsAndCordons(t *testing.T) {
+	c := testCluster(t, node("a", "T4", 64000, 2))
+	p, _ := NewPolicy("fgd", c, Options{})
+	s := NewScheduler(c, p, false)
+	r := Request{Name: "p", CPUMilli: 1000, NumGPU: 2, GPUMilli: 1000}
+	if d, err := s.Place(&r); err != nil || d.NodeName != "a" {
+		t.Fatalf("first pod: %+v %v", d, err)
+	}
+	if _, err := s.Schedule(&r); err == nil {
+		t.Fatal("a full cluster took another 2-GPU pod")
+	}
+	i, err := c.AddNode(node("b", "T4", 64000, 2))
+	if err != nil || i != 1 {
+		t.Fatalf("AddNode: %d %v", i, err)
+	}
+	if _, err := c.AddNode(node("b", "T4", 1, 1)); err == nil {
+		t.Fatal("a second node named b was added")
+	}
+	c.Cordon(1, true)
+	if _, err := s.Schedule(&r); err == nil || !strings.Contains(err.Error(), "1 nodes cordoned") {
+		t.Fatalf("cordoned node was used or not explained: %v", err)
+	}
+	c.Cordon(1, false)
+	if d, err := s.Schedule(&r); err != nil || d.NodeName != "b" {
+		t.Fatalf("after uncordon: %+v %v", d, err)
+	}
+	if j, ok := c.NodeIndex("b"); !ok || j != 1 {
+		t.Fatal("NodeIndex(b)")
 	}
 }
