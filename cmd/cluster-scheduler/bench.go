@@ -123,6 +123,7 @@ func benchThroughput(stdout io.Writer, shipped string, nodes int) error {
 	fmt.Fprintf(stdout, "BENCH sched.decision_max_us.%s %.1f us\n", tag, us(idx.Max))
 	fmt.Fprintf(stdout, "BENCH sched.decisions.%s %d decisions\n", tag, idx.Decisions)
 	fmt.Fprintf(stdout, "BENCH sched.engine_state_mib.%s %.1f MiB\n", tag, float64(idx.StateBytes)/(1<<20))
+	fmt.Fprintf(stdout, "BENCH sched.index_shapes.%s %d shapes\n", tag, idx.Shapes)
 	fmt.Fprintf(stdout, "BENCH sched.%s.tessera.unalloc_pct %.3f pct\n", tag, idx.UnallocPct)
 	fmt.Fprintf(stdout, "BENCH sched.decisions_per_s.%s.scan %.0f decisions/s\n", tag, scan.PerSecond())
 	fmt.Fprintf(stdout, "BENCH sched.index_speedup.%s %.1f x\n", tag, idx.PerSecond()/scan.PerSecond())

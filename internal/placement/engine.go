@@ -31,6 +31,15 @@ func NewScheduler(c *Cluster, p Policy, scan bool) *Scheduler {
 // Cluster is the cluster the scheduler places on.
 func (s *Scheduler) Cluster() *Cluster { return s.cluster }
 
+// IndexedShapes is how many request shapes the score index caches (0 when
+// the scheduler scans).
+func (s *Scheduler) IndexedShapes() int {
+	if s.index == nil {
+		return 0
+	}
+	return s.index.Shapes()
+}
+
 // Policy is the scheduler's policy.
 func (s *Scheduler) Policy() Policy { return s.policy }
 

@@ -41,6 +41,7 @@ type Throughput struct {
 	Elapsed       time.Duration
 	P50, P99, Max time.Duration
 	StateBytes    uint64 // heap held by cluster + scheduler after the run
+	Shapes        int    // request shapes the score index holds
 	UnallocPct    float64
 }
 
@@ -105,6 +106,7 @@ func RunThroughput(s Synthetic, pods []placement.Request, policy string, scan bo
 	if after.HeapAlloc > before.HeapAlloc {
 		res.StateBytes = after.HeapAlloc - before.HeapAlloc
 	}
+	res.Shapes = sched.IndexedShapes()
 	runtime.KeepAlive(sched)
 	return res, nil
 }
