@@ -96,6 +96,9 @@ func (s *Scheduler) Place(r *Request) (Decision, error) {
 }
 
 func (s *Scheduler) scan(sh *Shape) int {
+	if ns, ok := s.policy.(NodeSampler); ok {
+		return s.sample(ns, sh)
+	}
 	best, bestScore := -1, int64(infeasible)
 	for i := range s.cluster.Nodes {
 		if sc, _ := s.evalNode(i, sh); sc > bestScore {
@@ -103,6 +106,24 @@ func (s *Scheduler) scan(sh *Shape) int {
 		}
 	}
 	return best
+}
+
+func (s *Scheduler) sample(ns NodeSampler, sh *Shape) int {
+	chosen, k := -1, 0
+	for i := range s.cluster.Nodes {
+		if s.cluster.cordoned[i] || feasible(&s.cluster.Nodes[i], s.cluster.modelOf[i], sh) >= 0 {
+			continue
+		}
+		if k++; ns.Keep(k) {
+			chosen = i
+		}
+	}
+	if chosen >= 0 {
+		if sc, _ := s.evalNode(chosen, sh); sc == infeasible {
+			return -1 // feasible by the filters but no candidate GPU set
+		}
+	}
+	return chosen
 }
 
 // explain counts, per filter, the nodes it rejected: what an operator asks

@@ -37,6 +37,15 @@ type Options struct {
 	Seed uint64
 }
 
+// NodeSampler is implemented by policies that pick a node uniformly among
+// the feasible ones instead of by score: the engine then filters every node
+// but enumerates and ranks candidates on the chosen node only.
+type NodeSampler interface {
+	// Keep is asked for the k-th feasible node (k = 1, 2, ...) and keeps
+	// it with probability 1/k (reservoir sampling).
+	Keep(k int) bool
+}
+
 type factory func(c *Cluster, o Options) Policy
 
 var policies = map[string]factory{}

@@ -16,6 +16,9 @@ func (p *random) Name() string                             { return "random" }
 func (p *random) Deterministic() bool                      { return false }
 func (p *random) Rank(NodeView, *Shape, Candidate) float64 { return p.rng.Float64() }
 
+// Keep makes the node choice uniform over feasible nodes.
+func (p *random) Keep(k int) bool { return p.rng.IntN(k) == 0 }
+
 // NodeScore draws afresh rather than reuse the best candidate's draw: the
 // maximum of more draws is larger, which would favour nodes with more
 // distinct GPU states over a uniform choice.

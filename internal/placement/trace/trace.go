@@ -88,16 +88,12 @@ func ReadNodes(name string, r io.Reader) ([]Node, error) {
 		if row.err != nil {
 			return row.err
 		}
-		if n.Name == "" {
-			return row.fail("sn", "", "empty node name")
-		}
-		if prev, dup := seen[n.Name]; dup {
-			return row.fail("sn", n.Name, fmt.Sprintf("duplicate of line %d", prev))
+		if err := row.unique("sn", seen); err != nil {
+			return err
 		}
 		if n.GPUs > 0 && n.Model == "" {
 			return row.fail("model", "", "node has GPUs but no GPU model")
 		}
-		seen[n.Name] = row.line
 		nodes = append(nodes, n)
 		return nil
 	})
@@ -117,11 +113,8 @@ func ReadPods(name string, r io.Reader) ([]Pod, error) {
 		if row.err != nil {
 			return row.err
 		}
-		if p.Name == "" {
-			return row.fail("name", "", "empty pod name")
-		}
-		if prev, dup := seen[p.Name]; dup {
-			return row.fail("name", p.Name, fmt.Sprintf("duplicate of line %d", prev))
+		if err := row.unique("name", seen); err != nil {
+			return err
 		}
 		if p.NumGPU == 0 && p.GPUMilli != 0 {
 			return row.fail("gpu_milli", row.str("gpu_milli"), "a pod without GPUs cannot ask for a GPU share")
@@ -137,7 +130,6 @@ func ReadPods(name string, r io.Reader) ([]Pod, error) {
 				p.GPUSpec = append(p.GPUSpec, m)
 			}
 		}
-		seen[p.Name] = row.line
 		pods = append(pods, p)
 		return nil
 	})
@@ -176,6 +168,20 @@ func (r *row) int(col string, lo, hi int64) int64 {
 		return 0
 	}
 	return v
+}
+
+// unique checks that column col holds a name not seen on an earlier line,
+// and remembers it.
+func (r *row) unique(col string, seen map[string]int) error {
+	name := r.str(col)
+	if name == "" {
+		return r.fail(col, "", "empty name")
+	}
+	if prev, dup := seen[name]; dup {
+		return r.fail(col, name, fmt.Sprintf("duplicate of line %d", prev))
+	}
+	seen[name] = r.line
+	return nil
 }
 
 func (r *row) fail(col, value, why string) error {
