@@ -1,0 +1,62 @@
+// Package region reads and writes the shared-memory files through which the CUDA
+// hook, the device plugin and the node monitor cooperate: the per-container limits
+// file (written only by the node side) and the usage region (shared by the
+// container's processes). The layout is defined once, in
+// shim/cuda-hook/include/tessera_abi.h; the types here mirror it field for field and
+// a test compares every offset with what the C compiler makes of that header.
+package region
+
+// ABI constants; see tessera_abi.h for their meaning.
+const (
+	ABIVersion     = 1
+	MaxDevices     = 16
+	MaxProcs       = 1024
+	UUIDLen        = 96
+	LimitsMagic    = 0x53544d494c535354 // "TSSLIMTS"
+	RegionMagic    = 0x4e4f494745525354 // "TSREGION"
+	SlotReclaimBit = 0x80000000
+	ReaperNode     = 0x7fffffff
+)
+
+type rawDeviceLimit struct {
+	UUID          [UUIDLen]byte
+	MemLimitBytes uint64
+	CoreLimitPct  uint32
+	Priority      int32
+	Reserved      [6]uint64
+}
+
+type rawLimits struct {
+	Magic       uint64
+	ABIVersion  uint32
+	Size        uint32
+	Generation  uint64
+	DeviceCount uint32
+	Flags       uint32
+	Reserved    [8]uint64
+	Devices     [MaxDevices]rawDeviceLimit
+}
+
+type rawProcSlot struct {
+	PID       uint32
+	Flags     uint32
+	StartTime uint64
+	UsedBytes [MaxDevices]uint64
+	Reserved  [6]uint64
+}
+
+type rawRegion struct {
+	Magic       uint64
+	ABIVersion  uint32
+	Size        uint32
+	MaxDevices  uint32
+	MaxProcs    uint32
+	SlotHWM     uint32
+	Pad0        uint32
+	Refused     [MaxDevices]uint64
+	PeakBytes   [MaxDevices]uint64
+	ReapedProcs uint64
+	ReapedBytes uint64
+	Reserved    [30]uint64
+	Slots       [MaxProcs]rawProcSlot
+}

@@ -1,0 +1,77 @@
+// Package cabi reports the layout of tessera_abi.h as the C compiler sees it, so
+// that a test can hold the Go mirror in package region to it. It exists only for
+// that test: cgo cannot be used in _test.go files.
+package cabi
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../../shim/cuda-hook/include
+#define TESSERA_ATOMIC(t) t
+#include <stddef.h>
+#include "tessera_abi.h"
+*/
+import "C"
+
+import "unsafe"
+
+// Constants returns the header's #defines by name.
+func Constants() map[string]uint64 {
+	return map[string]uint64{
+		"ABIVersion":     uint64(C.TESSERA_ABI_VERSION),
+		"MaxDevices":     uint64(C.TESSERA_MAX_DEVICES),
+		"MaxProcs":       uint64(C.TESSERA_MAX_PROCS),
+		"UUIDLen":        uint64(C.TESSERA_UUID_LEN),
+		"LimitsMagic":    uint64(C.TESSERA_LIMITS_MAGIC),
+		"RegionMagic":    uint64(C.TESSERA_REGION_MAGIC),
+		"SlotReclaimBit": uint64(C.TESSERA_SLOT_RECLAIM_BIT),
+		"ReaperNode":     uint64(C.TESSERA_REAPER_NODE),
+	}
+}
+
+// Layout returns sizes ("T") and field offsets ("T.Field") of the C structs, named
+// like the Go mirror's types and fields.
+func Layout() map[string]uintptr {
+	var dl C.tessera_device_limit
+	var l C.tessera_limits
+	var s C.tessera_proc_slot
+	var r C.tessera_region
+	return map[string]uintptr{
+		"rawDeviceLimit":               unsafe.Sizeof(dl),
+		"rawDeviceLimit.UUID":          unsafe.Offsetof(dl.uuid),
+		"rawDeviceLimit.MemLimitBytes": unsafe.Offsetof(dl.mem_limit_bytes),
+		"rawDeviceLimit.CoreLimitPct":  unsafe.Offsetof(dl.core_limit_pct),
+		"rawDeviceLimit.Priority":      unsafe.Offsetof(dl.priority),
+		"rawDeviceLimit.Reserved":      unsafe.Offsetof(dl.reserved),
+
+		"rawLimits":             unsafe.Sizeof(l),
+		"rawLimits.Magic":       unsafe.Offsetof(l.magic),
+		"rawLimits.ABIVersion":  unsafe.Offsetof(l.abi_version),
+		"rawLimits.Size":        unsafe.Offsetof(l.size),
+		"rawLimits.Generation":  unsafe.Offsetof(l.generation),
+		"rawLimits.DeviceCount": unsafe.Offsetof(l.device_count),
+		"rawLimits.Flags":       unsafe.Offsetof(l.flags),
+		"rawLimits.Reserved":    unsafe.Offsetof(l.reserved),
+		"rawLimits.Devices":     unsafe.Offsetof(l.devices),
+
+		"rawProcSlot":           unsafe.Sizeof(s),
+		"rawProcSlot.PID":       unsafe.Offsetof(s.pid),
+		"rawProcSlot.Flags":     unsafe.Offsetof(s.flags),
+		"rawProcSlot.StartTime": unsafe.Offsetof(s.start_time),
+		"rawProcSlot.UsedBytes": unsafe.Offsetof(s.used_bytes),
+		"rawProcSlot.Reserved":  unsafe.Offsetof(s.reserved),
+
+		"rawRegion":             unsafe.Sizeof(r),
+		"rawRegion.Magic":       unsafe.Offsetof(r.magic),
+		"rawRegion.ABIVersion":  unsafe.Offsetof(r.abi_version),
+		"rawRegion.Size":        unsafe.Offsetof(r.size),
+		"rawRegion.MaxDevices":  unsafe.Offsetof(r.max_devices),
+		"rawRegion.MaxProcs":    unsafe.Offsetof(r.max_procs),
+		"rawRegion.SlotHWM":     unsafe.Offsetof(r.slot_hwm),
+		"rawRegion.Pad0":        unsafe.Offsetof(r.pad0),
+		"rawRegion.Refused":     unsafe.Offsetof(r.refused),
+		"rawRegion.PeakBytes":   unsafe.Offsetof(r.peak_bytes),
+		"rawRegion.ReapedProcs": unsafe.Offsetof(r.reaped_procs),
+		"rawRegion.ReapedBytes": unsafe.Offsetof(r.reaped_bytes),
+		"rawRegion.Reserved":    unsafe.Offsetof(r.reserved),
+		"rawRegion.Slots":       unsafe.Offsetof(r.slots),
+	}
+}

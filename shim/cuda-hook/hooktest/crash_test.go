@@ -1,0 +1,151 @@
+package hooktest
+
+import (
+	"bufio"
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tessera-gpu/tessera/internal/region"
+)
+
+// TestSIGKILLInAllocFreeLoop kills 1,000 processes at random points of a tight
+// alloc/free loop while two survivors hold memory and keep allocating, and the node
+// reaper (internal/region, as the monitor will run it) sweeps concurrently with the
+// container's own reapers. No survivor ever blocks, and once the dead are reaped the
+// region holds exactly what the survivors hold; the survivors can then fill the cap
+// exactly.
+func TestSIGKILLInAllocFreeLoop(t *testing.T) {
+	const (
+		kills   = 1000
+		workers = 6
+		chunk   = 1 * MiB
+		capB    = 256 * MiB
+	)
+	n := newNode(t, "")
+	c := n.container(t, map[int]uint64{0: capB})
+	survivors := []*proc{c.ready("direct"), c.ready("direct")}
+	for i, s := range survivors {
+		for j := 0; j < 10*(i+1); j++ {
+			s.ok("alloc k" + string(rune('a'+j)) + " 1048576")
+		}
+	}
+	held := uint64(30 * chunk)
+
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	// repeat runs step until stop is closed or step fails.
+	repeat := func(step func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := step(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	// The survivors keep allocating and freeing while processes die around them;
+	// every answer must come back (send reports a hang as an error).
+	for _, s := range survivors {
+		repeat(func() error {
+			out, err := s.send("alloc tmp 1048576")
+			if err == nil && out == "ok" {
+				_, err = s.send("free tmp")
+			}
+			return err
+		})
+	}
+	nodeReaper, err := region.OpenRegion(c.region)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nodeReaper.Close()
+	repeat(func() error {
+		time.Sleep(2 * time.Millisecond)
+		nodeReaper.Reap(region.ProcessAlive)
+		return nil
+	})
+	var kwg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		kwg.Add(1)
+		go func() {
+			defer kwg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 42))
+			for done.Add(1) <= kills {
+				if err := killOne(n, c, rng); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	kwg.Wait()
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+
+	r := nodeReaper
+	r.Reap(region.ProcessAlive)
+	u := r.Usage()
+	if u.UsedBytes[0] != held || len(u.Procs) != 2 {
+		t.Fatalf("after %d kills: region holds %d bytes in %d slots, survivors hold %d", kills, u.UsedBytes[0],
+			len(u.Procs), held)
+	}
+	for i, s := range survivors {
+		if got := slotBytes(u, s.pid(), 0); got != uint64(10*(i+1))*chunk {
+			t.Errorf("survivor %d: slot %d bytes, holds %d", i, got, 10*(i+1)*chunk)
+		}
+	}
+	if u.ReapedProcs == 0 {
+		t.Error("no dead process was ever reaped")
+	}
+	got := fieldU(t, survivors[0].ok("fill z 1048576"), "n")
+	if want := (capB - held) / chunk; got != want {
+		t.Fatalf("survivor filled %d chunks up to the cap, want exactly %d", got, want)
+	}
+	t.Logf("%d kills; reaped %d processes, %d bytes", kills, u.ReapedProcs, u.ReapedBytes)
+}
+
+// killOne starts a process in a tight alloc/free loop under the hook and SIGKILLs
+// it at a random moment of it.
+func killOne(n *node, c *container, rng *rand.Rand) error {
+	cmd := exec.Command(cudash)
+	cmd.Env = append(n.baseEnv(), c.env...)
+	cmd.Env = append(cmd.Env, "LD_PRELOAD="+filepath.Join(libDir, "libtessera-hook.so"))
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	in.Write([]byte("init\nctx 0\nloop 1048576\n"))
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && sc.Text() != "ok looping" {
+	}
+	time.Sleep(time.Duration(rng.IntN(300)) * time.Microsecond)
+	cmd.Process.Kill()
+	cmd.Wait()
+	return nil
+}

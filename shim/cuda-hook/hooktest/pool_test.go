@@ -1,0 +1,39 @@
+package hooktest
+
+import "testing"
+
+// TestPoolsAreChargedForWhatTheyReserve: the simulated driver reserves pool memory
+// in 32 MiB chunks and keeps freed memory until a synchronisation or a trim; the
+// container is charged for the reservation, and a reservation that would pass the
+// cap is undone and refused.
+func TestPoolsAreChargedForWhatTheyReserve(t *testing.T) {
+	n := newNode(t, "")
+	c := n.container(t, map[int]uint64{0: 64 * MiB})
+	p := c.ready("direct")
+	p.ok("pool P 0")
+	p.ok("poolalloc a P 8388608")
+	if r := fieldU(t, p.ok("poolreserved P"), "reserved"); r != 32*MiB {
+		t.Fatalf("pool reserves %d, the simulated driver should reserve a 32 MiB chunk", r)
+	}
+	c.wantUsed(32*MiB, "a pool reserving one 32 MiB chunk")
+	p.ok("poolalloc b P 8388608") // served from the chunk: no new charge
+	c.wantUsed(32*MiB, "a second allocation from the same chunk")
+	p.ok("free a")
+	p.ok("free b")
+	c.wantUsed(32*MiB, "after frees (freed pool memory stays reserved until a sync)")
+	p.ok("sync")
+	c.wantUsed(0, "after the sync released the chunk")
+
+	// A cap below one chunk: the pool would reserve past it.
+	c.setCap(0, 20*MiB)
+	p.fails("poolalloc c P 8388608", "CUDA_ERROR_OUT_OF_MEMORY")
+	if r := fieldU(t, p.ok("poolreserved P"), "reserved"); r != 0 {
+		t.Fatalf("the refused allocation left %d bytes reserved in the pool", r)
+	}
+	c.wantUsed(0, "after the refused allocation")
+	p.fails("async d 8388608", "CUDA_ERROR_OUT_OF_MEMORY") // the default pool too
+	c.setCap(0, 64*MiB)
+	p.ok("async d 8388608")
+	p.ok("free d")
+	p.exit()
+}

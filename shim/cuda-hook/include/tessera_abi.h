@@ -1,0 +1,123 @@
+/*
+ * tessera_abi.h — the shared-memory ABI between the CUDA hook (inside a container),
+ * the device plugin and the node monitor (on the host).
+ *
+ * Two files per container allocation:
+ *
+ *   limits  (tessera_limits)  written only by the node side (device plugin at Allocate,
+ *           monitor later: memory balloons). Mounted read-only into the container and
+ *           mapped PROT_READ by the hook, so a container cannot raise its own caps.
+ *           The hook reads the limit words on every allocation; the node side changes
+ *           them in place (never by replacing the file: the hook holds the old inode).
+ *
+ *   region  (tessera_region)  the usage accounting shared by all processes of the
+ *           container, mapped MAP_SHARED read-write by the hook; read (and reaped) by
+ *           the monitor.
+ *
+ * Device index d in the region means entry d of the limits file (matched by UUID).
+ *
+ * Concurrency: there is no lock anywhere in this ABI. Every word that more than one
+ * process touches is accessed with C11 atomics (Go: sync/atomic), so a process
+ * killed at any instruction cannot block the others. Each process owns one slot
+ * (claimed by CAS on `pid`), and its slot's `used` words are the only record of its
+ * usage: a dead process's usage is reclaimed by zeroing its slot, which is exact
+ * because the driver frees a dead process's memory too.
+ *
+ * Charging protocol (what makes the cap exact without a lock): to take n bytes on
+ * device d, a process first adds n to its own slot's used_bytes[d] (seq_cst), then sums
+ * used_bytes[d] over slots [0, slot_hwm); if the sum exceeds the limit it subtracts n
+ * again and refuses. Of two racing charges at least one sees the other (store-then-load
+ * on both sides, sequentially consistent), so the cap can never be exceeded; near the
+ * cap both may refuse, and the hook retries once after reaping dead slots.
+ *
+ * Layout rules: fixed-size, naturally aligned, little-endian host order, no pointers.
+ * Any incompatible change bumps TESSERA_ABI_VERSION. Go mirrors this file in
+ * internal/region; a test there compares every offset and size with this header.
+ */
+#ifndef TESSERA_ABI_H
+#define TESSERA_ABI_H
+
+#include <stdint.h>
+
+/* The Go layout test (cgo) cannot express _Atomic; it defines this as plain `t`.
+ * _Atomic uint32_t/uint64_t have the size and alignment of the plain types on every
+ * supported platform (checked below), so the layout is the same either way. */
+#ifndef TESSERA_ATOMIC
+#define TESSERA_ATOMIC(t) _Atomic t
+#endif
+
+#define TESSERA_ABI_VERSION 1u
+#define TESSERA_MAX_DEVICES 16
+#define TESSERA_MAX_PROCS 1024
+#define TESSERA_UUID_LEN 96 /* NVML_DEVICE_UUID_V2_BUFFER_SIZE */
+
+#define TESSERA_LIMITS_MAGIC 0x53544d494c535354ull /* "TSSLIMTS" little-endian */
+#define TESSERA_REGION_MAGIC 0x4e4f494745525354ull /* "TSREGION" little-endian */
+
+/*
+ * A slot's pid word: 0 = free; a pid = owned by that process; RECLAIM_BIT|r = being
+ * cleared by reaper r (real pids are < 2^22, so bit 31 is never part of one).
+ * Reclaiming is claim-by-CAS (pid -> RECLAIM_BIT|me), zero used_bytes, then CAS
+ * (RECLAIM_BIT|me -> 0). A container process may take over a slot whose reaper is a
+ * dead process of the container; the node monitor reaps as TESSERA_REAPER_NODE, which
+ * container processes treat as alive (only the restarted monitor takes its own slots
+ * over), because the monitor's pid is not visible in the container's pid namespace.
+ */
+#define TESSERA_SLOT_RECLAIM_BIT 0x80000000u
+#define TESSERA_REAPER_NODE 0x7fffffffu
+
+/* ---- limits file ---- */
+
+typedef struct tessera_device_limit {
+    char uuid[TESSERA_UUID_LEN];                /* "GPU-…" as NVML and cuDeviceGetUuid report it */
+    TESSERA_ATOMIC(uint64_t) mem_limit_bytes;   /* 0 = no memory cap on this device */
+    TESSERA_ATOMIC(uint32_t) core_limit_pct;    /* 0 = no compute cap; 1..100 = share of one GPU */
+    TESSERA_ATOMIC(int32_t) priority;           /* reserved for compute arbitration */
+    uint64_t reserved[6];
+} tessera_device_limit;
+
+typedef struct tessera_limits {
+    uint64_t magic;        /* TESSERA_LIMITS_MAGIC */
+    uint32_t abi_version;  /* TESSERA_ABI_VERSION */
+    uint32_t size;         /* sizeof(tessera_limits) */
+    TESSERA_ATOMIC(uint64_t) generation; /* bumped by the writer after every change */
+    uint32_t device_count; /* entries in use, <= TESSERA_MAX_DEVICES */
+    uint32_t flags;        /* reserved, 0 */
+    uint64_t reserved[8];
+    tessera_device_limit devices[TESSERA_MAX_DEVICES];
+} tessera_limits;
+
+/* ---- usage region ---- */
+
+typedef struct tessera_proc_slot {
+    TESSERA_ATOMIC(uint32_t) pid;         /* see TESSERA_SLOT_RECLAIM_BIT */
+    uint32_t flags;                       /* reserved, 0 */
+    TESSERA_ATOMIC(uint64_t) start_time;  /* /proc/<pid>/stat field 22; detects pid reuse; 0 = claim in progress */
+    TESSERA_ATOMIC(uint64_t) used_bytes[TESSERA_MAX_DEVICES]; /* device memory charged to this process */
+    uint64_t reserved[6];
+} tessera_proc_slot;
+
+typedef struct tessera_region {
+    uint64_t magic;        /* TESSERA_REGION_MAGIC */
+    uint32_t abi_version;  /* TESSERA_ABI_VERSION */
+    uint32_t size;         /* sizeof(tessera_region) */
+    uint32_t max_devices;  /* TESSERA_MAX_DEVICES */
+    uint32_t max_procs;    /* TESSERA_MAX_PROCS */
+    TESSERA_ATOMIC(uint32_t) slot_hwm;    /* 1 + highest slot index ever claimed; scans stop here */
+    uint32_t pad0;
+    TESSERA_ATOMIC(uint64_t) refused[TESSERA_MAX_DEVICES];     /* allocations refused for the cap */
+    TESSERA_ATOMIC(uint64_t) peak_bytes[TESSERA_MAX_DEVICES];  /* highest total usage seen */
+    TESSERA_ATOMIC(uint64_t) reaped_procs;                     /* dead processes whose slots were cleared */
+    TESSERA_ATOMIC(uint64_t) reaped_bytes;                     /* bytes reclaimed from them */
+    uint64_t reserved[30];
+    tessera_proc_slot slots[TESSERA_MAX_PROCS];
+} tessera_region;
+
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+_Static_assert(sizeof(TESSERA_ATOMIC(uint64_t)) == 8, "atomic u64 must be 8 bytes");
+_Static_assert(sizeof(TESSERA_ATOMIC(uint32_t)) == 4, "atomic u32 must be 4 bytes");
+_Static_assert(sizeof(tessera_device_limit) == 160, "tessera_device_limit layout");
+_Static_assert(sizeof(tessera_proc_slot) == 192, "tessera_proc_slot layout");
+#endif
+
+#endif /* TESSERA_ABI_H */

@@ -1,0 +1,91 @@
+/* config.c — parse the TESSERA_* environment. Every malformed value is an error:
+ * the caller fails closed rather than guessing what the node side meant. */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+
+static int parse_path(const char *name, const char *v, char *out, bool *present, char *err, size_t errlen)
+{
+    *present = false;
+    if (v == NULL)
+        return 0;
+    size_t n = strlen(v);
+    if (n == 0) {
+        snprintf(err, errlen, "%s is set but empty", name);
+        return -1;
+    }
+    if (n >= PATH_MAX) {
+        snprintf(err, errlen, "%s is %zu bytes long, longer than PATH_MAX", name, n);
+        return -1;
+    }
+    memcpy(out, v, n + 1);
+    *present = true;
+    return 0;
+}
+
+static int parse_mib(const char *name, const char *v, uint64_t *bytes, char *err, size_t errlen)
+{
+    *bytes = 0;
+    if (v == NULL)
+        return 0;
+    uint64_t mib = 0;
+    if (*v == '\0') {
+        snprintf(err, errlen, "%s is set but empty; want a whole number of MiB", name);
+        return -1;
+    }
+    for (const char *p = v; *p; p++) {
+        if (*p < '0' || *p > '9') {
+            snprintf(err, errlen, "%s=\"%.40s\": not a whole number of MiB", name, v);
+            return -1;
+        }
+        mib = mib * 10 + (uint64_t)(*p - '0');
+        if (mib > HOOK_MAX_CTX_RESERVE_MIB) {
+            snprintf(err, errlen, "%s=\"%.40s\": more than %u MiB", name, v, HOOK_MAX_CTX_RESERVE_MIB);
+            return -1;
+        }
+    }
+    *bytes = mib << 20;
+    return 0;
+}
+
+static int parse_level(const char *name, const char *v, int *level, char *err, size_t errlen)
+{
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    *level = HOOK_LOG_WARN;
+    if (v == NULL)
+        return 0;
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(v, names[i]) == 0) {
+            *level = i;
+            return 0;
+        }
+    }
+    snprintf(err, errlen, "%s=\"%.40s\": want error, warn, info or debug", name, v);
+    return -1;
+}
+
+int config_parse(struct hook_config *cfg, const char *(*getenv_fn)(const char *), char *err, size_t errlen)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->log_level = HOOK_LOG_WARN;
+    err[0] = '\0';
+    /* The log level first, so that it applies to the messages about the others. */
+    if (parse_level("TESSERA_LOG", getenv_fn("TESSERA_LOG"), &cfg->log_level, err, errlen) ||
+        parse_path("TESSERA_REGION", getenv_fn("TESSERA_REGION"), cfg->region_path, &cfg->has_region, err,
+                   errlen) ||
+        parse_path("TESSERA_LIMITS", getenv_fn("TESSERA_LIMITS"), cfg->limits_path, &cfg->has_limits, err,
+                   errlen) ||
+        parse_path("TESSERA_CORE_LIMITS", getenv_fn("TESSERA_CORE_LIMITS"), cfg->core_limits_path,
+                   &cfg->has_core_limits, err, errlen) ||
+        parse_mib("TESSERA_CTX_RESERVE_MIB", getenv_fn("TESSERA_CTX_RESERVE_MIB"), &cfg->ctx_reserve_bytes, err,
+                  errlen))
+        return -1;
+    if (cfg->has_limits && !cfg->has_region) {
+        snprintf(err, errlen, "TESSERA_LIMITS is set but TESSERA_REGION is not: there is nowhere to account usage");
+        return -1;
+    }
+    return 0;
+}

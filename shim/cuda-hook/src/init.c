@@ -1,0 +1,115 @@
+/* init.c — lazy initialisation, fork and exit handling. Loading the library runs
+ * nothing; the first intercepted call parses the environment, opens the real
+ * driver and maps the limits and region files, exactly once (pthread_once). */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accounting.h"
+#include "hook.h"
+#include "interpose.h"
+#include "limiter.h"
+#include "log.h"
+#include "pools.h"
+#include "real.h"
+
+_Atomic int hook_ready;
+bool hook_failed_closed;
+struct hook_config hook_cfg;
+struct cuda_real REAL;
+struct nvml_real REAL_NVML;
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static pthread_once_t g_nvml_once = PTHREAD_ONCE_INIT;
+static _Thread_local int t_in_init;
+
+void views_atfork_child(void);
+
+bool hook_in_init(void) { return t_in_init != 0; }
+
+static const char *env(const char *name) { return getenv(name); }
+
+static void fail_closed(const char *why)
+{
+    hook_failed_closed = true;
+    hook_log(HOOK_LOG_ERROR, "%s; GPU allocations in this process fail with CUDA_ERROR_NOT_INITIALIZED", why);
+}
+
+static void atfork_prepare(void)
+{
+    pools_atfork_prepare();
+    acct_atfork_prepare();
+}
+
+static void atfork_parent(void)
+{
+    acct_atfork_parent();
+    pools_atfork_parent();
+}
+
+static void atfork_child(void)
+{
+    acct_atfork_child();
+    pools_atfork_child();
+    views_atfork_child();
+    limiter_atfork_child();
+}
+
+static void init_once(void)
+{
+    char err[512];
+    t_in_init = 1;
+    interpose_resolve_dlsym();
+    if (config_parse(&hook_cfg, env, err, sizeof err) != 0) {
+        fail_closed(err);
+    } else {
+        hook_log_threshold = hook_cfg.log_level;
+        if (limiter_open(&hook_cfg, err, sizeof err) != 0)
+            fail_closed(err);
+    }
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (cuda == NULL)
+        hook_log(HOOK_LOG_WARN, "dlopen libcuda.so.1: %s", dlerror());
+    interpose_resolve_cuda(cuda); /* without a driver every wrapper fails cleanly */
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    if (!hook_failed_closed)
+        hook_log(HOOK_LOG_INFO, "initialised: limits %s, region %s, context reserve %llu MiB",
+                 hook_cfg.has_limits ? hook_cfg.limits_path : "(none: pass-through)",
+                 hook_cfg.has_region ? hook_cfg.region_path : "(none)",
+                 (unsigned long long)(hook_cfg.ctx_reserve_bytes >> 20));
+    t_in_init = 0;
+    atomic_store_explicit(&hook_ready, 1, memory_order_release);
+}
+
+void hook_init_slow(void)
+{
+    if (t_in_init)
+        return; /* re-entered from inside initialisation (dlopen constructors) */
+    pthread_once(&g_once, init_once);
+}
+
+static void nvml_once(void)
+{
+    t_in_init = 1;
+    void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (nvml == NULL)
+        hook_log(HOOK_LOG_WARN, "dlopen libnvidia-ml.so.1: %s", dlerror());
+    else
+        interpose_resolve_nvml(nvml);
+    t_in_init = 0;
+}
+
+void hook_nvml_init(void)
+{
+    if (!t_in_init)
+        pthread_once(&g_nvml_once, nvml_once);
+}
+
+/* At exit the driver frees this process's memory: hand the slot back so that the
+ * usage disappears at once instead of at the next reap. */
+__attribute__((destructor)) static void hook_fini(void)
+{
+    if (atomic_load(&hook_ready))
+        limiter_release();
+}

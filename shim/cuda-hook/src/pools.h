@@ -1,0 +1,35 @@
+/* pools.h — stream-ordered memory pools are charged for what they reserve from the
+ * device (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), not for what they hand out: freed
+ * blocks stay reserved until the pool trims. The charge follows the reservation. */
+#ifndef HOOK_POOLS_H
+#define HOOK_POOLS_H
+
+#include <stdint.h>
+
+#include "cuda_driver.h"
+
+/* Remember which limits-file device a pool belongs to (first sighting wins). */
+void pool_note(CUmemoryPool pool, int idx);
+/* The pool's device index, or def when the pool was never seen. */
+int pool_index(CUmemoryPool pool, int def);
+/* Reserved minus used: what the pool can hand out without growing. */
+uint64_t pool_headroom(CUmemoryPool pool);
+/* Add n to what is charged for the pool (after limiter_charge took it). */
+void pool_add_charge(CUmemoryPool pool, uint64_t n);
+/* Bring the pool's charge to its current reservation. checked: growth must fit
+ * under the cap (returns -1 and changes nothing when it does not); unchecked:
+ * the driver already holds the memory, charge it whatever the cap. */
+int pool_reconcile(CUmemoryPool pool, int checked);
+/* After a sync point: reconcile every known pool (reservations shrink there). */
+void pool_reconcile_all(void);
+/* An allocation from / free into the pool. */
+void pool_outstanding(CUmemoryPool pool, int delta);
+/* The pool was destroyed: its charge goes when its last allocation is freed. */
+void pool_destroyed(CUmemoryPool pool);
+
+extern _Atomic int pools_known; /* >0 once any pool was seen */
+
+void pools_atfork_prepare(void);
+void pools_atfork_parent(void);
+void pools_atfork_child(void); /* the child owns none of its parent's pools' charges */
+#endif

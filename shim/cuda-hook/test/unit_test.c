@@ -1,0 +1,305 @@
+/* unit_test.c — C unit tests of the hook's pieces that need no driver: the
+ * environment parser, the region protocol (claim, charge, reap), the per-object
+ * table and the array size rule. Run by `make test-hook-unit`. */
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "abi_files.h"
+#include "accounting.h"
+#include "config.h"
+#include "limiter.h"
+#include "log.h"
+#include "region.h"
+
+static int failures;
+
+#define CHECK(cond)                                                                                                \
+    do {                                                                                                           \
+        if (!(cond)) {                                                                                             \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                                        \
+            failures++;                                                                                            \
+        }                                                                                                          \
+    } while (0)
+
+/* ---- config ---- */
+
+static const char *const *g_env;
+
+static const char *fake_getenv(const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *const *e = g_env; *e; e++) {
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            return *e + n + 1;
+    }
+    return NULL;
+}
+
+static int parse(const char *const *env, struct hook_config *c, char *err)
+{
+    g_env = env;
+    return config_parse(c, fake_getenv, err, 256);
+}
+
+static void test_config(void)
+{
+    struct hook_config c;
+    char err[256];
+    const char *none[] = {NULL};
+    CHECK(parse(none, &c, err) == 0 && !c.has_limits && !c.has_region && c.ctx_reserve_bytes == 0 &&
+          c.log_level == HOOK_LOG_WARN);
+    const char *good[] = {"TESSERA_REGION=/r", "TESSERA_LIMITS=/l", "TESSERA_CORE_LIMITS=/c",
+                          "TESSERA_CTX_RESERVE_MIB=300", "TESSERA_LOG=debug", NULL};
+    CHECK(parse(good, &c, err) == 0 && c.has_limits && strcmp(c.limits_path, "/l") == 0 &&
+          c.ctx_reserve_bytes == 300ull << 20 && c.log_level == HOOK_LOG_DEBUG && c.has_core_limits);
+    const char *bad[][3] = {
+        {"TESSERA_CTX_RESERVE_MIB=12x", NULL},  {"TESSERA_CTX_RESERVE_MIB=-1", NULL},
+        {"TESSERA_CTX_RESERVE_MIB=", NULL},     {"TESSERA_CTX_RESERVE_MIB=99999999999", NULL},
+        {"TESSERA_LOG=verbose", NULL},          {"TESSERA_REGION=", NULL},
+        {"TESSERA_LIMITS=/l", NULL}, /* limits without a region */
+    };
+    const char *want[] = {"TESSERA_CTX_RESERVE_MIB", "TESSERA_CTX_RESERVE_MIB", "TESSERA_CTX_RESERVE_MIB",
+                          "TESSERA_CTX_RESERVE_MIB", "TESSERA_LOG", "TESSERA_REGION", "TESSERA_REGION"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = parse(bad[i], &c, err);
+        CHECK(rc == -1);
+        CHECK(strstr(err, want[i]) != NULL);
+    }
+}
+
+/* ---- files ---- */
+
+static char g_dir[64];
+
+static void make_limits(const char *path, uint64_t cap)
+{
+    const char *uuids[] = {"GPU-aaaa", "GPU-bbbb"};
+    const uint64_t caps[] = {cap, 0};
+    const uint32_t cores[] = {0, 40};
+    abi_write_limits(path, 2, uuids, caps, cores);
+}
+
+static void test_bad_files(void)
+{
+    char path[128], err[256];
+    tessera_region *r;
+    const tessera_limits *l;
+    snprintf(path, sizeof path, "%s/bad", g_dir);
+    CHECK(region_map("/nonexistent/region", &r, err, sizeof err) == -1 && strstr(err, "open") != NULL);
+    abi_write_file(path, "TSREGION", 8);
+    CHECK(region_map(path, &r, err, sizeof err) == -1 && strstr(err, "truncated") != NULL);
+    abi_write_region(path);
+    CHECK(limits_map(path, &l, err, sizeof err) == -1 && strstr(err, "magic") != NULL);
+    CHECK(region_map(path, &r, err, sizeof err) == 0);
+    r->abi_version = 99;
+    CHECK(region_map(path, &r, err, sizeof err) == -1 && strstr(err, "ABI version 99") != NULL);
+}
+
+static void test_proc_identity(void)
+{
+    uint64_t st = 0;
+    bool z = true;
+    CHECK(proc_identity(getpid(), &st, &z) == 0 && st > 0 && !z);
+    CHECK(proc_alive((uint32_t)getpid(), st));
+    CHECK(!proc_alive((uint32_t)getpid(), st + 1)); /* pid reuse: different start time */
+    pid_t child = fork();
+    if (child == 0)
+        _exit(0);
+    waitpid(child, NULL, 0);
+    CHECK(!proc_alive((uint32_t)child, 0));
+}
+
+static void test_limiter(void)
+{
+    char rpath[128], lpath[128], err[256];
+    snprintf(rpath, sizeof rpath, "%s/region", g_dir);
+    snprintf(lpath, sizeof lpath, "%s/limits", g_dir);
+    abi_write_region(rpath);
+    make_limits(lpath, 1000);
+    struct hook_config cfg = {.has_region = true, .has_limits = true, .has_core_limits = true};
+    strcpy(cfg.region_path, rpath);
+    strcpy(cfg.limits_path, lpath);
+    strcpy(cfg.core_limits_path, lpath);
+    CHECK(limiter_open(&cfg, err, sizeof err) == 0);
+    CHECK(limiter_index("GPU-aaaa") == 0 && limiter_index("GPU-bbbb") == 1 && limiter_index("GPU-cccc") == -1);
+    CHECK(limiter_core_pct("GPU-bbbb") == 40);
+    CHECK(limiter_charge(0, 600) == LIMITER_OK);
+    CHECK(limiter_charge(0, 400) == LIMITER_OK); /* exactly at the cap */
+    CHECK(limiter_charge(0, 1) == LIMITER_OVER_CAP);
+    CHECK(limiter_usage(0) == 1000);
+    limiter_uncharge(0, 400);
+    CHECK(limiter_charge(0, 401) == LIMITER_OVER_CAP);
+    CHECK(limiter_charge(0, UINT64_MAX) == LIMITER_OVER_CAP);
+    CHECK(limiter_charge(1, 1ull << 40) == LIMITER_OK); /* uncapped entry: counted, never refused */
+    CHECK(limiter_usage(1) == 1ull << 40);
+    CHECK(limiter_charge(1, UINT64_MAX) == LIMITER_OVER_CAP); /* ...unless absurd: it would wrap */
+    CHECK(limiter_usage(1) == 1ull << 40);
+
+    /* A dead process holding usage is reaped when it stands in the way. */
+    tessera_region *r;
+    CHECK(region_map(rpath, &r, err, sizeof err) == 0);
+    CHECK(atomic_load(&r->refused[0]) == 3);
+    pid_t child = fork();
+    if (child == 0) {
+        limiter_atfork_child();
+        _exit(limiter_charge(0, 300) == LIMITER_OK ? 0 : 1); /* dies holding 300 */
+    }
+    int st;
+    waitpid(child, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(limiter_usage(0) == 900);
+    CHECK(limiter_charge(0, 400) == LIMITER_OK); /* fits only once the child's 300 is reaped */
+    CHECK(limiter_usage(0) == 1000);
+    CHECK(atomic_load(&r->reaped_procs) == 1 && atomic_load(&r->reaped_bytes) == 300);
+
+    /* Saturating uncharge never wraps the slot. */
+    limiter_uncharge(0, 1ull << 50);
+    CHECK(limiter_usage(0) == 0);
+
+    /* At exit the slot is released and its usage disappears at once. */
+    limiter_release();
+    CHECK(limiter_usage(1) == 0);
+    uint32_t hwm = atomic_load(&r->slot_hwm);
+    int owned = 0;
+    for (uint32_t i = 0; i < hwm; i++)
+        owned += atomic_load(&r->slots[i].pid) != 0;
+    CHECK(owned == 0);
+}
+
+static void test_region_claim_exec_and_reuse(void)
+{
+    char rpath[128], err[256];
+    snprintf(rpath, sizeof rpath, "%s/region2", g_dir);
+    abi_write_region(rpath);
+    tessera_region *r;
+    CHECK(region_map(rpath, &r, err, sizeof err) == 0);
+    uint64_t st;
+    bool z;
+    proc_identity(getpid(), &st, &z);
+    int a = region_claim(r, (uint32_t)getpid(), st);
+    atomic_store(&r->slots[a].used_bytes[3], 77);
+    /* The same process image again (after exec): same slot, usage reset. */
+    int b = region_claim(r, (uint32_t)getpid(), st);
+    CHECK(a == b && atomic_load(&r->slots[b].used_bytes[3]) == 0);
+    /* A slot with our pid but another start time is a dead predecessor. */
+    atomic_store(&r->slots[5].pid, (uint32_t)getpid());
+    atomic_store(&r->slots[5].start_time, st + 12345);
+    atomic_store(&r->slots[5].used_bytes[0], 5);
+    atomic_store(&r->slot_hwm, 6);
+    CHECK(region_reap(r, (uint32_t)getpid(), st) == 1 && atomic_load(&r->slots[5].pid) == 0);
+    /* A slot being cleared by the node reaper is left alone; one whose container
+     * reaper died is taken over. */
+    atomic_store(&r->slots[2].pid, TESSERA_SLOT_RECLAIM_BIT | TESSERA_REAPER_NODE);
+    atomic_store(&r->slots[3].pid, TESSERA_SLOT_RECLAIM_BIT | 0x3ffffe);
+    atomic_store(&r->slots[3].used_bytes[0], 9);
+    CHECK(region_reap(r, (uint32_t)getpid(), st) == 1);
+    CHECK(atomic_load(&r->slots[2].pid) == (TESSERA_SLOT_RECLAIM_BIT | TESSERA_REAPER_NODE));
+    CHECK(atomic_load(&r->slots[3].pid) == 0 && region_usage(r, 0) == 0);
+}
+
+/* ---- table ---- */
+
+static void test_table(void)
+{
+    enum { N = 20000 };
+    for (uint64_t i = 0; i < N; i++) {
+        struct acct_rec rec = {.key = 0x7f0000000000ull + i * 512, .bytes = i, .idx = 0, .space = ACCT_PTR};
+        CHECK(acct_put(&rec) == 0);
+    }
+    struct acct_rec arr = {.key = 0x7f0000000000ull, .bytes = 99, .idx = 1, .space = ACCT_ARRAY};
+    CHECK(acct_put(&arr) == 0);
+    CHECK(acct_count() == N + 1);
+    struct acct_rec out;
+    int ok = 1;
+    for (uint64_t i = 0; i < N; i += 2)
+        ok &= acct_take(ACCT_PTR, 0x7f0000000000ull + i * 512, &out) && out.bytes == i;
+    CHECK(ok);
+    for (uint64_t i = 1; i < N; i += 2)
+        ok &= acct_take(ACCT_PTR, 0x7f0000000000ull + i * 512, &out) && out.bytes == i;
+    CHECK(ok);
+    CHECK(!acct_take(ACCT_PTR, 0x7f0000000000ull, &out));
+    CHECK(acct_take(ACCT_ARRAY, 0x7f0000000000ull, &out) && out.bytes == 99);
+    CHECK(acct_count() == 0);
+}
+
+static void test_table_ranges_owners_and_vmm(void)
+{
+    struct acct_rec out[8];
+    for (uint64_t i = 0; i < 6; i++) {
+        struct acct_rec m = {.key = 0x1000 + i * 0x100, .owner = 77, .space = ACCT_MAP};
+        struct acct_rec p = {.key = 0x1000 + i * 0x100, .owner = i % 2 ? 5 : 6, .bytes = 1, .space = ACCT_PTR};
+        CHECK(acct_put(&m) == 0 && acct_put(&p) == 0);
+    }
+    /* [0x1100, 0x1300): two mappings, and no pointer records. */
+    CHECK(acct_take_range(ACCT_MAP, 0x1100, 0x1300, out, 8) == 2 && out[0].owner == 77);
+    CHECK(acct_take_range(ACCT_MAP, 0x1100, 0x1300, out, 8) == 0);
+    CHECK(acct_take_owned(5, out, 8) == 3 && acct_take_owned(5, out, 8) == 0);
+    CHECK(acct_take_range(ACCT_MAP, 0, UINT64_MAX, out, 8) == 4);
+    CHECK(acct_take_owned(6, out, 2) == 2 && acct_take_owned(6, out, 8) == 1);
+    CHECK(acct_count() == 0);
+
+    struct acct_rec h = {.key = 9, .bytes = 4096, .idx = 0, .space = ACCT_VMM};
+    CHECK(acct_put(&h) == 0);
+    CHECK(acct_vmm_update(10, 1, 0, out) == -1);   /* unknown handle */
+    CHECK(acct_vmm_update(9, 1, 0, out) == 0);     /* mapped */
+    CHECK(acct_vmm_update(9, 0, 1, out) == 0);     /* released while mapped: kept */
+    CHECK(acct_vmm_update(9, -1, 0, out) == 1 && out[0].bytes == 4096); /* last unmap frees */
+    CHECK(acct_count() == 0);
+    CHECK(acct_put(&h) == 0);
+    CHECK(acct_vmm_update(9, 0, 1, out) == 1); /* never mapped: the release frees */
+}
+
+static void test_sizes(void)
+{
+    CUDA_ARRAY3D_DESCRIPTOR d = {.Width = 100, .Height = 0, .Depth = 0, .Format = CU_AD_FORMAT_FLOAT,
+                                 .NumChannels = 4};
+    CHECK(array_bytes(&d) == 1600 + 448 - 0); /* 1600 rounded up to 2048 */
+    d.Height = 10;
+    d.Depth = 3;
+    CHECK(array_bytes(&d) == 48000 + 128); /* 48000 -> 48128 */
+    d.Format = (CUarray_format)0x77;
+    CHECK(array_bytes(&d) == 0);
+    CUDA_ARRAY3D_DESCRIPTOR m = {.Width = 64, .Height = 64, .Format = CU_AD_FORMAT_UNSIGNED_INT8, .NumChannels = 1};
+    /* levels 64x64, 32x32, 16x16, 8x8: 4096 + 1024 + 256 + 64 = 5440, rounded once */
+    CHECK(mipmap_bytes(&m, 4) == 5632);
+    /* a 1-D mipmap keeps its zero extents: 1000 + 500 + 250 bytes */
+    CUDA_ARRAY3D_DESCRIPTOR m1 = {.Width = 1000, .Format = CU_AD_FORMAT_UNSIGNED_INT8, .NumChannels = 1};
+    CHECK(mipmap_bytes(&m1, 3) == 2048);
+    CUuuid u;
+    for (int i = 0; i < 16; i++)
+        u.bytes[i] = (char)(i * 17);
+    char s[48];
+    uuid_format(&u, s);
+    CHECK(strcmp(s, "GPU-00112233-4455-6677-8899-aabbccddeeff") == 0);
+}
+
+int main(void)
+{
+    snprintf(g_dir, sizeof g_dir, "/tmp/hook-unit-XXXXXX");
+    if (mkdtemp(g_dir) == NULL)
+        return 2;
+    hook_log_threshold = -1; /* the tests provoke errors on purpose */
+    test_config();
+    test_bad_files();
+    test_proc_identity();
+    test_limiter();
+    test_region_claim_exec_and_reuse();
+    test_table();
+    test_table_ranges_owners_and_vmm();
+    test_sizes();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd) != 0)
+        failures++;
+    if (failures) {
+        fprintf(stderr, "hook unit tests: %d failures\n", failures);
+        return 1;
+    }
+    printf("hook unit tests: ok\n");
+    return 0;
+}

@@ -1,0 +1,70 @@
+package fakegpu
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// LibDir returns the directory holding the simulated libcuda.so.1 and
+// libnvidia-ml.so.1: $TESSERA_LIB_DIR/fakegpu when `make test` set it, otherwise
+// it builds them once with `make -C <repository root> fakegpu`.
+func LibDir() (string, error) {
+	if dir := os.Getenv("TESSERA_LIB_DIR"); dir != "" {
+		return checkLibDir(filepath.Join(dir, "fakegpu"))
+	}
+	buildOnce.Do(func() {
+		root, err := repoRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		cmd := exec.Command("make", "-C", root, "fakegpu")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("make -C %s fakegpu: %w\n%s", root, err, out)
+			return
+		}
+		buildDir, buildErr = checkLibDir(filepath.Join(root, "lib", "fakegpu"))
+	})
+	return buildDir, buildErr
+}
+
+func checkLibDir(dir string) (string, error) {
+	for _, lib := range []string{"libcuda.so.1", "libnvidia-ml.so.1"} {
+		if _, err := os.Stat(filepath.Join(dir, lib)); err != nil {
+			return "", fmt.Errorf("simulated GPU library missing: %w", err)
+		}
+	}
+	return dir, nil
+}
+
+// RepoRoot is the repository checkout this package was compiled from.
+func repoRoot() (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", fmt.Errorf("cannot locate the fakegpu package source")
+	}
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	if _, err := os.Stat(filepath.Join(root, "Makefile")); err != nil {
+		return "", fmt.Errorf("repository root %s: %w", root, err)
+	}
+	return root, nil
+}
+
+// SourceDir is test/fakegpu in the repository (C sources and test programs).
+func SourceDir() (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "test", "fakegpu"), nil
+}

@@ -1,0 +1,161 @@
+/*
+ * cu_internal.h — shared state of the simulated libcuda.so.1. Not installed; the
+ * public surface is shim/cuda-hook/include/cuda_driver.h.
+ */
+#ifndef FAKEGPU_CU_INTERNAL_H
+#define FAKEGPU_CU_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "cuda_driver.h"
+#include "fg_config.h"
+#include "fg_state.h"
+#include "fg_table.h"
+
+#define FG_API __attribute__((visibility("default")))
+
+/* Per-thread-default-stream entry points the real driver also exports; not in
+ * cuda_driver.h because the hook has no reason to intercept them. */
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream);
+CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream);
+CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
+
+#define FG_STREAM_LEGACY ((CUstream)0x1)
+#define FG_STREAM_PER_THREAD ((CUstream)0x2)
+
+#define FG_MAGIC_CTX 0xc07e47u
+#define FG_MAGIC_STREAM 0x57e4a3u
+#define FG_MAGIC_EVENT 0xe7e47u
+#define FG_MAGIC_MODULE 0x30d01eu
+#define FG_MAGIC_FUNC 0xf0c7u
+#define FG_MAGIC_POOL 0x9001u
+#define FG_MAGIC_DEAD 0xdeadu
+
+struct fg_stream {
+    uint32_t magic;
+    unsigned flags;
+    struct CUctx_st *ctx;
+    _Atomic uint64_t tail_ns; /* when the work queued on it finishes */
+    struct fg_stream *next_free;
+};
+
+struct CUctx_st {
+    uint32_t magic;
+    int dev;
+    int primary;
+    _Atomic int alive;
+    _Atomic uint64_t tail_ns; /* max over its streams: what cuCtxSynchronize waits for */
+    struct fg_stream null_stream;
+};
+
+struct CUstream_st {
+    struct fg_stream s; /* CUstream handles point at struct fg_stream */
+};
+
+struct CUevent_st {
+    uint32_t magic;
+    unsigned flags;
+    struct CUctx_st *ctx; /* where it was created: its device's pools release on sync */
+    int recorded;
+    uint64_t ts_ns; /* when the work before the record point finishes */
+    struct CUevent_st *next_free;
+};
+
+struct CUfunc_st {
+    uint32_t magic;
+    int sleep; /* "fakegpu_sleep": runs for *(uint64_t *)params[0] ns */
+    struct CUmod_st *mod;
+    struct CUfunc_st *next;
+    char name[128];
+};
+
+struct CUmod_st {
+    uint32_t magic;
+    struct CUctx_st *ctx;
+    struct CUfunc_st *funcs;
+    struct CUmod_st *next_free;
+};
+
+struct fg_driver {
+    _Atomic int init; /* 0 not yet, 1 ready, 2 failed (sticky) */
+    CUresult init_err;
+    unsigned gen;     /* bumped in a fork child: older thread stacks are void */
+    struct fg_config cfg;
+    struct fg_state *st;
+    struct fg_state_slot *slot;
+    uint64_t ctx_bytes; /* FAKEGPU_CONTEXT_MIB: device memory each live context takes */
+    pthread_mutex_t mu; /* contexts, primary contexts, modules, free lists */
+    struct CUctx_st primary[FG_MAX_DEVICES];
+    int primary_refs[FG_MAX_DEVICES];
+};
+
+extern struct fg_driver fg;
+
+/* Per-thread current-context stack. */
+#define FG_CTX_STACK 64
+struct fg_tls {
+    unsigned gen;
+    int depth;
+    struct CUctx_st *stack[FG_CTX_STACK];
+};
+extern __thread struct fg_tls fg_tls;
+
+static inline int fg_ready(void)
+{
+    return atomic_load_explicit(&fg.init, memory_order_acquire) == 1;
+}
+
+static inline struct CUctx_st *fg_current(void)
+{
+    struct fg_tls *t = &fg_tls;
+    if (t->gen != fg.gen || t->depth == 0)
+        return NULL;
+    struct CUctx_st *c = t->stack[t->depth - 1];
+    return atomic_load_explicit(&c->alive, memory_order_relaxed) ? c : NULL;
+}
+
+/* init + current context, the preamble of most calls. */
+static inline CUresult fg_enter(struct CUctx_st **ctx)
+{
+    if (!fg_ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    *ctx = fg_current();
+    return *ctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+static inline int fg_valid_dev(CUdevice d)
+{
+    return d >= 0 && d < fg.cfg.count;
+}
+
+/* Whether ctx is a context this process created (safe to dereference). */
+int fg_ctx_known(struct CUctx_st *ctx);
+
+/* Resolves a stream handle (NULL, legacy and per-thread mean the context's own). */
+struct fg_stream *fg_stream_resolve(CUstream h, struct CUctx_st *ctx);
+
+/* Physical memory: charge with one reap-and-retry on failure. */
+CUresult fg_charge(int dev, uint64_t bytes);
+void fg_uncharge(int dev, uint64_t bytes);
+
+/* Fresh device virtual address range, never reused in this process. */
+uint64_t fg_va_alloc(uint64_t size, uint64_t align);
+
+/* Releases everything a context owned (its allocations); used by destroy/reset. */
+void fg_ctx_release_resources(struct CUctx_st *ctx);
+
+/* Sleeps until CLOCK_MONOTONIC reaches t. */
+void fg_wait_until(uint64_t t);
+
+/* VMM (cu_vmm.c): forget the parent's reservations in a fork child. */
+void fg_vmm_reset(void);
+
+/* Pools (cu_pool.c). */
+void fg_pools_init(void);
+void fg_pools_reset(void);
+void fg_pools_sync(int dev);
+void fg_pool_release_entry(const struct fg_entry *e); /* a FG_KIND_POOL entry */
+
+#endif
