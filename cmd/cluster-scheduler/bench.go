@@ -7,10 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
 
+	"github.com/tessera-gpu/tessera/internal/partition"
 	"github.com/tessera-gpu/tessera/internal/placement"
 	"github.com/tessera-gpu/tessera/internal/placement/bench"
 	"github.com/tessera-gpu/tessera/internal/placement/sim"
@@ -106,14 +106,27 @@ func benchThroughput(stdout io.Writer, shipped string, nodes int) error {
 		return err
 	}
 	syn := bench.Synthetic{Nodes: nodes, GPUs: 8, Models: 2, CPU: 128000, MemMiB: 1 << 20}
-	tag := fmt.Sprintf("nodes%d", nodes)
+	pods := bench.Unconstrained(t.Pods)
+	if err := measure(stdout, fmt.Sprintf("nodes%d", nodes), syn.Specs(), pods, 1.0); err != nil {
+		return err
+	}
+	return measure(stdout, "openb_cluster", t.Nodes, t.Pods, 1.3)
+}
 
-	idx, err := bench.RunThroughput(syn, t.Pods, "tessera", false, 1.0, 42, 0)
+// measure prints throughput, latency and memory of tessera with the index,
+// the same with a full scan (first decisions only), and whether the two
+// ever decide differently.
+func measure(stdout io.Writer, tag string, specs []partition.NodeSpec, pods []placement.Request, fill float64) error {
+	idx, err := bench.RunThroughput(specs, pods, "tessera", false, fill, 42, 0)
 	if err != nil {
 		return err
 	}
 	const scanDecisions = 500
-	scan, err := bench.RunThroughput(syn, t.Pods, "tessera", true, 1.0, 42, scanDecisions)
+	scan, err := bench.RunThroughput(specs, pods, "tessera", true, fill, 42, scanDecisions)
+	if err != nil {
+		return err
+	}
+	n, differ, err := bench.CompareIndexScan(specs, pods, "tessera", 42, fill, 2000)
 	if err != nil {
 		return err
 	}
@@ -127,43 +140,7 @@ func benchThroughput(stdout io.Writer, shipped string, nodes int) error {
 	fmt.Fprintf(stdout, "BENCH sched.%s.tessera.unalloc_pct %.3f pct\n", tag, idx.UnallocPct)
 	fmt.Fprintf(stdout, "BENCH sched.decisions_per_s.%s.scan %.0f decisions/s\n", tag, scan.PerSecond())
 	fmt.Fprintf(stdout, "BENCH sched.index_speedup.%s %.1f x\n", tag, idx.PerSecond()/scan.PerSecond())
-
-	specs := syn.Specs()
-	reqs := slices.Clone(t.Pods)
-	for i := range reqs {
-		reqs[i].Models = nil
-	}
-	n, differ, err := bench.CompareIndexScan(specs, reqs, "tessera", 42, 1.0, 300)
-	if err != nil {
-		return err
-	}
 	fmt.Fprintf(stdout, "BENCH sched.index_vs_scan_differing.%s %d of_%d_decisions\n", tag, differ, n)
-
-	return benchOpenBThroughput(stdout, t)
-}
-
-func benchOpenBThroughput(stdout io.Writer, t sim.Trace) error {
-	start := time.Now()
-	run, err := sim.Simulate(t, sim.Config{Policy: "tessera", Seed: 42, Tune: 1.3, ShuffleNodes: true})
-	if err != nil {
-		return err
-	}
-	idx := time.Since(start)
-	start = time.Now()
-	scanRun, err := sim.Simulate(t, sim.Config{Policy: "tessera", Seed: 42, Tune: 1.3, ShuffleNodes: true, Scan: true})
-	if err != nil {
-		return err
-	}
-	scan := time.Since(start)
-	differ := 0
-	for i := range run.Steps {
-		if run.Steps[i] != scanRun.Steps[i] {
-			differ++
-		}
-	}
-	fmt.Fprintf(stdout, "BENCH sched.decisions_per_s.openb %.0f decisions/s\n", float64(len(run.Steps))/idx.Seconds())
-	fmt.Fprintf(stdout, "BENCH sched.decisions_per_s.openb.scan %.0f decisions/s\n", float64(len(scanRun.Steps))/scan.Seconds())
-	fmt.Fprintf(stdout, "BENCH sched.index_vs_scan_differing.openb %d of_%d_steps\n", differ, len(run.Steps))
 	return nil
 }
 

@@ -21,7 +21,7 @@ func shippedPods(t *testing.T) sim.Trace {
 func TestThroughputOnSmallSyntheticCluster(t *testing.T) {
 	tr := shippedPods(t)
 	syn := Synthetic{Nodes: 200, GPUs: 8, Models: 2, CPU: 128000, MemMiB: 1 << 20}
-	r, err := RunThroughput(syn, tr.Pods, "tessera", false, 1.0, 42, 0)
+	r, err := RunThroughput(syn.Specs(), Unconstrained(tr.Pods), "tessera", false, 1.0, 42, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestThroughputOnSmallSyntheticCluster(t *testing.T) {
 	if r.UnallocPct < 0 || r.UnallocPct > 20 {
 		t.Fatalf("filling 200 nodes to 100%% left %.2f%% unallocated", r.UnallocPct)
 	}
-	limited, _ := RunThroughput(syn, tr.Pods, "tessera", true, 1.0, 42, 50)
+	limited, _ := RunThroughput(syn.Specs(), Unconstrained(tr.Pods), "tessera", true, 1.0, 42, 50)
 	if limited.Decisions != 50 {
 		t.Fatalf("limit 50 made %d decisions", limited.Decisions)
 	}
@@ -40,10 +40,7 @@ func TestThroughputOnSmallSyntheticCluster(t *testing.T) {
 func TestIndexAgreesWithScanOnSyntheticCluster(t *testing.T) {
 	tr := shippedPods(t)
 	syn := Synthetic{Nodes: 60, GPUs: 8, Models: 2, CPU: 96000, MemMiB: 1 << 20}
-	pods := tr.Pods[:2000]
-	for i := range pods {
-		pods[i].Models = nil
-	}
+	pods := Unconstrained(tr.Pods[:2000])
 	n, differ, err := CompareIndexScan(syn.Specs(), pods, "tessera", 7, 1.2, 0)
 	if err != nil || n < 500 || differ != 0 {
 		t.Fatalf("compared %d, %d differ, err %v", n, differ, err)

@@ -48,25 +48,28 @@ type Throughput struct {
 // PerSecond is decisions per second.
 func (t Throughput) PerSecond() float64 { return float64(t.Decisions) / t.Elapsed.Seconds() }
 
-// RunThroughput places pods drawn from the trace's pods onto the synthetic
-// cluster until their GPU requests reach fill × capacity, timing every
-// decision (schedule and reserve). Model constraints of the trace are
-// dropped: the synthetic models have other names.
-// At most limit decisions are made (0: no limit), so that the scanning
-// baseline finishes.
-func RunThroughput(s Synthetic, pods []placement.Request, policy string, scan bool, fill float64, seed uint64, limit int) (Throughput, error) {
+// Unconstrained returns the pods without their GPU model constraints, for
+// clusters whose models have other names (the synthetic one).
+func Unconstrained(pods []placement.Request) []placement.Request {
+	out := slices.Clone(pods)
+	for i := range out {
+		out[i].Models = nil
+	}
+	return out
+}
+
+// RunThroughput places pods drawn from reqs onto the cluster of specs, in
+// the simulator's arrival order, until their GPU requests reach fill ×
+// capacity, timing every decision (schedule and reserve). At most limit
+// decisions are made (0: no limit), so that the scanning baseline finishes.
+func RunThroughput(specs []partition.NodeSpec, reqs []placement.Request, policy string, scan bool, fill float64, seed uint64, limit int) (Throughput, error) {
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 
-	cluster, err := placement.NewCluster(s.Specs())
+	cluster, err := placement.NewCluster(specs)
 	if err != nil {
 		return Throughput{}, err
-	}
-	reqs := make([]placement.Request, len(pods))
-	for i, p := range pods {
-		p.Models = nil
-		reqs[i] = p
 	}
 	w := placement.NewWorkload(cluster, reqs, 0.95)
 	pol, err := placement.NewPolicy(policy, cluster, placement.Options{Workload: w, Seed: seed})
@@ -108,6 +111,8 @@ func RunThroughput(s Synthetic, pods []placement.Request, policy string, scan bo
 	}
 	res.Shapes = sched.IndexedShapes()
 	runtime.KeepAlive(sched)
+	runtime.KeepAlive(specs) // part of the baseline, not of the engine
+	runtime.KeepAlive(reqs)
 	return res, nil
 }
 
