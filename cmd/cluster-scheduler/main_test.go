@@ -43,6 +43,18 @@ func TestSimulateCSV(t *testing.T) {
 	}
 }
 
+func TestSimulateSeveralPoliciesAndLevels(t *testing.T) {
+	code, stdout, stderr := runCLI("simulate", "--nodes", testNodes, "--pods", testPods, "--policy", "fgd,tessera",
+		"--seeds", "42", "--levels", "95,100", "--format", "csv")
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if code != 0 || len(lines) != 5 || !strings.HasPrefix(lines[1], "fgd,95.000,") || !strings.HasPrefix(lines[4], "tessera,100.000,") {
+		t.Fatalf("exit %d, stdout:\n%s\nstderr: %s", code, stdout, stderr)
+	}
+	if code, _, stderr := runCLI("simulate", "--nodes", testNodes, "--pods", testPods, "--levels", "100,x"); code == 0 || !strings.Contains(stderr, "not a percentage") {
+		t.Fatalf("bad level accepted: %s", stderr)
+	}
+}
+
 func TestSimulateTable(t *testing.T) {
 	code, stdout, stderr := runCLI("simulate", "--nodes", testNodes, "--pods", testPods, "--policy", "tessera", "--seeds", "42")
 	if code != 0 || !strings.Contains(stdout, "arrived_%") || strings.Count(stdout, "\n") != 8 {

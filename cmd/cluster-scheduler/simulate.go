@@ -19,7 +19,8 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	nodes := fs.String("nodes", "", "node list CSV (openb format)")
 	pods := fs.String("pods", "", "pod list CSV (openb format)")
-	policy := fs.String("policy", "tessera", "placement policy: "+strings.Join(placement.PolicyNames(), ", "))
+	policy := fs.String("policy", "tessera", "placement policies, comma-separated, or all: "+strings.Join(placement.PolicyNames(), ", "))
+	levels := fs.String("levels", "90,95,100,110,120,130", "arrival levels to report, in % of GPU capacity")
 	seeds := fs.String("seeds", "42-51", "seeds: a range a-b or a comma list")
 	tune := fs.Float64("tune", 1.3, "inflate the pods to this multiple of GPU capacity (0: replay as is)")
 	coverage := fs.Float64("coverage", 0.95, "share of pods the fragmentation target workload covers")
@@ -46,25 +47,50 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	levelList, err := parseLevels(*levels)
+	if err != nil {
+		return err
+	}
+	policyList := strings.Split(*policy, ",")
+	if *policy == "all" {
+		policyList = placement.PolicyNames()
+	}
 	t, err := sim.Load(*nodes, *pods)
 	if err != nil {
 		return err
 	}
-	runs, err := sim.SimulateSeeds(t, sim.Config{Policy: *policy, Tune: *tune, Coverage: *coverage, Scan: *scan, ShuffleNodes: *order == "shuffled"}, seedList)
-	if err != nil {
-		return err
-	}
-	if *out != "" {
-		if err := writeRuns(*out, runs); err != nil {
+	var summaries []sim.Summary
+	for _, p := range policyList {
+		cfg := sim.Config{Policy: p, Tune: *tune, Coverage: *coverage, Scan: *scan, ShuffleNodes: *order == "shuffled"}
+		runs, err := sim.SimulateSeeds(t, cfg, seedList)
+		if err != nil {
 			return err
 		}
+		if *out != "" {
+			if err := writeRuns(*out, runs); err != nil {
+				return err
+			}
+		}
+		summaries = append(summaries, sim.Summary{Policy: p, Rows: sim.Summarise(runs, levelList)})
 	}
-	rows := sim.Summarise(runs, sim.Levels)
 	if *format == "csv" {
-		return sim.WriteCSV(stdout, *policy, rows)
+		return sim.WriteCSV(stdout, summaries)
 	}
-	sim.WriteTable(stdout, *policy, rows)
+	sim.WriteTable(stdout, summaries)
 	return nil
+}
+
+// parseLevels reads "90,100,130".
+func parseLevels(s string) ([]float64, error) {
+	var out []float64
+	for _, part := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
+		if err != nil || v <= 0 || v > 1000 {
+			return nil, fmt.Errorf("--levels %q: %q is not a percentage of capacity", s, part)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 func writeRuns(dir string, runs []*sim.Run) error {

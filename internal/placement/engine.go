@@ -10,7 +10,9 @@ import (
 // ErrUnschedulable is returned (wrapped) when no node can host a request.
 var ErrUnschedulable = errors.New("no node can host the pod")
 
-// Scheduler runs the pipeline for one policy over one cluster.
+// Scheduler runs the pipeline for one policy over one cluster. It is not safe
+// for concurrent use: decisions are made one at a time, as a Kubernetes
+// scheduling cycle makes them, and each must be reserved before the next.
 type Scheduler struct {
 	cluster *Cluster
 	policy  Policy

@@ -75,21 +75,34 @@ func median(v []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-// WriteTable prints rows for a person.
-func WriteTable(w io.Writer, policy string, rows []Row) {
-	fmt.Fprintf(w, "policy %s, %d seeds\n", policy, rows[0].Seeds)
-	fmt.Fprintf(w, "%-11s %-8s %-8s %-8s %-8s %-8s\n", "arrived_%", "unalloc%", "mean", "min", "max", "frag%")
-	for _, r := range rows {
-		fmt.Fprintf(w, "%-11.0f %-8.2f %-8.2f %-8.2f %-8.2f %-8.2f\n", r.ArrivedPct, r.Median, r.Mean, r.Min, r.Max, r.FragMedian)
+// Summary is one policy's rows.
+type Summary struct {
+	Policy string
+	Rows   []Row
+}
+
+// WriteTable prints summaries for a person, one block per policy.
+func WriteTable(w io.Writer, summaries []Summary) {
+	for i, s := range summaries {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "policy %s, %d seeds\n", s.Policy, s.Rows[0].Seeds)
+		fmt.Fprintf(w, "%-11s %-8s %-8s %-8s %-8s %-8s\n", "arrived_%", "unalloc%", "mean", "min", "max", "frag%")
+		for _, r := range s.Rows {
+			fmt.Fprintf(w, "%-11.0f %-8.2f %-8.2f %-8.2f %-8.2f %-8.2f\n", r.ArrivedPct, r.Median, r.Mean, r.Min, r.Max, r.FragMedian)
+		}
 	}
 }
 
-// WriteCSV prints rows as CSV with a header.
-func WriteCSV(w io.Writer, policy string, rows []Row) error {
+// WriteCSV prints summaries as one CSV with a header.
+func WriteCSV(w io.Writer, summaries []Summary) error {
 	cw := csv.NewWriter(w)
 	cw.Write([]string{"policy", "arrived_pct", "unalloc_pct_median", "unalloc_pct_mean", "unalloc_pct_min", "unalloc_pct_max", "frag_pct_median", "seeds"})
-	for _, r := range rows {
-		cw.Write([]string{policy, f(r.ArrivedPct), f(r.Median), f(r.Mean), f(r.Min), f(r.Max), f(r.FragMedian), strconv.Itoa(r.Seeds)})
+	for _, s := range summaries {
+		for _, r := range s.Rows {
+			cw.Write([]string{s.Policy, f(r.ArrivedPct), f(r.Median), f(r.Mean), f(r.Min), f(r.Max), f(r.FragMedian), strconv.Itoa(r.Seeds)})
+		}
 	}
 	cw.Flush()
 	return cw.Error()
