@@ -100,9 +100,9 @@ func cpuLoad(c *Cluster, w *Workload) (load, rho float64) {
 // strandWeight scales the CPU-stranding cost with CPU load: holding CPU back
 // for GPUs pays while CPU is plentiful overall (load below 0.95) and mostly
 // shifts the shortage once the workload needs all of it (load 1.05 and up).
-// A quarter of it stays even then: without it CPU-only pods fill whichever
-// nodes come first in the tie-break order, and if those are CPU-poor their
-// GPUs are lost (cpu250 in file order: 7.7 % unallocated instead of 6.5 %).
+// A quarter of it stays even then: without it the result depends on the
+// tie-break order (cpu250 with ties in node-list order: 7.7 % unallocated
+// instead of 6.5 %).
 func strandWeight(load float64) float64 {
 	return max(0.25, min(1, (1.05-load)/0.1))
 }
