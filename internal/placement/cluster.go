@@ -1,0 +1,155 @@
+package placement
+
+import (
+	"fmt"
+
+	"github.com/tessera-gpu/tessera/internal/partition"
+)
+
+// maxModels bounds the distinct GPU models a cluster may have: a model set is
+// a 64-bit mask.
+const maxModels = 64
+
+// Cluster is the capacity of every node, in a fixed order that breaks ties.
+type Cluster struct {
+	Nodes    []partition.Node
+	modelOf  []uint8 // model id of each node
+	models   []string
+	modelID  map[string]uint8
+	byName   map[string]int
+	cordoned []bool
+	// watchers are told which node changed, so cached scores stay exact;
+	// growers are told the new node count when nodes join.
+	watchers []func(node int)
+	growers  []func(nodes int)
+}
+
+// NewCluster builds an empty cluster from node descriptions, in their order.
+func NewCluster(specs []partition.NodeSpec) (*Cluster, error) {
+	c := &Cluster{modelID: map[string]uint8{}, byName: map[string]int{}}
+	for _, s := range specs {
+		if _, err := c.add(s); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// AddNode appends an empty node (a node joined the cluster) and returns its
+// index. Nodes are never renumbered; one that leaves is cordoned.
+func (c *Cluster) AddNode(s partition.NodeSpec) (int, error) {
+	i, err := c.add(s)
+	if err != nil {
+		return -1, err
+	}
+	for _, fn := range c.growers {
+		fn(len(c.Nodes))
+	}
+	return i, nil
+}
+
+func (c *Cluster) add(s partition.NodeSpec) (int, error) {
+	n, err := partition.NewNode(s)
+	if err != nil {
+		return -1, err
+	}
+	if _, dup := c.byName[s.Name]; dup {
+		return -1, fmt.Errorf("node %s listed twice", s.Name)
+	}
+	id, ok := c.modelID[s.Model]
+	if !ok {
+		if len(c.models) == maxModels {
+			return -1, fmt.Errorf("node %s: more than %d GPU models", s.Name, maxModels)
+		}
+		id = uint8(len(c.models))
+		c.models = append(c.models, s.Model)
+		c.modelID[s.Model] = id
+	}
+	c.byName[s.Name] = len(c.Nodes)
+	c.Nodes = append(c.Nodes, n)
+	c.modelOf = append(c.modelOf, id)
+	c.cordoned = append(c.cordoned, false)
+	return len(c.Nodes) - 1, nil
+}
+
+// NodeIndex finds a node by name.
+func (c *Cluster) NodeIndex(name string) (int, bool) {
+	i, ok := c.byName[name]
+	return i, ok
+}
+
+// Cordon stops (or, with false, resumes) placing new pods on node i; what
+// the node holds stays until released.
+func (c *Cluster) Cordon(i int, cordoned bool) {
+	c.cordoned[i] = cordoned
+	c.changed(i)
+}
+
+// Models is the GPU models of the cluster, indexed by model id.
+func (c *Cluster) Models() []string { return c.models }
+
+// ModelOf is the model id of node i.
+func (c *Cluster) ModelOf(i int) uint8 { return c.modelOf[i] }
+
+func (c *Cluster) modelMask(names []string) uint64 {
+	var m uint64
+	for _, n := range names {
+		if id, ok := c.modelID[n]; ok {
+			m |= 1 << id
+		}
+	}
+	return m
+}
+
+// GPUCapacityMilli is the compute of all GPUs, in milli-GPUs.
+func (c *Cluster) GPUCapacityMilli() int64 {
+	var s int64
+	for i := range c.Nodes {
+		s += int64(len(c.Nodes[i].GPUs)) * partition.MilliPerGPU
+	}
+	return s
+}
+
+// Decision is where one pod goes.
+type Decision struct {
+	Node     int
+	NodeName string
+	Grant    partition.Grant
+}
+
+// Reserve takes a decision's resources from its node.
+func (c *Cluster) Reserve(d Decision) error {
+	if d.Node < 0 || d.Node >= len(c.Nodes) {
+		return fmt.Errorf("reserve: no node %d", d.Node)
+	}
+	if err := c.Nodes[d.Node].Reserve(d.Grant); err != nil {
+		return fmt.Errorf("reserve: %w", err)
+	}
+	c.changed(d.Node)
+	return nil
+}
+
+// Release gives a decision's resources back to its node.
+func (c *Cluster) Release(d Decision) error {
+	if d.Node < 0 || d.Node >= len(c.Nodes) {
+		return fmt.Errorf("release: no node %d", d.Node)
+	}
+	if err := c.Nodes[d.Node].Release(d.Grant); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	c.changed(d.Node)
+	return nil
+}
+
+// Watch registers changed to be told about every node whose free capacity
+// or cordon changes, and grown about the node count when nodes join.
+func (c *Cluster) Watch(changed func(node int), grown func(nodes int)) {
+	c.watchers = append(c.watchers, changed)
+	c.growers = append(c.growers, grown)
+}
+
+func (c *Cluster) changed(node int) {
+	for _, w := range c.watchers {
+		w(node)
+	}
+}

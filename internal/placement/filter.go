@@ -1,0 +1,64 @@
+package placement
+
+import "github.com/tessera-gpu/tessera/internal/partition"
+
+// Filter is one feasibility check: can node n (of GPU model id m) host a pod
+// of shape s at all. Filters are cheap and run before any scoring.
+type Filter struct {
+	Name string
+	Fits func(n *partition.Node, m uint8, s *Shape) bool
+}
+
+// Filters is the feasibility stage, in the order it runs; the first filter
+// that fails names the reason a node was rejected.
+var Filters = []Filter{
+	{"cpu", func(n *partition.Node, _ uint8, s *Shape) bool { return n.FreeCPU >= s.CPUMilli }},
+	{"memory", func(n *partition.Node, _ uint8, s *Shape) bool { return n.FreeMemMiB >= s.MemMiB }},
+	{"gpu-model", func(n *partition.Node, m uint8, s *Shape) bool { return s.NumGPU == 0 || s.Admits(m) }},
+	{"gpu-share", func(n *partition.Node, _ uint8, s *Shape) bool {
+		return s.NumGPU == 0 || countFitting(n, s) >= s.NumGPU
+	}},
+	{"nvlink-island", func(n *partition.Node, _ uint8, s *Shape) bool {
+		return !s.SameIsland || s.NumGPU <= 1 || bestIslandCount(n, s) >= s.NumGPU
+	}},
+}
+
+// feasible runs every filter; it returns the index of the first that fails,
+// or -1.
+func feasible(n *partition.Node, m uint8, s *Shape) int {
+	for i := range Filters {
+		if !Filters[i].Fits(n, m, s) {
+			return i
+		}
+	}
+	return -1
+}
+
+// gpuFits reports whether one GPU can take one of the shape's per-GPU shares.
+func gpuFits(g *partition.GPU, s *Shape) bool {
+	return g.MIG == nil && g.FreeMilli >= s.GPUMilli && g.FreeMemMiB >= s.GPUMemMiB
+}
+
+func countFitting(n *partition.Node, s *Shape) int {
+	k := 0
+	for i := range n.GPUs {
+		if gpuFits(&n.GPUs[i], s) {
+			k++
+		}
+	}
+	return k
+}
+
+// bestIslandCount is the most fitting GPUs any one NVLink island has.
+func bestIslandCount(n *partition.Node, s *Shape) int {
+	var per [128]int
+	best := 0
+	for i := range n.GPUs {
+		if gpuFits(&n.GPUs[i], s) {
+			isl := int(n.GPUs[i].Island) & 127
+			per[isl]++
+			best = max(best, per[isl])
+		}
+	}
+	return best
+}

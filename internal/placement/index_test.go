@@ -1,0 +1,119 @@
+package placement
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/tessera-gpu/tessera/internal/partition"
+)
+
+// The index must answer exactly what a scan answers, through placements,
+// releases and evictions of cached shapes.
+func TestIndexMatchesScan(t *testing.T) {
+	for _, policy := range []string{"bestfit", "binpack", "spread", "fgd", "tessera"} {
+		t.Run(policy, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(3, 4))
+			var specs []partition.NodeSpec
+			for i := 0; i < 40; i++ {
+				specs = append(specs, partition.NodeSpec{
+					Name: fmt.Sprint("n", i), Model: []string{"A", "B", "C"}[i%3], CPU: int64(8000 + 8000*(i%5)),
+					MemMiB: 1 << 18, GPUs: []int{1, 2, 4, 8}[i%4], GPUMemMiB: 16384, Islands: 1 + i%2,
+				})
+			}
+			var pods []Request
+			for i := 0; i < 600; i++ {
+				r := Request{Name: fmt.Sprint("p", i), CPUMilli: int64(rng.IntN(8)) * 1000, MemMiB: int64(rng.IntN(4)) * 1024}
+				switch k := rng.IntN(10); {
+				case k < 6:
+					r.NumGPU, r.GPUMilli = 1, int32(100*(1+rng.IntN(10)))
+				case k < 8:
+					r.NumGPU, r.GPUMilli, r.SameIsland = 1+rng.IntN(4), 1000, rng.IntN(2) == 0
+				}
+				if rng.IntN(4) == 0 {
+					r.Models = []string{"A"}
+				}
+				pods = append(pods, r)
+			}
+			var scheds [2]*Scheduler
+			for k := range scheds {
+				c, _ := NewCluster(specs)
+				p, _ := NewPolicy(policy, c, Options{Workload: NewWorkload(c, pods, 0.95)})
+				scheds[k] = NewScheduler(c, p, k == 1)
+			}
+			scheds[0].index.MaxShapes = 8 // force evictions and rebuilds
+			var live []Decision
+			for i := range pods {
+				a, errA := scheds[0].Place(&pods[i])
+				b, errB := scheds[1].Place(&pods[i])
+				if (errA == nil) != (errB == nil) || (errA == nil && (a.Node != b.Node || fmt.Sprint(a.Grant) != fmt.Sprint(b.Grant))) {
+					t.Fatalf("pod %d: index chose %+v (%v), scan chose %+v (%v)", i, a, errA, b, errB)
+				}
+				if errA == nil {
+					live = append(live, a)
+				}
+				if len(live) > 0 && rng.IntN(3) == 0 { // pods also leave
+					j := rng.IntN(len(live))
+					for _, s := range scheds {
+						if err := s.Cluster().Release(live[j]); err != nil {
+							t.Fatal(err)
+						}
+					}
+					live = append(live[:j], live[j+1:]...)
+				}
+			}
+			if scheds[0].index.Shapes() > 8 {
+				t.Errorf("index holds %d shapes, limit 8", scheds[0].index.Shapes())
+			}
+		})
+	}
+}
+
+func TestIndexSingleNodeAndEmptyCluster(t *testing.T) {
+	for _, n := range []int{0, 1} {
+		var specs []partition.NodeSpec
+		for i := 0; i < n; i++ {
+			specs = append(specs, partition.NodeSpec{Name: "only", Model: "A", CPU: 1000, MemMiB: 1, GPUs: 1})
+		}
+		c, _ := NewCluster(specs)
+		p, _ := NewPolicy("tessera", c, Options{})
+		s := NewScheduler(c, p, false)
+		r := Request{Name: "p", NumGPU: 1, GPUMilli: 500}
+		_, err := s.Place(&r)
+		if (err == nil) != (n == 1) {
+			t.Errorf("%d nodes: err = %v", n, err)
+		}
+	}
+}
+
+func TestIndexFollowsJoinsAndCordons(t *testing.T) {
+	c := testCluster(t, node("a", "T4", 64000, 2))
+	p, _ := NewPolicy("fgd", c, Options{})
+	s := NewScheduler(c, p, false)
+	r := Request{Name: "p", CPUMilli: 1000, NumGPU: 2, GPUMilli: 1000}
+	if d, err := s.Place(&r); err != nil || d.NodeName != "a" {
+		t.Fatalf("first pod: %+v %v", d, err)
+	}
+	if _, err := s.Schedule(&r); err == nil {
+		t.Fatal("a full cluster took another 2-GPU pod")
+	}
+	i, err := c.AddNode(node("b", "T4", 64000, 2))
+	if err != nil || i != 1 {
+		t.Fatalf("AddNode: %d %v", i, err)
+	}
+	if _, err := c.AddNode(node("b", "T4", 1, 1)); err == nil {
+		t.Fatal("a second node named b was added")
+	}
+	c.Cordon(1, true)
+	if _, err := s.Schedule(&r); err == nil || !strings.Contains(err.Error(), "1 nodes cordoned") {
+		t.Fatalf("cordoned node was used or not explained: %v", err)
+	}
+	c.Cordon(1, false)
+	if d, err := s.Schedule(&r); err != nil || d.NodeName != "b" {
+		t.Fatalf("after uncordon: %+v %v", d, err)
+	}
+	if j, ok := c.NodeIndex("b"); !ok || j != 1 {
+		t.Fatal("NodeIndex(b)")
+	}
+}

@@ -1,0 +1,70 @@
+package placement
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/tessera-gpu/tessera/internal/partition"
+)
+
+// Request is what one pod asks for.
+type Request struct {
+	Name     string
+	CPUMilli int64
+	MemMiB   int64
+	// NumGPU GPUs, each with GPUMilli of its compute (1000 is a whole GPU)
+	// and GPUMemMiB of its memory (0: the request is a pure compute share, as
+	// in the openb traces).
+	NumGPU    int
+	GPUMilli  int32
+	GPUMemMiB int32
+	// Models lists the GPU models the pod accepts; empty accepts any.
+	Models []string
+	// SameIsland requires a multi-GPU pod's GPUs to share one NVLink island;
+	// without it one island is only preferred.
+	SameIsland bool
+}
+
+// Validate rejects requests the engine cannot interpret.
+func (r *Request) Validate() error {
+	switch {
+	case r.CPUMilli < 0 || r.MemMiB < 0:
+		return fmt.Errorf("request %s: negative CPU or memory", r.Name)
+	case r.NumGPU < 0 || r.NumGPU > 64:
+		return fmt.Errorf("request %s: %d GPUs is out of range 0..64", r.Name, r.NumGPU)
+	case r.NumGPU > 0 && (r.GPUMilli <= 0 || r.GPUMilli > partition.MilliPerGPU):
+		return fmt.Errorf("request %s: GPU share %d is out of range 1..%d", r.Name, r.GPUMilli, partition.MilliPerGPU)
+	case r.NumGPU == 0 && (r.GPUMilli != 0 || r.GPUMemMiB != 0):
+		return fmt.Errorf("request %s: a GPU share without GPUs", r.Name)
+	case r.GPUMemMiB < 0:
+		return fmt.Errorf("request %s: negative GPU memory", r.Name)
+	}
+	return nil
+}
+
+// Shape is everything about a request that decides where it fits and how it
+// scores; requests of one shape are interchangeable to the engine.
+type Shape struct {
+	CPUMilli   int64
+	MemMiB     int64
+	NumGPU     int
+	GPUMilli   int32
+	GPUMemMiB  int32
+	Models     uint64 // bit per cluster model id; 0 with AnyModel false admits nothing
+	AnyModel   bool
+	SameIsland bool
+}
+
+// ShapeOf resolves a request's model names against the cluster's models.
+func (c *Cluster) ShapeOf(r *Request) Shape {
+	s := Shape{CPUMilli: r.CPUMilli, MemMiB: r.MemMiB, NumGPU: r.NumGPU, GPUMilli: r.GPUMilli,
+		GPUMemMiB: r.GPUMemMiB, SameIsland: r.SameIsland, AnyModel: len(r.Models) == 0}
+	s.Models = c.modelMask(r.Models)
+	return s
+}
+
+// Admits reports whether the shape accepts GPU model id m.
+func (s *Shape) Admits(m uint8) bool { return s.AnyModel || s.Models&(1<<m) != 0 }
+
+// specKey is the canonical text of a model list, as the trace writes it.
+func specKey(models []string) string { return strings.Join(models, "|") }
