@@ -15,6 +15,8 @@ LIB          := $(ROOT)/lib
 # Cached, untracked tool and binary downloads live outside the checkout.
 TESSERA_CACHE ?= $(HOME)/.cache/tessera
 export TESSERA_CACHE
+# go-nvml's cgo wrappers reference every NVML entry point, deprecated ones too.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 # Lists that fragments append to.
 BUILD_TARGETS :=
