@@ -19,8 +19,8 @@ import (
 
 // request is what the API server saw.
 type request struct {
-	method, path, query, contentType string
-	body                             map[string]any
+	method, path, query, contentType, accept string
+	body                                     map[string]any
 }
 
 // apiServer answers core/v1 calls with canned JSON and records requests.
@@ -31,7 +31,8 @@ type apiServer struct {
 
 func (s *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b, _ := io.ReadAll(r.Body)
-	req := request{method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, contentType: r.Header.Get("Content-Type")}
+	req := request{method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, contentType: r.Header.Get("Content-Type"),
+		accept: r.Header.Get("Accept")}
 	_ = json.Unmarshal(b, &req.body)
 	s.mu.Lock()
 	s.seen = append(s.seen, req)
@@ -90,7 +91,8 @@ func TestListAndWatchPods(t *testing.T) {
 	if len(list.Items) != 1 || list.Items[0].Name != "p" || list.ResourceVersion != "7" {
 		t.Fatalf("list = %+v", list)
 	}
-	if r := s.last(); r.method != http.MethodGet || r.query != "fieldSelector=spec.nodeName%3Dn" {
+	if r := s.last(); r.method != http.MethodGet || r.query != "fieldSelector=spec.nodeName%3Dn" ||
+		r.accept != "application/vnd.kubernetes.protobuf,application/json" {
 		t.Fatalf("list request = %+v", r)
 	}
 	opts.ResourceVersion = "7"

@@ -83,32 +83,26 @@ func (c *Client) record(t watch.EventType, p *corev1.Pod) {
 }
 
 // CreatePod adds a pod, as kubectl create would.
-func (c *Client) CreatePod(p *corev1.Pod) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	k := key(p.Namespace, p.Name)
-	if _, ok := c.pods[k]; ok {
-		return apierrors.NewAlreadyExists(podsGR, k)
-	}
-	p = p.DeepCopy()
-	p.ResourceVersion = c.nextRV()
-	c.pods[k] = p
-	c.record(watch.Added, p)
-	return nil
-}
+func (c *Client) CreatePod(p *corev1.Pod) error { return c.putPod(p, watch.Added) }
 
 // UpdatePod replaces a pod.
-func (c *Client) UpdatePod(p *corev1.Pod) error {
+func (c *Client) UpdatePod(p *corev1.Pod) error { return c.putPod(p, watch.Modified) }
+
+// putPod stores a copy of a new pod (Added) or of an existing one (Modified).
+func (c *Client) putPod(p *corev1.Pod, t watch.EventType) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := key(p.Namespace, p.Name)
-	if _, ok := c.pods[k]; !ok {
+	switch _, exists := c.pods[k]; {
+	case t == watch.Added && exists:
+		return apierrors.NewAlreadyExists(podsGR, k)
+	case t == watch.Modified && !exists:
 		return apierrors.NewNotFound(podsGR, k)
 	}
 	p = p.DeepCopy()
 	p.ResourceVersion = c.nextRV()
 	c.pods[k] = p
-	c.record(watch.Modified, p)
+	c.record(t, p)
 	return nil
 }
 
