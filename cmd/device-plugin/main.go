@@ -13,12 +13,12 @@ import (
 	"syscall"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/daemon"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/kube"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/reconcile"
 )
 
@@ -33,7 +33,7 @@ func main() {
 // API server and kubelet, or a simulated node (build tag tessera_sim).
 type environment struct {
 	lib          nvml.Interface
-	client       kubernetes.Interface
+	client       kube.Client
 	podResources reconcile.Lister
 }
 
@@ -84,7 +84,7 @@ func realEnvironment(cfg *configv1.Config, kubeconfig string) (*environment, err
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
-	client, err := kubernetes.NewForConfig(rc)
+	client, err := kube.NewForConfig(rc)
 	if err != nil {
 		return nil, err
 	}

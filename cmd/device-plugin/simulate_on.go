@@ -5,12 +5,10 @@ package main
 import (
 	"context"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/kube/kubefake"
 	"github.com/tessera-gpu/tessera/internal/gpu/gputest"
 )
 
@@ -28,6 +26,5 @@ func simulatedEnvironment(model string, cfg *configv1.Config) (*environment, err
 	if err != nil {
 		return nil, err
 	}
-	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName}})
-	return &environment{lib: node, client: client, podResources: emptyPodResources{}}, nil
+	return &environment{lib: node, client: kubefake.NewNode(cfg.NodeName), podResources: emptyPodResources{}}, nil
 }

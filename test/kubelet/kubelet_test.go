@@ -20,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
@@ -32,6 +31,7 @@ import (
 	annotations "github.com/tessera-gpu/tessera/api/annotations/v1"
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/daemon"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/kube/kubefake"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
 	"github.com/tessera-gpu/tessera/internal/gpu/gputest"
 )
@@ -50,7 +50,7 @@ type cluster struct {
 	t      *testing.T
 	dir    string
 	gpus   *gputest.Node
-	client *fake.Clientset
+	client *kubefake.Client
 	mu     sync.Mutex
 	pods   []*corev1.Pod
 	mgr    *devicemanager.ManagerImpl
@@ -92,7 +92,7 @@ func newCluster(t *testing.T) *cluster {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	c := &cluster{t: t, dir: dir, gpus: gputest.MustNew(gputest.DGXH200)}
-	c.client = fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	c.client = kubefake.NewNode(node)
 	return c
 }
 
@@ -169,7 +169,7 @@ func (c *cluster) awaitAllocatable(want, wantAllocatable map[string]int64) {
 
 func (c *cluster) addPod(p *corev1.Pod) {
 	c.t.Helper()
-	if _, err := c.client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+	if err := c.client.CreatePod(p); err != nil {
 		c.t.Fatal(err)
 	}
 	c.mu.Lock()
@@ -369,7 +369,7 @@ func TestKubeletDeviceManager(t *testing.T) {
 		if err := c.d.Reconciler.Once(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		p, _ := c.client.CoreV1().Pods("default").Get(context.Background(), "two", metav1.GetOptions{})
+		p, _ := c.client.GetPod("default", "two")
 		al, err := annotations.ParseAllocated(p.Annotations[annotations.AllocatedKey])
 		if err != nil {
 			t.Fatal(err)

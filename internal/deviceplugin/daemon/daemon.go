@@ -20,12 +20,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/allocation"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/health"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/inventory"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/kube"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/ledger"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/plugin"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/pods"
@@ -53,7 +53,7 @@ type Daemon struct {
 }
 
 // New discovers the GPUs through lib (already initialised) and wires the plugin.
-func New(cfg *configv1.Config, lib nvml.Interface, client kubernetes.Interface, podResources reconcile.Lister, log *slog.Logger) (*Daemon, error) {
+func New(cfg *configv1.Config, lib nvml.Interface, client kube.Client, podResources reconcile.Lister, log *slog.Logger) (*Daemon, error) {
 	gpus, err := gpu.Discover(lib, log)
 	if err != nil {
 		return nil, fmt.Errorf("GPU discovery: %w", err)
@@ -159,7 +159,7 @@ func (d *Daemon) metricsServer() *http.Server {
 }
 
 // eventWarner records a Warning event on the pod.
-func eventWarner(client kubernetes.Interface, node string, log *slog.Logger) func(*corev1.Pod, string, string) {
+func eventWarner(client kube.Client, node string, log *slog.Logger) func(*corev1.Pod, string, string) {
 	return func(pod *corev1.Pod, reason, msg string) {
 		now := metav1.Now()
 		ev := &corev1.Event{
@@ -171,7 +171,7 @@ func eventWarner(client kubernetes.Interface, node string, log *slog.Logger) fun
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := client.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		if err := client.CreateEvent(ctx, ev); err != nil {
 			log.Warn("event not recorded", "reason", reason, "err", err)
 		}
 	}

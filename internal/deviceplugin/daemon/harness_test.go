@@ -18,11 +18,11 @@ import (
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/kube/kubefake"
 	"github.com/tessera-gpu/tessera/internal/gpu/gputest"
 )
 
@@ -97,7 +97,7 @@ type env struct {
 	t       *testing.T
 	dir     string
 	node    *gputest.Node
-	client  *fake.Clientset
+	client  *kubefake.Client
 	podRes  *fakePodResources
 	kubelet *fakeKubelet
 	d       *Daemon
@@ -128,13 +128,29 @@ func newEnv(t *testing.T, model string, objs ...*corev1.Pod) *env {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	e := &env{t: t, dir: dir, node: gputest.MustNew(model), podRes: &fakePodResources{}, used: map[string]map[string]bool{}}
-	e.client = fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
+	e.client = kubefake.NewNode(nodeName)
 	for _, p := range objs {
-		if _, err := e.client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		if err := e.client.CreatePod(p); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return e
+}
+
+// createPod adds a pod to the API server.
+func (e *env) createPod(p *corev1.Pod) {
+	e.t.Helper()
+	if err := e.client.CreatePod(p); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// updatePod replaces a pod in the API server.
+func (e *env) updatePod(p *corev1.Pod) {
+	e.t.Helper()
+	if err := e.client.UpdatePod(p); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // start wires and runs the daemon, and waits until every resource registered.

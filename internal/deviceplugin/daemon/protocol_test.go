@@ -11,7 +11,6 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -92,7 +91,7 @@ func TestTwoContainerPodWithAssignment(t *testing.T) {
 	p := pod("train", t0, "", ctr{name: "a", mem: 20, core: 30}, ctr{name: "b", mem: 10, core: 50})
 	p.Annotations = map[string]string{annotations.AssignmentKey: e.assign(map[string]map[int][2]int{
 		"a": {3: {20 * 1024, 30}}, "b": {6: {10 * 1024, 50}}})}
-	e.client.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{})
+	e.createPod(p)
 	e.start()
 	for _, c := range []struct {
 		gpu       int
@@ -151,8 +150,8 @@ func TestEqualRequestsDifferentAssignments(t *testing.T) {
 	first.Annotations = map[string]string{annotations.AssignmentKey: e.assign(map[string]map[int][2]int{"c": {5: {8192, 0}}})}
 	second.Annotations = map[string]string{annotations.AssignmentKey: e.assign(map[string]map[int][2]int{"c": {2: {8192, 0}}})}
 	// Created in reverse order: the plugin must follow creation time, not arrival.
-	e.client.CoreV1().Pods("default").Create(context.Background(), second, metav1.CreateOptions{})
-	e.client.CoreV1().Pods("default").Create(context.Background(), first, metav1.CreateOptions{})
+	e.createPod(second)
+	e.createPod(first)
 	e.start()
 	ids1, _ := e.admit("tessera.io/gpu-mem", 8)
 	ids2, _ := e.admit("tessera.io/gpu-mem", 8)
@@ -175,8 +174,8 @@ func TestMemoryAndCoreInEitherOrder(t *testing.T) {
 				if assigned {
 					p.Annotations = map[string]string{annotations.AssignmentKey: e.assign(map[string]map[int][2]int{"c": {7: {16384, 25}}})}
 				}
-				e.client.CoreV1().Pods("default").Create(context.Background(), filler, metav1.CreateOptions{})
-				e.client.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{})
+				e.createPod(filler)
+				e.createPod(p)
 				// Spread sends memory and compute to different GPUs unless the
 				// plugin keeps a container's resources together.
 				e.start(func(c *configv1.Config) { c.Placement = configv1.PlacementSpread })
@@ -307,15 +306,15 @@ func TestBadAssignmentsFallBack(t *testing.T) {
 			e := newEnv(t, gputest.DGXH100)
 			p := pod("bad", t0, "", ctr{name: "c", mem: 4})
 			p.Annotations = map[string]string{annotations.AssignmentKey: mk(e)}
-			e.client.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{})
+			e.createPod(p)
 			e.start()
 			ids, _ := e.admit("tessera.io/gpu-mem", 4)
 			if len(resource.GPUsOf(ids)) != 1 {
 				t.Fatalf("fallback placed on %v", resource.GPUsOf(ids))
 			}
-			evs, _ := e.client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
-			if len(evs.Items) == 0 || evs.Items[0].Reason != "TesseraAssignmentUnusable" {
-				t.Fatalf("no warning event: %+v", evs.Items)
+			evs := e.client.Events("default")
+			if len(evs) == 0 || evs[0].Reason != "TesseraAssignmentUnusable" {
+				t.Fatalf("no warning event: %+v", evs)
 			}
 		})
 	}
@@ -337,11 +336,11 @@ func TestPluginRestartRebuildsFromPodResources(t *testing.T) {
 	e := newEnv(t, gputest.DGXH200)
 	p := pod("svc", t0, "", ctr{name: "c", mem: 4, core: 20})
 	p.Status.Phase = "Running"
-	e.client.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{})
+	e.createPod(p)
 	u1 := e.node.Device(1).UUID
 	// Scheduler assigned GPU 3, kubelet (e.g. without preferred allocation) gave GPU 1.
 	p.Annotations = map[string]string{annotations.AssignmentKey: e.assign(map[string]map[int][2]int{"c": {3: {4096, 20}}})}
-	e.client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{})
+	e.updatePod(p)
 	memIDs := []string{u1 + "::mem::0", u1 + "::mem::1", u1 + "::mem::2", u1 + "::mem::3"}
 	var coreIDs []string
 	for i := 0; i < 20; i++ {
@@ -360,7 +359,7 @@ func TestPluginRestartRebuildsFromPodResources(t *testing.T) {
 	if l := readLimits(t, limits); len(l) != 1 || l[0].UUID != u1 || l[0].MemLimitBytes != 4<<30 {
 		t.Fatalf("restored limits = %+v", l)
 	}
-	got, _ := e.client.CoreV1().Pods("default").Get(context.Background(), "svc", metav1.GetOptions{})
+	got, _ := e.client.GetPod("default", "svc")
 	al, err := annotations.ParseAllocated(got.Annotations[annotations.AllocatedKey])
 	if err != nil {
 		t.Fatal(err)
@@ -386,7 +385,7 @@ func TestNodeInventoryAnnotation(t *testing.T) {
 	e.start()
 	var inv *annotations.NodeGPUs
 	waitFor(t, func() bool {
-		n, _ := e.client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+		n, _ := e.client.GetNode(context.Background(), nodeName)
 		v, ok := n.Annotations[annotations.NodeGPUsKey]
 		if !ok {
 			return false
@@ -404,7 +403,7 @@ func TestNodeInventoryAnnotation(t *testing.T) {
 	}
 	e.node.InjectXid(0, 79)
 	waitFor(t, func() bool {
-		n, _ := e.client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+		n, _ := e.client.GetNode(context.Background(), nodeName)
 		inv, _ := annotations.ParseNodeGPUs(n.Annotations[annotations.NodeGPUsKey])
 		return inv != nil && !inv.GPUs[0].Healthy
 	})

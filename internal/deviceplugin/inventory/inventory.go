@@ -5,23 +5,19 @@ package inventory
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-
 	annotations "github.com/tessera-gpu/tessera/api/annotations/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/kube"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
 )
 
 // Publisher writes the node annotation.
 type Publisher struct {
-	Client  kubernetes.Interface
+	Client  kube.Client
 	Node    string
 	Manager *resource.Manager
 	Log     *slog.Logger
@@ -56,7 +52,7 @@ func (p *Publisher) Publish(ctx context.Context) (bool, error) {
 	if val == p.last {
 		return false, nil
 	}
-	node, err := p.Client.CoreV1().Nodes().Get(ctx, p.Node, metav1.GetOptions{})
+	node, err := p.Client.GetNode(ctx, p.Node)
 	if err != nil {
 		return false, fmt.Errorf("get node %s: %w", p.Node, err)
 	}
@@ -64,8 +60,7 @@ func (p *Publisher) Publish(ctx context.Context) (bool, error) {
 		p.last = val
 		return false, nil
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annotations.NodeGPUsKey: val}}})
-	if _, err := p.Client.CoreV1().Nodes().Patch(ctx, p.Node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if err := p.Client.AnnotateNode(ctx, p.Node, map[string]string{annotations.NodeGPUsKey: val}); err != nil {
 		return false, fmt.Errorf("annotate node %s: %w", p.Node, err)
 	}
 	p.last = val

@@ -12,10 +12,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	listerv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/kube"
 )
 
 // Source gives the pods bound to this node.
@@ -29,25 +31,36 @@ type Source interface {
 
 // Informer is a Source backed by a shared informer.
 type Informer struct {
-	factory informers.SharedInformerFactory
-	lister  listerv1.PodLister
-	synced  cache.InformerSynced
+	informer cache.SharedIndexInformer
+	lister   listerv1.PodLister
 }
 
 // NewInformer watches the pods whose spec.nodeName is node.
-func NewInformer(client kubernetes.Interface, node string) *Informer {
-	f := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
-		}))
-	inf := f.Core().V1().Pods()
-	return &Informer{factory: f, lister: inf.Lister(), synced: inf.Informer().HasSynced}
+func NewInformer(client kube.Client, node string) *Informer {
+	onNode := func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
+	}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			onNode(&o)
+			return client.ListPods(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			onNode(&o)
+			return client.WatchPods(ctx, o)
+		},
+	}
+	// The client says whether it can stream a watch's initial list (the
+	// API server can; the in-memory one of tests cannot).
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Pod{}, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	return &Informer{informer: inf, lister: listerv1.NewPodLister(inf.GetIndexer())}
 }
 
 // Start runs the informer until ctx ends and waits for the first sync.
 func (i *Informer) Start(ctx context.Context) error {
-	i.factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), i.synced) {
+	go i.informer.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), i.informer.HasSynced) {
 		return fmt.Errorf("pod informer: cache did not sync")
 	}
 	return nil

@@ -8,7 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/kube/kubefake"
 )
 
 func mk(name string, at time.Time, phase corev1.PodPhase) *corev1.Pod {
@@ -18,8 +19,10 @@ func mk(name string, at time.Time, phase corev1.PodPhase) *corev1.Pod {
 
 func TestPendingInAdmissionOrder(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	client := fake.NewClientset(mk("late", t0.Add(time.Minute), corev1.PodPending), mk("b", t0, corev1.PodPending),
-		mk("a", t0, corev1.PodPending), mk("running", t0.Add(-time.Hour), corev1.PodRunning))
+	elsewhere := mk("elsewhere", t0, corev1.PodPending)
+	elsewhere.Spec.NodeName = "other"
+	client := kubefake.NewNode("n", mk("late", t0.Add(time.Minute), corev1.PodPending), mk("b", t0, corev1.PodPending),
+		mk("a", t0, corev1.PodPending), mk("running", t0.Add(-time.Hour), corev1.PodRunning), elsewhere)
 	inf := NewInformer(client, "n")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -33,8 +36,22 @@ func TestPendingInAdmissionOrder(t *testing.T) {
 	if len(names) != 3 || names[0] != "a" || names[1] != "b" || names[2] != "late" {
 		t.Fatalf("pending order = %v", names)
 	}
-	if inf.Get("ns", "running") == nil || inf.Get("ns", "nope") != nil {
+	if inf.Get("ns", "running") == nil || inf.Get("ns", "nope") != nil || inf.Get("ns", "elsewhere") != nil {
 		t.Fatal("Get")
+	}
+	// A pod created after the first sync arrives through the watch.
+	if err := client.CreatePod(mk("new", t0.Add(2*time.Minute), corev1.PodPending)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for inf.Get("ns", "new") == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("pod created after sync never seen")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := len(inf.Pending()); n != 4 {
+		t.Fatalf("pending after create = %d, want 4", n)
 	}
 }
 

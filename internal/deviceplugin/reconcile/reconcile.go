@@ -10,7 +10,6 @@ package reconcile
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -22,13 +21,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	annotations "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/allocation"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/kube"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/ledger"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/pods"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
@@ -64,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 type Reconciler struct {
 	PodResources Lister
 	Pods         pods.Source
-	Client       kubernetes.Interface
+	Client       kube.Client
 	Manager      *resource.Manager
 	Ledger       *ledger.Ledger
 	Builder      *allocation.Builder
@@ -210,8 +207,7 @@ func (r *Reconciler) publish(ctx context.Context, pod *corev1.Pod, allocs []anno
 	if pod.Annotations[annotations.AllocatedKey] == val {
 		return nil
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annotations.AllocatedKey: val}}})
-	if _, err := r.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if err := r.Client.AnnotatePod(ctx, pod.Namespace, pod.Name, map[string]string{annotations.AllocatedKey: val}); err != nil {
 		return fmt.Errorf("annotate pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
