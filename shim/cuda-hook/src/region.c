@@ -111,12 +111,16 @@ int proc_stat_parse(const char *buf, uint64_t *start_time, bool *zombie)
     if (p == NULL || p[1] != ' ' || p[2] == '\0')
         return -1;
     p += 2; /* field 3, state */
-    *zombie = (*p == 'Z' || *p == 'X');
+    bool exited = (*p == 'Z' || *p == 'X');
     for (int field = 3; field < 22; field++) {
         p = strchr(p, ' ');
         if (p == NULL)
             return -1;
         p++;
+        /* Field 20, num_threads: a thread-group leader that called pthread_exit shows
+         * as a zombie while its other threads (and its device memory) live on. */
+        if (field + 1 == 20 && !(p[0] == '1' && p[1] == ' ') && !(p[0] == '0' && p[1] == ' '))
+            exited = false;
     }
     if (*p < '0' || *p > '9')
         return -1;
@@ -127,6 +131,7 @@ int proc_stat_parse(const char *buf, uint64_t *start_time, bool *zombie)
         v = v * 10 + (uint64_t)(*p - '0');
     }
     *start_time = v;
+    *zombie = exited;
     return 0;
 }
 

@@ -378,6 +378,8 @@ static CUresult do_fork(size_t bytes, char *out, size_t outlen)
     return CUDA_SUCCESS;
 }
 
+static void *command_loop(void *arg);
+
 static int command(char **tok, int n)
 {
     const char *c = tok[0];
@@ -391,6 +393,22 @@ static int command(char **tok, int n)
         return reply(api.PrimaryRelease((CUdevice)num(tok[1])), NULL);
     if (strcmp(c, "ctxreset") == 0)
         return reply(api.PrimaryReset((CUdevice)num(tok[1])), NULL);
+    if (strcmp(c, "release") == 0 && n >= 2) {
+        /* cuMemRelease without forgetting the name (to release it twice). */
+        struct obj *o = find(tok[1]);
+        if (o == NULL || o->kind != K_VMM)
+            return reply(CUDA_ERROR_INVALID_VALUE, NULL);
+        return reply(api.MemRelease(o->v), NULL);
+    }
+    if (strcmp(c, "mainexit") == 0) {
+        /* The main thread exits (pthread_exit); a new thread goes on reading commands.
+         * The process lives on, but /proc shows its thread-group leader as a zombie. */
+        pthread_t t;
+        if (pthread_create(&t, NULL, command_loop, (void *)1) != 0)
+            return reply(CUDA_ERROR_UNKNOWN, NULL);
+        reply(CUDA_SUCCESS, NULL);
+        pthread_exit(NULL);
+    }
     if (strcmp(c, "forget") == 0 && n >= 2) {
         /* Drop a name without freeing it (the driver freed it with its context). */
         struct obj *o = find(tok[1]);
@@ -648,6 +666,30 @@ static int command(char **tok, int n)
     return -1;
 }
 
+/* Commands until end of input (NULL) or a fatal one (non-NULL); exits the process
+ * when it ends on a thread other than main. */
+static void *command_loop(void *arg)
+{
+    char line[1024];
+    int main_thread = arg == NULL;
+    while (fgets(line, sizeof line, stdin) != NULL) {
+        char *tok[16] = {0}, *save = NULL;
+        int n = 0;
+        for (char *s = strtok_r(line, " \t\r\n", &save); s != NULL && n < 15; s = strtok_r(NULL, " \t\r\n", &save))
+            tok[n++] = s;
+        if (n == 0 || tok[0][0] == '#')
+            continue;
+        if (command(tok, n) != 0) {
+            if (!main_thread)
+                exit(1);
+            return (void *)1;
+        }
+    }
+    if (!main_thread)
+        exit(0);
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = "direct";
@@ -657,16 +699,5 @@ int main(int argc, char **argv)
     }
     g_argv = argv;
     bind(mode);
-    char line[1024];
-    while (fgets(line, sizeof line, stdin) != NULL) {
-        char *tok[16] = {0};
-        int n = 0;
-        for (char *s = strtok(line, " \t\r\n"); s != NULL && n < 15; s = strtok(NULL, " \t\r\n"))
-            tok[n++] = s;
-        if (n == 0 || tok[0][0] == '#')
-            continue;
-        if (command(tok, n) != 0)
-            return 1;
-    }
-    return 0;
+    return command_loop(NULL) == NULL ? 0 : 1;
 }
