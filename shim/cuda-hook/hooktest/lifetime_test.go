@@ -59,3 +59,24 @@ func TestDestroyedContextsFreeTheirMemory(t *testing.T) {
 	c.wantUsed(0, "after the last cuDevicePrimaryCtxRelease")
 	p.exit()
 }
+
+// TestVMMDoubleReleaseKeepsTheRelease: a second cuMemRelease of a mapped handle
+// fails in the driver; the handle is still released, so its last unmap gives the
+// memory back (in the driver and in the account).
+func TestVMMDoubleReleaseKeepsTheRelease(t *testing.T) {
+	n := newNode(t, "")
+	c := n.container(t, map[int]uint64{0: 16 * MiB})
+	p := c.ready("direct")
+	p.ok("vmm h 0 8388608")
+	p.ok("vareserve va 8388608")
+	p.ok("map va h 8388608")
+	p.ok("release h")
+	p.fails("release h", "CUDA_ERROR_INVALID_VALUE")
+	c.wantUsed(8*MiB, "released twice, still mapped")
+	p.ok("unmap va 8388608")
+	c.wantUsed(0, "after the last unmap")
+	p.ok("alloc a 16777216")
+	p.ok("free a")
+	p.ok("forget h")
+	p.exit()
+}

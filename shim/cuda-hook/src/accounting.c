@@ -163,10 +163,10 @@ int acct_vmm_update(uint64_t handle, int maps_delta, int release, struct acct_re
     uint64_t i = find_locked(ACCT_VMM, handle);
     if (i < g_cap) {
         struct acct_rec *r = &g_tab[i];
+        rc = release > 0 && r->released ? 2 : 0;
         r->maps += maps_delta;
         if (release)
             r->released = release > 0;
-        rc = 0;
         if (r->released && r->maps <= 0) {
             *out = *r;
             remove_locked(i);

@@ -35,7 +35,9 @@ int acct_take_owned(uint64_t owner, struct acct_rec *out, int max);
 /* A VMM handle's physical memory lives until it is released and its last mapping is
  * gone. Apply maps_delta and release (+1 released, -1 the release failed) to the
  * handle's record: -1 when the handle is not remembered, 1 when it is now released
- * and unmapped (forgotten; *out filled: give its bytes back), 0 otherwise. */
+ * and unmapped (forgotten; *out filled: give its bytes back), 2 when release is +1
+ * and it was released already (a double release, which the driver refuses), 0
+ * otherwise. */
 int acct_vmm_update(uint64_t handle, int maps_delta, int release, struct acct_rec *out);
 
 /* Objects remembered (tests, logging). */

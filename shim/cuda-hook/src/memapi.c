@@ -302,6 +302,7 @@ TESSERA_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     int rc = acct_vmm_update(handle, 0, 1, &rec);
     CUresult r = REAL.cuMemRelease(handle);
     if (r != CUDA_SUCCESS) {
+        /* Undo only our own mark: a handle released before stays released. */
         if (rc == 1) {
             rec.released = 0;
             acct_put(&rec);
