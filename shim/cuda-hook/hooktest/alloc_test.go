@@ -30,6 +30,8 @@ func allocAPIs() []allocAPI {
 		{name: "cuMemCreate", alloc: "vmm %s 0 8388608", bytes: s},
 		{name: "cuArrayCreate_v2", alloc: "array %s 1024 512 32 4", bytes: s},
 		{name: "cuArray3DCreate_v2", alloc: "array3d %s 256 256 8 32 4", bytes: s},
+		// CU_AD_FORMAT_UNORM_INT8X4 (0xc2): a format beyond the eight classic ones.
+		{name: "cuArray3DCreate_v2 UNORM_INT8X4", alloc: "array3d %s 1024 1024 2 0xc2 4", bytes: s},
 		{name: "cuMipmappedArrayCreate", alloc: "mipmap %s 100 100 0 1 1 3", bytes: mip},
 	}
 }

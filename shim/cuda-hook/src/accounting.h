@@ -50,9 +50,12 @@ void acct_atfork_parent(void);
 void acct_atfork_child(void);
 
 /* Bytes an array takes, as the driver lays it out: width x max(h,1) x max(d,1) x
- * channels x element size, rounded up to 512; a mipmapped array is the sum of its
- * levels (each extent halved per level, at least 1), rounded up to 512 once. 0 for
- * a descriptor the driver would reject (unknown format, 0 width). */
+ * bytes per texel, rounded up to 512; a mipmapped array is the sum of its levels
+ * (each extent halved per level, at least 1), rounded up to 512 once. A texel is
+ * channels x element size for the classic formats, what the name says for the
+ * normalized ones, and 16 bytes (the most any format takes) for every other
+ * format, so that none is ever charged less than it takes. 0 for a descriptor
+ * the driver would reject (0 width or channels). */
 uint64_t array_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d);
 uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels);
 
