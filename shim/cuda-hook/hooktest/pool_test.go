@@ -1,6 +1,9 @@
 package hooktest
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 // TestPoolsAreChargedForWhatTheyReserve: the simulated driver reserves pool memory
 // in 32 MiB chunks and keeps freed memory until a synchronisation or a trim; the
@@ -35,5 +38,25 @@ func TestPoolsAreChargedForWhatTheyReserve(t *testing.T) {
 	c.setCap(0, 64*MiB)
 	p.ok("async d 8388608")
 	p.ok("free d")
+	p.exit()
+}
+
+// TestPoolsBeyondTheTrackedOnesAreChargedPerAllocation: the hook follows the
+// reservations of its first 256 pools; allocations from any further pool are
+// charged what they hand out, and their frees give exactly that back.
+func TestPoolsBeyondTheTrackedOnesAreChargedPerAllocation(t *testing.T) {
+	n := newNode(t, "")
+	c := n.container(t, map[int]uint64{0: 64 * MiB})
+	p := c.ready("direct")
+	for i := range 256 {
+		p.ok(fmt.Sprintf("pool P%d 0", i))
+	}
+	p.ok("pool Q 0") // one more than the hook tracks
+	p.ok("poolalloc a Q 8388608")
+	c.wantUsed(8*MiB, "an allocation from an untracked pool")
+	p.ok("free a")
+	c.wantUsed(0, "after its free")
+	p.ok("sync")
+	c.wantUsed(0, "after a sync")
 	p.exit()
 }

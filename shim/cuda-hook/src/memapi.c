@@ -113,8 +113,8 @@ static CUresult call_free(int ptsz, CUdeviceptr p, CUstream s)
 static CUresult pool_alloc(const char *api, enum pool_call c, CUdeviceptr *dptr, size_t n, CUmemoryPool pool,
                            int idx, uint64_t ctx, CUstream s)
 {
-    if (pool == NULL || idx < 0) {
-        /* Unknown pool or pass-through device: charge what is handed out. */
+    if (pool == NULL || idx < 0 || !pool_note(pool, idx)) {
+        /* Unknown or untracked pool, or pass-through device: charge what is handed out. */
         CUresult r = charge_admit(api, idx, n);
         if (r != CUDA_SUCCESS)
             return r;
@@ -122,7 +122,6 @@ static CUresult pool_alloc(const char *api, enum pool_call c, CUdeviceptr *dptr,
         /* The table is full only when host memory is: free synchronously then. */
         return charge_commit(r, ACCT_PTR, r == CUDA_SUCCESS ? *dptr : 0, n, idx, ctx, undo_mem);
     }
-    pool_note(pool, idx);
     uint64_t headroom = pool_headroom(pool);
     uint64_t pre = n > headroom ? n - headroom : 0;
     CUresult r = charge_admit(api, idx, pre);

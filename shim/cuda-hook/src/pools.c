@@ -43,23 +43,29 @@ static void drop(struct pool_rec *p)
     *p = g_pools[--g_npools];
 }
 
-void pool_note(CUmemoryPool pool, int idx)
+bool pool_note(CUmemoryPool pool, int idx)
 {
     /* Pools of pass-through devices (idx -1) are remembered too, so that their
      * allocations are never charged to the current context's device instead. */
     if (pool == NULL || idx == DEVICE_UNKNOWN)
-        return;
+        return false;
+    bool tracked = true;
     pthread_mutex_lock(&g_mu);
     if (find(pool) == NULL) {
         if (g_npools < MAX_POOLS) {
             g_pools[g_npools++] = (struct pool_rec){.pool = pool, .idx = idx};
             atomic_store(&pools_known, 1);
         } else {
-            hook_log(HOOK_LOG_WARN, "more than %d memory pools: pool %p is charged per allocation", MAX_POOLS,
-                     (void *)pool);
+            static bool warned; /* once: this runs for every allocation from such a pool */
+            tracked = false;
+            if (!warned)
+                hook_log(HOOK_LOG_WARN, "more than %d memory pools: pool %p and later ones are charged per "
+                                        "allocation", MAX_POOLS, (void *)pool);
+            warned = true;
         }
     }
     pthread_mutex_unlock(&g_mu);
+    return tracked;
 }
 
 int pool_index(CUmemoryPool pool, int def)

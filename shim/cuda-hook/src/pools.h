@@ -4,12 +4,14 @@
 #ifndef HOOK_POOLS_H
 #define HOOK_POOLS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "cuda_driver.h"
 
-/* Remember which limits-file device a pool belongs to (first sighting wins). */
-void pool_note(CUmemoryPool pool, int idx);
+/* Remember which limits-file device a pool belongs to (first sighting wins).
+ * Whether the pool is tracked (false: the table is full; charge per allocation). */
+bool pool_note(CUmemoryPool pool, int idx);
 /* The pool's device index, or def when the pool was never seen. */
 int pool_index(CUmemoryPool pool, int def);
 /* Reserved minus used: what the pool can hand out without growing. */
