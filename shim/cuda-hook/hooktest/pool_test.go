@@ -60,3 +60,27 @@ func TestPoolsBeyondTheTrackedOnesAreChargedPerAllocation(t *testing.T) {
 	c.wantUsed(0, "after a sync")
 	p.exit()
 }
+
+// TestPoolChargeFollowsTheReservationUnderThreads: eight threads allocate from one
+// pool at once, each allocation growing it, while a ninth reads the memory view
+// (which re-reads the reservation). Once they are done the container is charged
+// exactly what the pool reserves.
+func TestPoolChargeFollowsTheReservationUnderThreads(t *testing.T) {
+	n := newNode(t, "")
+	c := n.container(t, map[int]uint64{0: 100 << 30})
+	p := c.ready("direct")
+	p.ok("pool P 0")
+	for round := range 100 {
+		if f := fieldU(t, p.ok("poolrace P 8 32 33554432"), "failures"); f != 0 {
+			t.Fatalf("round %d: %d allocations failed", round, f)
+		}
+		reserved := fieldU(t, p.ok("poolreserved P"), "reserved")
+		if got := c.usage().UsedBytes[0]; got != reserved {
+			t.Fatalf("round %d: the pool reserves %d bytes, the container is charged %d", round, reserved, got)
+		}
+		p.ok("poolracefree")
+		p.ok("sync")
+		c.wantUsed(0, "after freeing and a sync")
+	}
+	p.exit()
+}

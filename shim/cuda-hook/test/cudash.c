@@ -334,6 +334,83 @@ static CUresult run_threads(int n, size_t bytes, int iters, int *failures)
     return CUDA_SUCCESS;
 }
 
+/* Threads allocating from one pool at once; what they got stays allocated until
+ * pool_race_free. */
+#define RACE_MAX 4096
+static CUdeviceptr race_ptrs[RACE_MAX];
+static _Atomic int race_n;
+static _Atomic int race_failures;
+
+struct race_job {
+    CUmemoryPool pool;
+    CUcontext ctx;
+    int per;
+    size_t bytes;
+};
+
+static void *race_main(void *arg)
+{
+    struct race_job *j = arg;
+    api.CtxSetCurrent(j->ctx);
+    for (int i = 0; i < j->per; i++) {
+        CUdeviceptr p;
+        if (api.MemAllocFromPoolAsync(&p, j->bytes, j->pool, NULL) != CUDA_SUCCESS) {
+            race_failures++;
+            continue;
+        }
+        int k = race_n++;
+        if (k < RACE_MAX)
+            race_ptrs[k] = p;
+    }
+    return NULL;
+}
+
+static _Atomic int race_done;
+
+/* Reads the memory view (where the hook re-reads pool reservations) until the
+ * allocating threads are done. */
+static void *race_watch(void *arg)
+{
+    struct race_job *j = arg;
+    api.CtxSetCurrent(j->ctx);
+    while (!race_done) {
+        size_t f, t;
+        api.MemGetInfo(&f, &t);
+    }
+    return NULL;
+}
+
+static CUresult pool_race(CUmemoryPool pool, int n, int per, size_t bytes, int *failures)
+{
+    pthread_t t[64], w;
+    struct race_job job = {.pool = pool, .per = per, .bytes = bytes};
+    extern CUresult cuCtxGetCurrent(CUcontext *);
+    cuCtxGetCurrent(&job.ctx);
+    race_failures = 0;
+    race_done = 0;
+    if (n > 64)
+        n = 64;
+    pthread_create(&w, NULL, race_watch, &job);
+    for (int i = 0; i < n; i++)
+        pthread_create(&t[i], NULL, race_main, &job);
+    for (int i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+    race_done = 1;
+    pthread_join(w, NULL);
+    *failures = race_failures;
+    return CUDA_SUCCESS;
+}
+
+static CUresult pool_race_free(void)
+{
+    CUresult r = CUDA_SUCCESS;
+    int n = race_n < RACE_MAX ? race_n : RACE_MAX;
+    for (int i = 0; i < n && r == CUDA_SUCCESS; i++)
+        r = api.MemFreeAsync(race_ptrs[i], NULL);
+    race_n = 0;
+    return r;
+}
+
 static char **g_argv;
 static pid_t child_pid;
 static int child_pipe = -1;
@@ -482,6 +559,18 @@ static int command(char **tok, int n)
             put(tok[1], K_ASYNC, p);
         return reply(r, NULL);
     }
+    if (strcmp(c, "poolrace") == 0 && n >= 5) {
+        /* poolrace POOL THREADS PER BYTES: threads allocate at once and keep it all. */
+        struct obj *pool = find(tok[1]);
+        int failures = 0;
+        if (pool == NULL)
+            return reply(CUDA_ERROR_INVALID_VALUE, NULL);
+        r = pool_race((CUmemoryPool)(uintptr_t)pool->v, (int)num(tok[2]), (int)num(tok[3]), num(tok[4]),
+                      &failures);
+        return reply(r, "failures=%d", failures);
+    }
+    if (strcmp(c, "poolracefree") == 0)
+        return reply(pool_race_free(), NULL);
     if (strcmp(c, "pooltrim") == 0 && n >= 3) {
         struct obj *pool = find(tok[1]);
         if (pool == NULL)
