@@ -15,7 +15,8 @@
 
 static void *map_file(const char *what, const char *path, size_t size, bool writable, char *err, size_t errlen)
 {
-    int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer. */
+    int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         snprintf(err, errlen, "%s %s: open: %s", what, path, strerror(errno));
         return NULL;
@@ -26,7 +27,12 @@ static void *map_file(const char *what, const char *path, size_t size, bool writ
         close(fd);
         return NULL;
     }
-    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < size) {
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s %s: not a regular file", what, path);
+        close(fd);
+        return NULL;
+    }
+    if ((uint64_t)st.st_size < size) {
         snprintf(err, errlen, "%s %s: truncated: %lld bytes, the layout needs %zu", what, path,
                  (long long)st.st_size, size);
         close(fd);
