@@ -84,3 +84,26 @@ func TestPoolChargeFollowsTheReservationUnderThreads(t *testing.T) {
 	}
 	p.exit()
 }
+
+// TestPoolReleaseAtStreamSyncIsSeenOnEveryPath: a pool gives its free chunks back at
+// a stream synchronisation, also the per-thread-default-stream one; the charge
+// follows, so the memory can be allocated again at once.
+func TestPoolReleaseAtStreamSyncIsSeenOnEveryPath(t *testing.T) {
+	n := newNode(t, "")
+	c := n.container(t, map[int]uint64{0: 64 * MiB})
+	for _, mode := range []string{"direct", "dlsym", "gpa", "gpa-ptsz"} {
+		p := c.ready(mode)
+		p.ok("pool P 0")
+		p.ok("poolalloc a P 8388608")
+		p.ok("free a")
+		c.wantUsed(32*MiB, mode+": freed pool memory stays reserved")
+		p.ok("streamsync")
+		if r := fieldU(t, p.ok("poolreserved P"), "reserved"); r != 0 {
+			t.Fatalf("%s: the pool still reserves %d after a stream sync", mode, r)
+		}
+		c.wantUsed(0, mode+": after the stream sync released the chunk")
+		p.ok("alloc b 67108864")
+		p.ok("free b")
+		p.exit()
+	}
+}

@@ -71,6 +71,7 @@ static const struct entry g_entries[] = {
     E(cuLaunchKernel, "cuLaunchKernel", 4000, 0, LEGACY_STREAM),
     E(cuLaunchKernel_ptsz, "cuLaunchKernel", 7000, 0, PER_THREAD_STREAM),
     E(cuStreamSynchronize, "cuStreamSynchronize", 2000, 0, LEGACY_STREAM),
+    E(cuStreamSynchronize_ptsz, "cuStreamSynchronize", 7000, 0, PER_THREAD_STREAM),
     E(cuEventSynchronize, "cuEventSynchronize", 2000, 0, NO_STREAM),
     N(nvmlDeviceGetMemoryInfo),
     N(nvmlDeviceGetMemoryInfo_v2),
@@ -153,6 +154,8 @@ void interpose_resolve_cuda(void *handle)
         REAL.cuMemFreeAsync_ptsz = REAL.cuMemFreeAsync;
     if (REAL.cuLaunchKernel_ptsz == NULL)
         REAL.cuLaunchKernel_ptsz = REAL.cuLaunchKernel;
+    if (REAL.cuStreamSynchronize_ptsz == NULL)
+        REAL.cuStreamSynchronize_ptsz = REAL.cuStreamSynchronize;
     for (size_t i = 0; i < N_ENTRIES; i++) {
         if (g_entries[i].name[0] == 'c' && *g_entries[i].real == NULL) {
             hook_log(HOOK_LOG_DEBUG, "the driver has no %s", g_entries[i].name);

@@ -222,6 +222,12 @@ TESSERA_EXPORT CUresult cuStreamSynchronize(CUstream s)
     return after_sync(REAL.cuStreamSynchronize(s));
 }
 
+TESSERA_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s)
+{
+    hook_ensure();
+    return after_sync(REAL.cuStreamSynchronize_ptsz(s));
+}
+
 TESSERA_EXPORT CUresult cuEventSynchronize(CUevent e)
 {
     hook_ensure();

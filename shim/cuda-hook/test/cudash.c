@@ -43,6 +43,7 @@ static struct {
     CUresult (*CtxCreate)(CUcontext *, unsigned, CUdevice);
     CUresult (*CtxDestroy)(CUcontext);
     CUresult (*CtxSynchronize)(void);
+    CUresult (*StreamSynchronize)(CUstream);
     CUresult (*MemGetInfo)(size_t *, size_t *);
     CUresult (*MemAlloc)(CUdeviceptr *, size_t);
     CUresult (*MemAllocPitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
@@ -96,6 +97,7 @@ static struct binding bindings[] = {
     B(CtxCreate, cuCtxCreate_v2, NULL),
     B(CtxDestroy, cuCtxDestroy_v2, "cuCtxDestroy"),
     B(CtxSynchronize, cuCtxSynchronize, "cuCtxSynchronize"),
+    B(StreamSynchronize, cuStreamSynchronize, "cuStreamSynchronize"),
     B(MemGetInfo, cuMemGetInfo_v2, "cuMemGetInfo"),
     B(MemAlloc, cuMemAlloc_v2, "cuMemAlloc"),
     B(MemAllocPitch, cuMemAllocPitch_v2, "cuMemAllocPitch"),
@@ -686,6 +688,8 @@ static int command(char **tok, int n)
     }
     if (strcmp(c, "sync") == 0)
         return reply(api.CtxSynchronize(), NULL);
+    if (strcmp(c, "streamsync") == 0)
+        return reply(api.StreamSynchronize(NULL), NULL);
     if (strcmp(c, "launch") == 0 && n >= 2) {
         CUmodule mod;
         CUfunction f;
