@@ -62,15 +62,16 @@ func TestPoolsBeyondTheTrackedOnesAreChargedPerAllocation(t *testing.T) {
 }
 
 // TestPoolChargeFollowsTheReservationUnderThreads: eight threads allocate from one
-// pool at once, each allocation growing it, while a ninth reads the memory view
+// pool at once, each allocation growing it, while four more read the memory view
 // (which re-reads the reservation). Once they are done the container is charged
-// exactly what the pool reserves.
+// exactly what the pool reserves: a reservation read before another thread's
+// growth must never be applied after it (it was, and left gigabytes uncharged).
 func TestPoolChargeFollowsTheReservationUnderThreads(t *testing.T) {
 	n := newNode(t, "")
 	c := n.container(t, map[int]uint64{0: 100 << 30})
 	p := c.ready("direct")
 	p.ok("pool P 0")
-	for round := range 100 {
+	for round := range 400 {
 		if f := fieldU(t, p.ok("poolrace P 8 32 33554432"), "failures"); f != 0 {
 			t.Fatalf("round %d: %d allocations failed", round, f)
 		}

@@ -130,11 +130,12 @@ static CUresult pool_alloc(const char *api, enum pool_call c, CUdeviceptr *dptr,
     pool_add_charge(pool, pre);
     r = call_alloc(c, dptr, n, pool, s);
     if (r != CUDA_SUCCESS) {
-        pool_reconcile(pool, 0); /* gives back the unused pre-charge */
+        pool_reconcile_pre(pool, 0, pre); /* gives back the unused pre-charge */
         return r;
     }
     int ptsz = c == CALL_ASYNC_PTSZ || c == CALL_FROM_POOL_PTSZ;
-    if (pool_reconcile(pool, 1) != 0 || charge_remember(ACCT_PTR, *dptr, 0, idx, pool, ctx) != 0) {
+    int over = pool_reconcile_pre(pool, 1, pre) != 0;
+    if (over || charge_remember(ACCT_PTR, *dptr, 0, idx, pool, ctx) != 0) {
         /* The pool grew past the cap (it reserves in chunks): undo it all. */
         hook_log(HOOK_LOG_INFO, "%s: pool %p grew past the cap; freeing and trimming", api, (void *)pool);
         call_free(ptsz, *dptr, s);
@@ -142,7 +143,7 @@ static CUresult pool_alloc(const char *api, enum pool_call c, CUdeviceptr *dptr,
             REAL.cuStreamSynchronize(s);
         if (REAL.cuMemPoolTrimTo != NULL)
             REAL.cuMemPoolTrimTo(pool, 0);
-        pool_reconcile(pool, 0);
+        pool_reconcile_pre(pool, 0, over ? pre : 0);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     pool_outstanding(pool, 1);

@@ -382,9 +382,11 @@ static void *race_watch(void *arg)
     return NULL;
 }
 
+#define RACE_WATCHERS 4
+
 static CUresult pool_race(CUmemoryPool pool, int n, int per, size_t bytes, int *failures)
 {
-    pthread_t t[64], w;
+    pthread_t t[64], w[RACE_WATCHERS];
     struct race_job job = {.pool = pool, .per = per, .bytes = bytes};
     extern CUresult cuCtxGetCurrent(CUcontext *);
     cuCtxGetCurrent(&job.ctx);
@@ -392,13 +394,15 @@ static CUresult pool_race(CUmemoryPool pool, int n, int per, size_t bytes, int *
     race_done = 0;
     if (n > 64)
         n = 64;
-    pthread_create(&w, NULL, race_watch, &job);
+    for (int i = 0; i < RACE_WATCHERS; i++)
+        pthread_create(&w[i], NULL, race_watch, &job);
     for (int i = 0; i < n; i++)
         pthread_create(&t[i], NULL, race_main, &job);
     for (int i = 0; i < n; i++)
         pthread_join(t[i], NULL);
     race_done = 1;
-    pthread_join(w, NULL);
+    for (int i = 0; i < RACE_WATCHERS; i++)
+        pthread_join(w[i], NULL);
     *failures = race_failures;
     return CUDA_SUCCESS;
 }
