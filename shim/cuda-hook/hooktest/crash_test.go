@@ -2,6 +2,7 @@ package hooktest
 
 import (
 	"bufio"
+	"fmt"
 	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
@@ -179,4 +180,26 @@ func TestProcessWhoseMainThreadExitedIsAlive(t *testing.T) {
 	c.wantUsed(0, "after the frees")
 	a.exit()
 	b.exit()
+}
+
+// TestExitWhileThreadsAllocate: a process exits (its slot is handed back at once)
+// while its other threads go on allocating and freeing. Whatever they charge
+// around that moment must not outlive the process: afterwards the container can
+// fill its cap exactly.
+func TestExitWhileThreadsAllocate(t *testing.T) {
+	const capB = 64 * MiB
+	n := newNode(t, "")
+	c := n.container(t, map[int]uint64{0: capB})
+	for i := range 100 {
+		p := c.ready("direct")
+		p.ok(fmt.Sprintf("exitrace 6 1048576 %d", 200+i%7*100))
+		if err := p.cmd.Wait(); err != nil {
+			t.Fatalf("exit %d: %v (stderr: %s)", i, err, p.stderr)
+		}
+	}
+	q := c.ready("direct")
+	if got := fieldU(t, q.ok("fill z 1048576"), "n"); got != capB/MiB {
+		t.Fatalf("after the exits the container could fill %d MiB of its %d MiB cap", got, capB/MiB)
+	}
+	q.exit()
 }

@@ -417,6 +417,34 @@ static CUresult pool_race_free(void)
     return r;
 }
 
+/* exitrace: threads allocate and free in a tight loop while the main thread exits. */
+static void *churn_main(void *arg)
+{
+    struct thread_job *j = arg;
+    api.CtxSetCurrent(j->ctx);
+    for (;;) {
+        CUdeviceptr p;
+        if (api.MemAlloc(&p, j->bytes) == CUDA_SUCCESS)
+            api.MemFree(p);
+    }
+    return NULL;
+}
+
+static void exit_race(int n, size_t bytes, unsigned us)
+{
+    static pthread_t t[64];
+    static struct thread_job job;
+    extern CUresult cuCtxGetCurrent(CUcontext *);
+    job.bytes = bytes;
+    cuCtxGetCurrent(&job.ctx);
+    if (n > 64)
+        n = 64;
+    for (int i = 0; i < n; i++)
+        pthread_create(&t[i], NULL, churn_main, &job);
+    usleep(us);
+    exit(0);
+}
+
 static char **g_argv;
 static pid_t child_pid;
 static int child_pipe = -1;
@@ -716,6 +744,11 @@ static int command(char **tok, int n)
             if (api.MemAlloc(&p, b) == CUDA_SUCCESS)
                 api.MemFree(p);
         }
+    }
+    if (strcmp(c, "exitrace") == 0 && n >= 4) {
+        /* exitrace THREADS BYTES MICROSECONDS: exit while threads churn. */
+        reply(CUDA_SUCCESS, NULL);
+        exit_race((int)num(tok[1]), num(tok[2]), (unsigned)num(tok[3]));
     }
     if (strcmp(c, "threads") == 0 && n >= 4) {
         int failures = 0;
