@@ -521,6 +521,14 @@ static int command(char **tok, int n)
         reply(CUDA_SUCCESS, NULL);
         pthread_exit(NULL);
     }
+    if (strcmp(c, "dup") == 0 && n >= 3) {
+        /* A second name for an object (to free it twice). */
+        struct obj *o = find(tok[1]);
+        if (o == NULL)
+            return reply(CUDA_ERROR_INVALID_VALUE, NULL);
+        put(tok[2], o->kind, o->v);
+        return reply(CUDA_SUCCESS, NULL);
+    }
     if (strcmp(c, "forget") == 0 && n >= 2) {
         /* Drop a name without freeing it (the driver freed it with its context). */
         struct obj *o = find(tok[1]);
