@@ -11,7 +11,7 @@ func TestProcessAlive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, start, ok := parseStat(data)
+	_, start, _, ok := parseStat(data)
 	if !ok || start == 0 {
 		t.Fatalf("parseStat(/proc/self/stat) = %d, %v", start, ok)
 	}
@@ -33,12 +33,12 @@ func TestProcessAlive(t *testing.T) {
 
 func TestParseStatOddCommandNames(t *testing.T) {
 	line := "42 (a) b) (c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10\n"
-	state, start, ok := parseStat([]byte(line))
-	if !ok || state != 'S' || start != 987654 {
-		t.Fatalf("got %c %d %v", state, start, ok)
+	state, start, threads, ok := parseStat([]byte(line))
+	if !ok || state != 'S' || start != 987654 || threads != 1 {
+		t.Fatalf("got %c %d %d %v", state, start, threads, ok)
 	}
 	for _, bad := range []string{"", "42 (x", "42 (x) S 1 2", "42 (x) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 zz"} {
-		if _, _, ok := parseStat([]byte(bad)); ok {
+		if _, _, _, ok := parseStat([]byte(bad)); ok {
 			t.Errorf("%q parsed", bad)
 		}
 	}
@@ -48,6 +48,6 @@ func FuzzParseStat(f *testing.F) {
 	f.Add([]byte("1 (init) S 0 1 1 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0\n"))
 	f.Add([]byte("7 ()) Z"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_, _, _ = parseStat(data)
+		_, _, _, _ = parseStat(data)
 	})
 }

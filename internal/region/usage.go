@@ -173,31 +173,37 @@ func ProcessAlive(pid uint32, startTime uint64) bool {
 	if err != nil {
 		return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ESRCH)
 	}
-	state, start, ok := parseStat(data)
+	state, start, threads, ok := parseStat(data)
 	if !ok {
 		return true
 	}
-	if state == 'Z' || state == 'X' {
+	// A thread-group leader that called pthread_exit is a zombie while the
+	// process's other threads (and its device memory) live on.
+	if (state == 'Z' || state == 'X') && threads <= 1 {
 		return false
 	}
 	return startTime == 0 || start == startTime
 }
 
-// parseStat returns the state (field 3) and start time (field 22) of a
-// /proc/<pid>/stat line. comm may hold spaces and parentheses: fields are counted
-// from the last ')'.
-func parseStat(data []byte) (state byte, start uint64, ok bool) {
+// parseStat returns the state (field 3), thread count (field 20) and start time
+// (field 22) of a /proc/<pid>/stat line. comm may hold spaces and parentheses:
+// fields are counted from the last ')'.
+func parseStat(data []byte) (state byte, start, threads uint64, ok bool) {
 	i := bytes.LastIndexByte(data, ')')
 	if i < 0 || i+2 >= len(data) {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	fields := strings.Fields(string(data[i+2:]))
 	if len(fields) < 20 {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	start, err := strconv.ParseUint(fields[19], 10, 64)
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	return fields[0][0], start, true
+	threads, err = strconv.ParseUint(fields[17], 10, 64)
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	return fields[0][0], start, threads, true
 }

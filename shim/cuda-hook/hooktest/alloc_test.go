@@ -2,6 +2,7 @@ package hooktest
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -30,6 +31,8 @@ func allocAPIs() []allocAPI {
 		{name: "cuMemCreate", alloc: "vmm %s 0 8388608", bytes: s},
 		{name: "cuArrayCreate_v2", alloc: "array %s 1024 512 32 4", bytes: s},
 		{name: "cuArray3DCreate_v2", alloc: "array3d %s 256 256 8 32 4", bytes: s},
+		// CU_AD_FORMAT_UNORM_INT8X4 (0xc2): a format beyond the eight classic ones.
+		{name: "cuArray3DCreate_v2 UNORM_INT8X4", alloc: "array3d %s 1024 1024 2 0xc2 4", bytes: s},
 		{name: "cuMipmappedArrayCreate", alloc: "mipmap %s 100 100 0 1 1 3", bytes: mip},
 	}
 }
@@ -104,4 +107,36 @@ func TestChargesMatchTheDriver(t *testing.T) {
 	c.checkUsed(0, "after freeing everything")
 	p.exit()
 	probe.exit()
+}
+
+// TestDoubleFreesChangeNothing: freeing an object a second time fails in the driver
+// and gives nothing back twice; afterwards the cap can be filled exactly.
+func TestDoubleFreesChangeNothing(t *testing.T) {
+	n := newNode(t, "")
+	c := n.container(t, map[int]uint64{0: 64 * MiB})
+	p := c.ready("direct")
+	for _, api := range allocAPIs() {
+		for _, s := range api.setup {
+			p.ok(s)
+		}
+		p.ok(fmt.Sprintf(api.alloc, "o"))
+		p.ok("dup o again")
+		p.ok("alloc keep 1048576")
+		p.ok("free o")
+		held := c.usage().UsedBytes[0]
+		if out := p.do("free again"); !strings.HasPrefix(out, "err ") {
+			t.Fatalf("%s: a second free: %q", api.name, out)
+		}
+		p.ok("forget again")
+		c.wantUsed(held, api.name+": after the second free")
+		p.ok("free keep")
+		if api.trim != "" {
+			p.ok(api.trim)
+		}
+		c.wantUsed(0, api.name+": after freeing everything")
+	}
+	if got := fieldU(t, p.ok("fill z 1048576"), "n"); got != 64 {
+		t.Fatalf("after the double frees the container could fill %d MiB of its 64", got)
+	}
+	p.exit()
 }

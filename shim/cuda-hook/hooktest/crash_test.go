@@ -2,6 +2,7 @@ package hooktest
 
 import (
 	"bufio"
+	"fmt"
 	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
@@ -148,4 +149,57 @@ func killOne(n *node, c *container, rng *rand.Rand) error {
 	cmd.Process.Kill()
 	cmd.Wait()
 	return nil
+}
+
+// TestProcessWhoseMainThreadExitedIsAlive: a process whose main thread called
+// pthread_exit while other threads go on shows its thread-group leader as a zombie
+// in /proc, but it is alive and holds its memory. Neither a container process's
+// reaper nor the node reaper may take its usage away.
+func TestProcessWhoseMainThreadExitedIsAlive(t *testing.T) {
+	n := newNode(t, "")
+	c := n.container(t, map[int]uint64{0: 16 * MiB})
+	a := c.ready("direct")
+	a.ok("alloc a 8388608")
+	a.ok("mainexit")
+	a.ok("ctx 0") // still running, on its second thread
+	a.ok("alloc b 1048576")
+	b := c.ready("direct")
+	b.fails("alloc x 8388608", "CUDA_ERROR_OUT_OF_MEMORY") // its slot claim reaps the dead first
+	c.wantUsed(9*MiB, "after a second process claimed a slot")
+	r, err := region.OpenRegion(c.region)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if procs, _ := r.Reap(region.ProcessAlive); procs != 0 {
+		t.Errorf("the node reaper cleared %d slots of live processes", procs)
+	}
+	c.wantUsed(9*MiB, "after the node reaper swept")
+	a.ok("free a")
+	a.ok("free b")
+	c.wantUsed(0, "after the frees")
+	a.exit()
+	b.exit()
+}
+
+// TestExitWhileThreadsAllocate: a process exits (its slot is handed back at once)
+// while its other threads go on allocating and freeing. Whatever they charge
+// around that moment must not outlive the process: afterwards the container can
+// fill its cap exactly.
+func TestExitWhileThreadsAllocate(t *testing.T) {
+	const capB = 64 * MiB
+	n := newNode(t, "")
+	c := n.container(t, map[int]uint64{0: capB})
+	for i := range 100 {
+		p := c.ready("direct")
+		p.ok(fmt.Sprintf("exitrace 6 1048576 %d", 200+i%7*100))
+		if err := p.cmd.Wait(); err != nil {
+			t.Fatalf("exit %d: %v (stderr: %s)", i, err, p.stderr)
+		}
+	}
+	q := c.ready("direct")
+	if got := fieldU(t, q.ok("fill z 1048576"), "n"); got != capB/MiB {
+		t.Fatalf("after the exits the container could fill %d MiB of its %d MiB cap", got, capB/MiB)
+	}
+	q.exit()
 }

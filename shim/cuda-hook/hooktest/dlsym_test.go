@@ -12,11 +12,18 @@ import (
 // on the caller (RTLD_NEXT, RTLD_DEFAULT from a library opened RTLD_LOCAL) give the
 // same answers with and without the hook.
 var dlsymSources = map[string]string{
-	// liba and libb both define probe; liba asks for the *next* definition.
+	// liba and libb both define probe; liba asks for the *next* definition. Also
+	// under names that look like the driver's but that the hook does not intercept
+	// (the CUDA runtime and libraries are cuda*, cublas*, ...; NVML's are nvml*).
 	"liba.c": `#include <dlfcn.h>
 int probe(void) { return 1; }
-int next_probe(void) { int (*f)(void) = (int (*)(void))dlsym(RTLD_NEXT, "probe"); return f ? f() : -1; }`,
-	"libb.c": `int probe(void) { return 2; }`,
+int cudaProbe(void) { return 1; }
+int nvmlProbe(void) { return 1; }
+static int next(const char *name) { int (*f)(void) = (int (*)(void))dlsym(RTLD_NEXT, name); return f ? f() : -1; }
+int next_probe(void) { return next("probe") * 100 + next("cudaProbe") * 10 + next("nvmlProbe"); }`,
+	"libb.c": `int probe(void) { return 2; }
+int cudaProbe(void) { return 2; }
+int nvmlProbe(void) { return 2; }`,
 	// libplugin is dlopen'ed RTLD_LOCAL and looks up a symbol of its own dependency.
 	"libdep.c": `int dep_value(void) { return 7; }`,
 	"libplugin.c": `#include <dlfcn.h>
@@ -64,7 +71,7 @@ func TestDlsymKeepsCallerRelativeMeaning(t *testing.T) {
 		return strings.TrimSpace(string(out))
 	}
 	plain := run()
-	if !strings.HasPrefix(plain, "next=2 ") {
+	if !strings.HasPrefix(plain, "next=222 ") {
 		t.Fatalf("without the hook: %q, want RTLD_NEXT from liba to find libb's probe", plain)
 	}
 	if hooked := run("LD_PRELOAD=" + filepath.Join(libDir, "libtessera-hook.so")); hooked != plain {

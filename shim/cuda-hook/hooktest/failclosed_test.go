@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -31,6 +32,12 @@ func TestBadInputFailsClosed(t *testing.T) {
 	truncate := func(b []byte) []byte { return b[:100] }
 	magic := func(b []byte) []byte { b[0] ^= 0xff; return b }
 	version := func(b []byte) []byte { binary.LittleEndian.PutUint32(b[8:], 99); return b }
+	size := func(b []byte) []byte { binary.LittleEndian.PutUint32(b[12:], 4096); return b }
+	devices := func(b []byte) []byte { binary.LittleEndian.PutUint32(b[24:], 17); return b }
+	fifo := filepath.Join(dir, "fifo") // open(2) of a FIFO without a writer would block
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	region := func(p string) []string { return []string{"TESSERA_REGION=" + p, "TESSERA_LIMITS=" + good.limits} }
 	limits := func(p string) []string { return []string{"TESSERA_REGION=" + good.region, "TESSERA_LIMITS=" + p} }
 	cases := []struct {
@@ -47,6 +54,12 @@ func TestBadInputFailsClosed(t *testing.T) {
 		{"limits wrong magic", limits(damaged("l-magic", good.limits, magic)), "wrong magic"},
 		{"limits wrong version", limits(damaged("l-version", good.limits, version)), "ABI version 99"},
 		{"limits is a region", limits(good.region), "wrong magic"},
+		{"region wrong size field", region(damaged("r-size", good.region, size)), "size field 4096"},
+		{"limits wrong size field", limits(damaged("l-size", good.limits, size)), "size field 4096"},
+		{"limits device count", limits(damaged("l-count", good.limits, devices)), "device_count 17"},
+		{"region is a directory", region(dir), "Is a directory"},
+		{"region is a FIFO", region(fifo), "not a regular file"},
+		{"limits is a FIFO", limits(fifo), "not a regular file"},
 		{"core limits wrong magic", append(limits(good.limits), "TESSERA_CORE_LIMITS="+good.region), "wrong magic"},
 		{"reserve not a number", append(limits(good.limits), "TESSERA_CTX_RESERVE_MIB=lots"), "TESSERA_CTX_RESERVE_MIB"},
 		{"reserve negative", append(limits(good.limits), "TESSERA_CTX_RESERVE_MIB=-5"), "TESSERA_CTX_RESERVE_MIB"},

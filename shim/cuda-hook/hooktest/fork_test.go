@@ -103,3 +103,19 @@ func TestExecTakesOverItsSlot(t *testing.T) {
 	}
 	p.exit()
 }
+
+// TestChildWithoutForkHandlersLeavesTheParentsSlot: a child made by the raw clone
+// system call skips pthread_atfork and inherits the parent's idea of its slot; its
+// exit() must not hand the parent's slot back (that would drop the parent's usage).
+func TestChildWithoutForkHandlersLeavesTheParentsSlot(t *testing.T) {
+	n := newNode(t, "")
+	c := n.container(t, map[int]uint64{0: 16 * MiB})
+	p := c.ready("direct")
+	p.ok("alloc a 8388608")
+	p.ok("cloneexit")
+	c.wantUsed(8*MiB, "after a raw-clone child exited")
+	p.fails("alloc b 16777216", "CUDA_ERROR_OUT_OF_MEMORY")
+	p.ok("free a")
+	c.wantUsed(0, "after the free")
+	p.exit()
+}

@@ -3,7 +3,8 @@ package hooktest
 import "testing"
 
 // TestVMMMemoryLivesUntilReleasedAndUnmapped: a physical handle released while still
-// mapped keeps its memory until the last unmap, and stays charged until then.
+// mapped keeps its memory until the last unmap, and stays charged until then. A
+// second cuMemRelease, which the driver refuses, does not undo the first.
 func TestVMMMemoryLivesUntilReleasedAndUnmapped(t *testing.T) {
 	n := newNode(t, "")
 	c := n.container(t, map[int]uint64{0: 16 * MiB})
@@ -11,8 +12,10 @@ func TestVMMMemoryLivesUntilReleasedAndUnmapped(t *testing.T) {
 	p.ok("vmm h 0 8388608")
 	p.ok("vareserve va 8388608")
 	p.ok("map va h 8388608")
-	p.ok("free h") // cuMemRelease while mapped: the usual pattern
-	c.wantUsed(8*MiB, "released but still mapped")
+	p.ok("release h") // cuMemRelease while mapped: the usual pattern
+	p.fails("release h", "CUDA_ERROR_INVALID_VALUE")
+	p.ok("forget h")
+	c.wantUsed(8*MiB, "released (twice) but still mapped")
 	p.fails("alloc a 10485760", "CUDA_ERROR_OUT_OF_MEMORY")
 	p.ok("unmap va 8388608")
 	c.wantUsed(0, "released and unmapped")
@@ -50,12 +53,37 @@ func TestDestroyedContextsFreeTheirMemory(t *testing.T) {
 	c.wantUsed(0, "after cuDevicePrimaryCtxReset")
 	p.ok("forget kept")
 	p.ok("forget b")
-	p.ok("ctx 0") // a reset drops every retain: retain twice again
-	p.ok("ctx 0")
+	p.ok("ctx 0") // a reset keeps the two retains: now three
 	p.ok("alloc d 8388608")
+	p.ok("ctxrelease 0")
 	p.ok("ctxrelease 0")
 	c.wantUsed(8*MiB, "primary context still retained once")
 	p.ok("ctxrelease 0")
 	c.wantUsed(0, "after the last cuDevicePrimaryCtxRelease")
+	p.exit()
+}
+
+// TestPrimaryContextResetDoesNotReleaseIt: cuDevicePrimaryCtxReset frees everything
+// made in the primary context but keeps every retain counted (as the driver
+// documents); a later retain re-activates it, and its memory lives until the
+// last release. The charges follow.
+func TestPrimaryContextResetDoesNotReleaseIt(t *testing.T) {
+	n := newNode(t, "")
+	c := n.container(t, map[int]uint64{0: 16 * MiB}, "TESSERA_CTX_RESERVE_MIB=1")
+	p := c.ready("direct") // retained once
+	p.ok("alloc a 4194304")
+	c.wantUsed(5*MiB, "context reserve and one allocation")
+	p.ok("ctxreset 0")
+	c.wantUsed(0, "after the reset")
+	p.ok("forget a")
+	p.ok("ctx 0") // retained twice now: re-activated
+	p.ok("alloc b 8388608")
+	c.wantUsed(9*MiB, "re-activated context and an allocation")
+	p.ok("ctxrelease 0") // one retain left: the context and b live on
+	c.wantUsed(9*MiB, "after releasing one of two retains")
+	p.fails("alloc x 8388608", "CUDA_ERROR_OUT_OF_MEMORY")
+	p.ok("ctxrelease 0")
+	c.wantUsed(0, "after the last release")
+	p.ok("forget b")
 	p.exit()
 }

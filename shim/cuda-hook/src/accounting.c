@@ -163,10 +163,10 @@ int acct_vmm_update(uint64_t handle, int maps_delta, int release, struct acct_re
     uint64_t i = find_locked(ACCT_VMM, handle);
     if (i < g_cap) {
         struct acct_rec *r = &g_tab[i];
+        rc = release > 0 && r->released ? 2 : 0;
         r->maps += maps_delta;
         if (release)
             r->released = release > 0;
-        rc = 0;
         if (r->released && r->maps <= 0) {
             *out = *r;
             remove_locked(i);
@@ -214,6 +214,26 @@ static unsigned element_size(CUarray_format f)
     return 0;
 }
 
+/* The normalized formats (CUDA 11.5): UNORM_INT8X1 0xc0 .. SNORM_INT16X4 0xcb, in
+ * groups of three (X1, X2, X4 channels), 8-bit for the _INT8Xn and 16-bit for the
+ * _INT16Xn groups; the channel count is part of the format. */
+#define FORMAT_NORM_FIRST 0xc0u
+#define FORMAT_NORM_LAST 0xcbu
+/* No format takes more than four 32-bit channels per texel. */
+#define MAX_TEXEL_BYTES 16u
+
+/* Bytes per texel: exact for the formats above, and never less than the driver
+ * uses for any other (block-compressed, YUV, formats newer than this hook). */
+static uint64_t texel_bytes(CUarray_format f, unsigned channels)
+{
+    if ((unsigned)f >= FORMAT_NORM_FIRST && (unsigned)f <= FORMAT_NORM_LAST) {
+        unsigned k = (unsigned)f - FORMAT_NORM_FIRST;
+        return (k % 6 < 3 ? 1u : 2u) << (k % 3);
+    }
+    unsigned es = element_size(f);
+    return es ? (uint64_t)es * channels : MAX_TEXEL_BYTES;
+}
+
 static uint64_t mul_sat(uint64_t a, uint64_t b)
 {
     uint64_t r;
@@ -229,7 +249,7 @@ static uint64_t level_bytes(uint64_t w, uint64_t h, uint64_t d, uint64_t texel)
 
 uint64_t array_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d)
 {
-    uint64_t texel = (uint64_t)element_size(d->Format) * d->NumChannels;
+    uint64_t texel = texel_bytes(d->Format, d->NumChannels);
     if (texel == 0 || d->Width == 0)
         return 0;
     return round512(level_bytes(d->Width, d->Height, d->Depth, texel));
@@ -239,7 +259,7 @@ uint64_t array_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d)
  * is rounded once, as the driver allocates the levels in one piece. */
 uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels)
 {
-    uint64_t texel = (uint64_t)element_size(d->Format) * d->NumChannels;
+    uint64_t texel = texel_bytes(d->Format, d->NumChannels);
     if (texel == 0 || d->Width == 0 || levels == 0)
         return 0;
     uint64_t total = 0, w = d->Width, h = d->Height, dd = d->Depth;

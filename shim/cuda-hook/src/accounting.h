@@ -35,7 +35,9 @@ int acct_take_owned(uint64_t owner, struct acct_rec *out, int max);
 /* A VMM handle's physical memory lives until it is released and its last mapping is
  * gone. Apply maps_delta and release (+1 released, -1 the release failed) to the
  * handle's record: -1 when the handle is not remembered, 1 when it is now released
- * and unmapped (forgotten; *out filled: give its bytes back), 0 otherwise. */
+ * and unmapped (forgotten; *out filled: give its bytes back), 2 when release is +1
+ * and it was released already (a double release, which the driver refuses), 0
+ * otherwise. */
 int acct_vmm_update(uint64_t handle, int maps_delta, int release, struct acct_rec *out);
 
 /* Objects remembered (tests, logging). */
@@ -48,9 +50,12 @@ void acct_atfork_parent(void);
 void acct_atfork_child(void);
 
 /* Bytes an array takes, as the driver lays it out: width x max(h,1) x max(d,1) x
- * channels x element size, rounded up to 512; a mipmapped array is the sum of its
- * levels (each extent halved per level, at least 1), rounded up to 512 once. 0 for
- * a descriptor the driver would reject (unknown format, 0 width). */
+ * bytes per texel, rounded up to 512; a mipmapped array is the sum of its levels
+ * (each extent halved per level, at least 1), rounded up to 512 once. A texel is
+ * channels x element size for the classic formats, what the name says for the
+ * normalized ones, and 16 bytes (the most any format takes) for every other
+ * format, so that none is ever charged less than it takes. 0 for a descriptor
+ * the driver would reject (0 width or channels). */
 uint64_t array_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d);
 uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels);
 

@@ -71,6 +71,7 @@ static const struct entry g_entries[] = {
     E(cuLaunchKernel, "cuLaunchKernel", 4000, 0, LEGACY_STREAM),
     E(cuLaunchKernel_ptsz, "cuLaunchKernel", 7000, 0, PER_THREAD_STREAM),
     E(cuStreamSynchronize, "cuStreamSynchronize", 2000, 0, LEGACY_STREAM),
+    E(cuStreamSynchronize_ptsz, "cuStreamSynchronize", 7000, 0, PER_THREAD_STREAM),
     E(cuEventSynchronize, "cuEventSynchronize", 2000, 0, NO_STREAM),
     N(nvmlDeviceGetMemoryInfo),
     N(nvmlDeviceGetMemoryInfo_v2),
@@ -153,6 +154,8 @@ void interpose_resolve_cuda(void *handle)
         REAL.cuMemFreeAsync_ptsz = REAL.cuMemFreeAsync;
     if (REAL.cuLaunchKernel_ptsz == NULL)
         REAL.cuLaunchKernel_ptsz = REAL.cuLaunchKernel;
+    if (REAL.cuStreamSynchronize_ptsz == NULL)
+        REAL.cuStreamSynchronize_ptsz = REAL.cuStreamSynchronize;
     for (size_t i = 0; i < N_ENTRIES; i++) {
         if (g_entries[i].name[0] == 'c' && *g_entries[i].real == NULL) {
             hook_log(HOOK_LOG_DEBUG, "the driver has no %s", g_entries[i].name);
@@ -245,18 +248,20 @@ static int is_driver_name(const char *name)
     return name != NULL && ((name[0] == 'c' && name[1] == 'u') || strncmp(name, "nvml", 4) == 0);
 }
 
-/* Every symbol but the driver's goes straight to the real dlsym as a tail call (-O2
- * makes it a jump), so the real dlsym finds our caller's return address, not ours,
- * and RTLD_NEXT keeps its caller-relative meaning (TestDlsymKeepsCallerRelativeMeaning).
- * For a driver symbol the real dlsym sees us as the caller, which changes nothing for
- * the handles programs use to find the driver: a dlopen handle, or RTLD_DEFAULT,
- * where we come first anyway; RTLD_NEXT from the program also lands on the driver. */
+/* Every symbol but those we intercept goes straight to the real dlsym as a tail call
+ * (-O2 makes it a jump), so the real dlsym finds our caller's return address, not
+ * ours, and RTLD_NEXT keeps its caller-relative meaning, also for the many cu* and
+ * nvml* names we do not wrap (cudart, cuBLAS, ...; TestDlsymKeepsCallerRelativeMeaning).
+ * For an intercepted symbol the real dlsym sees us as the caller, which changes
+ * nothing for the handles programs use to find the driver: a dlopen handle, or
+ * RTLD_DEFAULT, where we come first anyway; RTLD_NEXT from the program also lands on
+ * the driver. */
 TESSERA_EXPORT void *dlsym(void *restrict handle, const char *restrict name)
 {
     dlsym_fn rd = real_dlsym();
     if (rd == NULL)
         return NULL; /* no glibc dlsym version found: nothing can be looked up */
-    if (__builtin_expect(!is_driver_name(name), 1))
+    if (__builtin_expect(!is_driver_name(name) || find_entry(name) == NULL, 1))
         return rd(handle, name);
     return interpose_wrap(name, rd(handle, name));
 }

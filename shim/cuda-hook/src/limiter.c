@@ -167,6 +167,10 @@ void limiter_atfork_child(void)
 
 void limiter_release(void)
 {
+    /* A child made without pthread_atfork (the raw clone system call) still holds
+     * its parent's slot number: the slot is the parent's, leave it alone. */
+    if ((uint32_t)getpid() != g_pid)
+        return;
     int slot = atomic_exchange(&g_slot, -1);
     if (slot >= 0 && g_region != NULL)
         region_release(g_region, slot, g_pid);

@@ -113,8 +113,8 @@ static CUresult call_free(int ptsz, CUdeviceptr p, CUstream s)
 static CUresult pool_alloc(const char *api, enum pool_call c, CUdeviceptr *dptr, size_t n, CUmemoryPool pool,
                            int idx, uint64_t ctx, CUstream s)
 {
-    if (pool == NULL || idx < 0) {
-        /* Unknown pool or pass-through device: charge what is handed out. */
+    if (pool == NULL || idx < 0 || !pool_note(pool, idx)) {
+        /* Unknown or untracked pool, or pass-through device: charge what is handed out. */
         CUresult r = charge_admit(api, idx, n);
         if (r != CUDA_SUCCESS)
             return r;
@@ -122,7 +122,6 @@ static CUresult pool_alloc(const char *api, enum pool_call c, CUdeviceptr *dptr,
         /* The table is full only when host memory is: free synchronously then. */
         return charge_commit(r, ACCT_PTR, r == CUDA_SUCCESS ? *dptr : 0, n, idx, ctx, undo_mem);
     }
-    pool_note(pool, idx);
     uint64_t headroom = pool_headroom(pool);
     uint64_t pre = n > headroom ? n - headroom : 0;
     CUresult r = charge_admit(api, idx, pre);
@@ -131,11 +130,12 @@ static CUresult pool_alloc(const char *api, enum pool_call c, CUdeviceptr *dptr,
     pool_add_charge(pool, pre);
     r = call_alloc(c, dptr, n, pool, s);
     if (r != CUDA_SUCCESS) {
-        pool_reconcile(pool, 0); /* gives back the unused pre-charge */
+        pool_reconcile_pre(pool, 0, pre); /* gives back the unused pre-charge */
         return r;
     }
     int ptsz = c == CALL_ASYNC_PTSZ || c == CALL_FROM_POOL_PTSZ;
-    if (pool_reconcile(pool, 1) != 0 || charge_remember(ACCT_PTR, *dptr, 0, idx, pool, ctx) != 0) {
+    int over = pool_reconcile_pre(pool, 1, pre) != 0;
+    if (over || charge_remember(ACCT_PTR, *dptr, 0, idx, pool, ctx) != 0) {
         /* The pool grew past the cap (it reserves in chunks): undo it all. */
         hook_log(HOOK_LOG_INFO, "%s: pool %p grew past the cap; freeing and trimming", api, (void *)pool);
         call_free(ptsz, *dptr, s);
@@ -143,7 +143,7 @@ static CUresult pool_alloc(const char *api, enum pool_call c, CUdeviceptr *dptr,
             REAL.cuStreamSynchronize(s);
         if (REAL.cuMemPoolTrimTo != NULL)
             REAL.cuMemPoolTrimTo(pool, 0);
-        pool_reconcile(pool, 0);
+        pool_reconcile_pre(pool, 0, over ? pre : 0);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     pool_outstanding(pool, 1);
@@ -302,6 +302,7 @@ TESSERA_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     int rc = acct_vmm_update(handle, 0, 1, &rec);
     CUresult r = REAL.cuMemRelease(handle);
     if (r != CUDA_SUCCESS) {
+        /* Undo only our own mark: a handle released before stays released. */
         if (rc == 1) {
             rec.released = 0;
             acct_put(&rec);

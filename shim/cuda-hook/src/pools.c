@@ -1,6 +1,7 @@
 /* pools.c — pool reservation tracking. A small array under a process-local mutex;
  * the mutex is never held across a driver call (reservations are read first,
- * applied under the lock). */
+ * applied under the lock, and only if no other change was applied in between:
+ * a reservation read before another thread's growth must never overwrite it). */
 #include "pools.h"
 
 #include <pthread.h>
@@ -17,7 +18,9 @@ struct pool_rec {
     CUmemoryPool pool;
     int idx;
     bool destroyed;
-    uint64_t charged;
+    uint64_t charged;  /* charged for the pool: its reservation as last read + pending */
+    uint64_t pending;  /* pre-charges of allocations in flight */
+    uint64_t gen;      /* bumped by every change of charged */
     int64_t outstanding;
 };
 
@@ -43,23 +46,29 @@ static void drop(struct pool_rec *p)
     *p = g_pools[--g_npools];
 }
 
-void pool_note(CUmemoryPool pool, int idx)
+bool pool_note(CUmemoryPool pool, int idx)
 {
     /* Pools of pass-through devices (idx -1) are remembered too, so that their
      * allocations are never charged to the current context's device instead. */
     if (pool == NULL || idx == DEVICE_UNKNOWN)
-        return;
+        return false;
+    bool tracked = true;
     pthread_mutex_lock(&g_mu);
     if (find(pool) == NULL) {
         if (g_npools < MAX_POOLS) {
             g_pools[g_npools++] = (struct pool_rec){.pool = pool, .idx = idx};
             atomic_store(&pools_known, 1);
         } else {
-            hook_log(HOOK_LOG_WARN, "more than %d memory pools: pool %p is charged per allocation", MAX_POOLS,
-                     (void *)pool);
+            static bool warned; /* once: this runs for every allocation from such a pool */
+            tracked = false;
+            if (!warned)
+                hook_log(HOOK_LOG_WARN, "more than %d memory pools: pool %p and later ones are charged per "
+                                        "allocation", MAX_POOLS, (void *)pool);
+            warned = true;
         }
     }
     pthread_mutex_unlock(&g_mu);
+    return tracked;
 }
 
 int pool_index(CUmemoryPool pool, int def)
@@ -93,36 +102,66 @@ void pool_add_charge(CUmemoryPool pool, uint64_t n)
 {
     pthread_mutex_lock(&g_mu);
     struct pool_rec *p = find(pool);
-    if (p != NULL)
+    if (p != NULL) {
         p->charged += n;
+        p->pending += n;
+        p->gen++;
+    }
     pthread_mutex_unlock(&g_mu);
 }
 
-int pool_reconcile(CUmemoryPool pool, int checked)
+/* Bring charged to reserved + pending (less pre, which the caller settles).
+ * Under g_mu. 0, or -1 (nothing changed) when checked growth does not fit. */
+static int apply(struct pool_rec *p, uint64_t reserved, int checked, uint64_t pre)
 {
-    uint64_t reserved;
-    if (query(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != 0)
-        return 0;
-    int rc = 0;
-    pthread_mutex_lock(&g_mu);
-    struct pool_rec *p = find(pool);
-    if (p != NULL && !p->destroyed) {
-        if (reserved > p->charged) {
-            uint64_t grow = reserved - p->charged;
-            if (!checked)
-                limiter_force(p->idx, grow);
-            else if (limiter_charge(p->idx, grow) != LIMITER_OK)
-                rc = -1;
-            if (rc == 0)
-                p->charged = reserved;
-        } else if (reserved < p->charged) {
-            limiter_uncharge(p->idx, p->charged - reserved);
-            p->charged = reserved;
-        }
+    uint64_t pending = p->pending > pre ? p->pending - pre : 0;
+    uint64_t target = reserved + pending;
+    if (target > p->charged) {
+        uint64_t grow = target - p->charged;
+        if (!checked)
+            limiter_force(p->idx, grow);
+        else if (limiter_charge(p->idx, grow) != LIMITER_OK)
+            return -1;
+    } else if (target < p->charged) {
+        limiter_uncharge(p->idx, p->charged - target);
     }
-    pthread_mutex_unlock(&g_mu);
-    return rc;
+    p->charged = target;
+    p->pending = pending;
+    p->gen++;
+    return 0;
 }
+
+int pool_reconcile_pre(CUmemoryPool pool, int checked, uint64_t pre)
+{
+    for (;;) {
+        pthread_mutex_lock(&g_mu);
+        struct pool_rec *p = find(pool);
+        uint64_t gen = p != NULL ? p->gen : 0;
+        pthread_mutex_unlock(&g_mu);
+        if (p == NULL)
+            return 0;
+        uint64_t reserved;
+        int known = query(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) == 0;
+        int rc = 0;
+        pthread_mutex_lock(&g_mu);
+        p = find(pool);
+        if (p == NULL || p->destroyed) {
+            /* Nothing to follow: the charge goes when the pool is dropped. */
+        } else if (!known) {
+            /* Cannot read it: keep what is charged (pre stays, as a plain charge). */
+            p->pending = p->pending > pre ? p->pending - pre : 0;
+        } else if (p->gen != gen) {
+            rc = 1; /* changed since we read: that reading may be older than it */
+        } else {
+            rc = apply(p, reserved, checked, pre);
+        }
+        pthread_mutex_unlock(&g_mu);
+        if (rc != 1)
+            return rc;
+    }
+}
+
+int pool_reconcile(CUmemoryPool pool, int checked) { return pool_reconcile_pre(pool, checked, 0); }
 
 void pool_reconcile_all(void)
 {

@@ -53,6 +53,7 @@ struct cuda_real {
     CUresult (*cuLaunchKernel_ptsz)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
                                     unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
     CUresult (*cuStreamSynchronize)(CUstream);
+    CUresult (*cuStreamSynchronize_ptsz)(CUstream);
     CUresult (*cuEventSynchronize)(CUevent);
 };
 

@@ -15,7 +15,8 @@
 
 static void *map_file(const char *what, const char *path, size_t size, bool writable, char *err, size_t errlen)
 {
-    int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer. */
+    int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         snprintf(err, errlen, "%s %s: open: %s", what, path, strerror(errno));
         return NULL;
@@ -26,7 +27,12 @@ static void *map_file(const char *what, const char *path, size_t size, bool writ
         close(fd);
         return NULL;
     }
-    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < size) {
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s %s: not a regular file", what, path);
+        close(fd);
+        return NULL;
+    }
+    if ((uint64_t)st.st_size < size) {
         snprintf(err, errlen, "%s %s: truncated: %lld bytes, the layout needs %zu", what, path,
                  (long long)st.st_size, size);
         close(fd);
@@ -111,12 +117,16 @@ int proc_stat_parse(const char *buf, uint64_t *start_time, bool *zombie)
     if (p == NULL || p[1] != ' ' || p[2] == '\0')
         return -1;
     p += 2; /* field 3, state */
-    *zombie = (*p == 'Z' || *p == 'X');
+    bool exited = (*p == 'Z' || *p == 'X');
     for (int field = 3; field < 22; field++) {
         p = strchr(p, ' ');
         if (p == NULL)
             return -1;
         p++;
+        /* Field 20, num_threads: a thread-group leader that called pthread_exit shows
+         * as a zombie while its other threads (and its device memory) live on. */
+        if (field + 1 == 20 && !(p[0] == '1' && p[1] == ' ') && !(p[0] == '0' && p[1] == ' '))
+            exited = false;
     }
     if (*p < '0' || *p > '9')
         return -1;
@@ -127,6 +137,7 @@ int proc_stat_parse(const char *buf, uint64_t *start_time, bool *zombie)
         v = v * 10 + (uint64_t)(*p - '0');
     }
     *start_time = v;
+    *zombie = exited;
     return 0;
 }
 

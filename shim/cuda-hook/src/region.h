@@ -17,8 +17,10 @@ int limits_map(const char *path, const tessera_limits **out, char *err, size_t e
 void region_unmap(tessera_region *r);
 void limits_unmap(const tessera_limits *l);
 
-/* /proc/<pid>/stat field 22 and whether the process is a zombie. 0, or -1 when the
- * process does not exist or cannot be read. */
+/* /proc/<pid>/stat field 22 and whether the process is a zombie with no thread left
+ * (state Z or X and num_threads at most 1: a leader that called pthread_exit is a
+ * zombie whose process lives on). 0, or -1 when the process does not exist or
+ * cannot be read. */
 int proc_identity(pid_t pid, uint64_t *start_time, bool *zombie);
 /* The same from the text of a stat file (NUL-terminated). 0, or -1 if malformed. */
 int proc_stat_parse(const char *buf, uint64_t *start_time, bool *zombie);

@@ -12,10 +12,12 @@
 #define MAX_PRIMARY 64
 
 /* Primary contexts per ordinal, as this process retains them. The reservation is
- * charged on the first retain; the last release or a reset destroys the context,
- * which frees everything made in it, and gives the reservation back. */
+ * charged by the retain that activates the context; the last release or a reset
+ * deactivates it, which frees everything made in it, and gives the reservation
+ * back. A reset does not release: the retains stay counted (the driver's rule). */
 struct primary {
     _Atomic int refs;
+    _Atomic int active;    /* retained and not reset since */
     _Atomic uint64_t ctx;  /* the context, once retained */
     _Atomic int charged;   /* limits index + 1 of the charged reservation; 0: none */
 };
@@ -102,6 +104,7 @@ TESSERA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 static void primary_gone(CUdevice dev)
 {
     struct primary *p = &g_primary[dev];
+    atomic_store(&p->active, 0);
     int charged = atomic_exchange(&p->charged, 0);
     if (charged > 0)
         limiter_uncharge(charged - 1, hook_cfg.ctx_reserve_bytes);
@@ -118,11 +121,14 @@ TESSERA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return REAL.cuDevicePrimaryCtxRetain(pctx, dev);
     struct primary *p = &g_primary[dev];
     uint64_t n = hook_cfg.ctx_reserve_bytes;
-    if (atomic_fetch_add(&p->refs, 1) == 0 && n != 0) {
+    int activates = atomic_exchange(&p->active, 1) == 0;
+    atomic_fetch_add(&p->refs, 1);
+    if (activates && n != 0) {
         int idx = device_index(dev);
         CUresult r = charge_admit("cuDevicePrimaryCtxRetain", idx, n);
         if (r != CUDA_SUCCESS) {
             atomic_fetch_sub(&p->refs, 1);
+            atomic_store(&p->active, 0);
             return r;
         }
         if (idx >= 0)
@@ -130,7 +136,9 @@ TESSERA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     }
     CUresult r = REAL.cuDevicePrimaryCtxRetain(pctx, dev);
     if (r != CUDA_SUCCESS) {
-        if (atomic_fetch_sub(&p->refs, 1) == 1) {
+        atomic_fetch_sub(&p->refs, 1);
+        if (activates) {
+            atomic_store(&p->active, 0);
             int charged = atomic_exchange(&p->charged, 0);
             if (charged > 0)
                 limiter_uncharge(charged - 1, n);
@@ -160,10 +168,8 @@ TESSERA_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     hook_ensure();
     CUresult r = REAL.cuDevicePrimaryCtxReset_v2(dev);
-    if (r == CUDA_SUCCESS && dev >= 0 && dev < MAX_PRIMARY) {
-        atomic_store(&g_primary[dev].refs, 0);
-        primary_gone(dev);
-    }
+    if (r == CUDA_SUCCESS && dev >= 0 && dev < MAX_PRIMARY)
+        primary_gone(dev); /* deactivated, not released: refs stay */
     return r;
 }
 
@@ -171,6 +177,7 @@ void views_atfork_child(void)
 {
     for (int i = 0; i < MAX_PRIMARY; i++) {
         atomic_store(&g_primary[i].refs, 0);
+        atomic_store(&g_primary[i].active, 0);
         atomic_store(&g_primary[i].ctx, 0);
         atomic_store(&g_primary[i].charged, 0);
     }
@@ -213,6 +220,12 @@ TESSERA_EXPORT CUresult cuStreamSynchronize(CUstream s)
 {
     hook_ensure();
     return after_sync(REAL.cuStreamSynchronize(s));
+}
+
+TESSERA_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s)
+{
+    hook_ensure();
+    return after_sync(REAL.cuStreamSynchronize_ptsz(s));
 }
 
 TESSERA_EXPORT CUresult cuEventSynchronize(CUevent e)

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,6 +44,7 @@ static struct {
     CUresult (*CtxCreate)(CUcontext *, unsigned, CUdevice);
     CUresult (*CtxDestroy)(CUcontext);
     CUresult (*CtxSynchronize)(void);
+    CUresult (*StreamSynchronize)(CUstream);
     CUresult (*MemGetInfo)(size_t *, size_t *);
     CUresult (*MemAlloc)(CUdeviceptr *, size_t);
     CUresult (*MemAllocPitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
@@ -96,6 +98,7 @@ static struct binding bindings[] = {
     B(CtxCreate, cuCtxCreate_v2, NULL),
     B(CtxDestroy, cuCtxDestroy_v2, "cuCtxDestroy"),
     B(CtxSynchronize, cuCtxSynchronize, "cuCtxSynchronize"),
+    B(StreamSynchronize, cuStreamSynchronize, "cuStreamSynchronize"),
     B(MemGetInfo, cuMemGetInfo_v2, "cuMemGetInfo"),
     B(MemAlloc, cuMemAlloc_v2, "cuMemAlloc"),
     B(MemAllocPitch, cuMemAllocPitch_v2, "cuMemAllocPitch"),
@@ -334,6 +337,115 @@ static CUresult run_threads(int n, size_t bytes, int iters, int *failures)
     return CUDA_SUCCESS;
 }
 
+/* Threads allocating from one pool at once; what they got stays allocated until
+ * pool_race_free. */
+#define RACE_MAX 4096
+static CUdeviceptr race_ptrs[RACE_MAX];
+static _Atomic int race_n;
+static _Atomic int race_failures;
+
+struct race_job {
+    CUmemoryPool pool;
+    CUcontext ctx;
+    int per;
+    size_t bytes;
+};
+
+static void *race_main(void *arg)
+{
+    struct race_job *j = arg;
+    api.CtxSetCurrent(j->ctx);
+    for (int i = 0; i < j->per; i++) {
+        CUdeviceptr p;
+        if (api.MemAllocFromPoolAsync(&p, j->bytes, j->pool, NULL) != CUDA_SUCCESS) {
+            race_failures++;
+            continue;
+        }
+        int k = race_n++;
+        if (k < RACE_MAX)
+            race_ptrs[k] = p;
+    }
+    return NULL;
+}
+
+static _Atomic int race_done;
+
+/* Reads the memory view (where the hook re-reads pool reservations) until the
+ * allocating threads are done. */
+static void *race_watch(void *arg)
+{
+    struct race_job *j = arg;
+    api.CtxSetCurrent(j->ctx);
+    while (!race_done) {
+        size_t f, t;
+        api.MemGetInfo(&f, &t);
+    }
+    return NULL;
+}
+
+#define RACE_WATCHERS 4
+
+static CUresult pool_race(CUmemoryPool pool, int n, int per, size_t bytes, int *failures)
+{
+    pthread_t t[64], w[RACE_WATCHERS];
+    struct race_job job = {.pool = pool, .per = per, .bytes = bytes};
+    extern CUresult cuCtxGetCurrent(CUcontext *);
+    cuCtxGetCurrent(&job.ctx);
+    race_failures = 0;
+    race_done = 0;
+    if (n > 64)
+        n = 64;
+    for (int i = 0; i < RACE_WATCHERS; i++)
+        pthread_create(&w[i], NULL, race_watch, &job);
+    for (int i = 0; i < n; i++)
+        pthread_create(&t[i], NULL, race_main, &job);
+    for (int i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+    race_done = 1;
+    for (int i = 0; i < RACE_WATCHERS; i++)
+        pthread_join(w[i], NULL);
+    *failures = race_failures;
+    return CUDA_SUCCESS;
+}
+
+static CUresult pool_race_free(void)
+{
+    CUresult r = CUDA_SUCCESS;
+    int n = race_n < RACE_MAX ? race_n : RACE_MAX;
+    for (int i = 0; i < n && r == CUDA_SUCCESS; i++)
+        r = api.MemFreeAsync(race_ptrs[i], NULL);
+    race_n = 0;
+    return r;
+}
+
+/* exitrace: threads allocate and free in a tight loop while the main thread exits. */
+static void *churn_main(void *arg)
+{
+    struct thread_job *j = arg;
+    api.CtxSetCurrent(j->ctx);
+    for (;;) {
+        CUdeviceptr p;
+        if (api.MemAlloc(&p, j->bytes) == CUDA_SUCCESS)
+            api.MemFree(p);
+    }
+    return NULL;
+}
+
+static void exit_race(int n, size_t bytes, unsigned us)
+{
+    static pthread_t t[64];
+    static struct thread_job job;
+    extern CUresult cuCtxGetCurrent(CUcontext *);
+    job.bytes = bytes;
+    cuCtxGetCurrent(&job.ctx);
+    if (n > 64)
+        n = 64;
+    for (int i = 0; i < n; i++)
+        pthread_create(&t[i], NULL, churn_main, &job);
+    usleep(us);
+    exit(0);
+}
+
 static char **g_argv;
 static pid_t child_pid;
 static int child_pipe = -1;
@@ -378,6 +490,8 @@ static CUresult do_fork(size_t bytes, char *out, size_t outlen)
     return CUDA_SUCCESS;
 }
 
+static void *command_loop(void *arg);
+
 static int command(char **tok, int n)
 {
     const char *c = tok[0];
@@ -391,6 +505,30 @@ static int command(char **tok, int n)
         return reply(api.PrimaryRelease((CUdevice)num(tok[1])), NULL);
     if (strcmp(c, "ctxreset") == 0)
         return reply(api.PrimaryReset((CUdevice)num(tok[1])), NULL);
+    if (strcmp(c, "release") == 0 && n >= 2) {
+        /* cuMemRelease without forgetting the name (to release it twice). */
+        struct obj *o = find(tok[1]);
+        if (o == NULL || o->kind != K_VMM)
+            return reply(CUDA_ERROR_INVALID_VALUE, NULL);
+        return reply(api.MemRelease(o->v), NULL);
+    }
+    if (strcmp(c, "mainexit") == 0) {
+        /* The main thread exits (pthread_exit); a new thread goes on reading commands.
+         * The process lives on, but /proc shows its thread-group leader as a zombie. */
+        pthread_t t;
+        if (pthread_create(&t, NULL, command_loop, (void *)1) != 0)
+            return reply(CUDA_ERROR_UNKNOWN, NULL);
+        reply(CUDA_SUCCESS, NULL);
+        pthread_exit(NULL);
+    }
+    if (strcmp(c, "dup") == 0 && n >= 3) {
+        /* A second name for an object (to free it twice). */
+        struct obj *o = find(tok[1]);
+        if (o == NULL)
+            return reply(CUDA_ERROR_INVALID_VALUE, NULL);
+        put(tok[2], o->kind, o->v);
+        return reply(CUDA_SUCCESS, NULL);
+    }
     if (strcmp(c, "forget") == 0 && n >= 2) {
         /* Drop a name without freeing it (the driver freed it with its context). */
         struct obj *o = find(tok[1]);
@@ -464,6 +602,18 @@ static int command(char **tok, int n)
             put(tok[1], K_ASYNC, p);
         return reply(r, NULL);
     }
+    if (strcmp(c, "poolrace") == 0 && n >= 5) {
+        /* poolrace POOL THREADS PER BYTES: threads allocate at once and keep it all. */
+        struct obj *pool = find(tok[1]);
+        int failures = 0;
+        if (pool == NULL)
+            return reply(CUDA_ERROR_INVALID_VALUE, NULL);
+        r = pool_race((CUmemoryPool)(uintptr_t)pool->v, (int)num(tok[2]), (int)num(tok[3]), num(tok[4]),
+                      &failures);
+        return reply(r, "failures=%d", failures);
+    }
+    if (strcmp(c, "poolracefree") == 0)
+        return reply(pool_race_free(), NULL);
     if (strcmp(c, "pooltrim") == 0 && n >= 3) {
         struct obj *pool = find(tok[1]);
         if (pool == NULL)
@@ -579,6 +729,8 @@ static int command(char **tok, int n)
     }
     if (strcmp(c, "sync") == 0)
         return reply(api.CtxSynchronize(), NULL);
+    if (strcmp(c, "streamsync") == 0)
+        return reply(api.StreamSynchronize(NULL), NULL);
     if (strcmp(c, "launch") == 0 && n >= 2) {
         CUmodule mod;
         CUfunction f;
@@ -602,6 +754,11 @@ static int command(char **tok, int n)
                 api.MemFree(p);
         }
     }
+    if (strcmp(c, "exitrace") == 0 && n >= 4) {
+        /* exitrace THREADS BYTES MICROSECONDS: exit while threads churn. */
+        reply(CUDA_SUCCESS, NULL);
+        exit_race((int)num(tok[1]), num(tok[2]), (unsigned)num(tok[3]));
+    }
     if (strcmp(c, "threads") == 0 && n >= 4) {
         int failures = 0;
         r = run_threads((int)num(tok[1]), num(tok[2]), (int)num(tok[3]), &failures);
@@ -610,6 +767,18 @@ static int command(char **tok, int n)
     if (strcmp(c, "fork") == 0 && n >= 2) {
         r = do_fork(num(tok[1]), out, sizeof out);
         return reply(r, "%s", out);
+    }
+    if (strcmp(c, "cloneexit") == 0) {
+        /* A child made by the raw clone system call (no pthread_atfork handlers, as
+         * some runtimes spawn) that ends with exit(), running the destructors. */
+        fflush(stdout);
+        pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, NULL);
+        if (pid == 0)
+            exit(0);
+        int st = 0;
+        if (pid < 0 || waitpid(pid, &st, 0) != pid)
+            return reply(CUDA_ERROR_UNKNOWN, NULL);
+        return reply(CUDA_SUCCESS, "status=%d", WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
     }
     if (strcmp(c, "forkend") == 0) {
         int st = 0;
@@ -648,6 +817,30 @@ static int command(char **tok, int n)
     return -1;
 }
 
+/* Commands until end of input (NULL) or a fatal one (non-NULL); exits the process
+ * when it ends on a thread other than main. */
+static void *command_loop(void *arg)
+{
+    char line[1024];
+    int main_thread = arg == NULL;
+    while (fgets(line, sizeof line, stdin) != NULL) {
+        char *tok[16] = {0}, *save = NULL;
+        int n = 0;
+        for (char *s = strtok_r(line, " \t\r\n", &save); s != NULL && n < 15; s = strtok_r(NULL, " \t\r\n", &save))
+            tok[n++] = s;
+        if (n == 0 || tok[0][0] == '#')
+            continue;
+        if (command(tok, n) != 0) {
+            if (!main_thread)
+                exit(1);
+            return (void *)1;
+        }
+    }
+    if (!main_thread)
+        exit(0);
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = "direct";
@@ -657,16 +850,5 @@ int main(int argc, char **argv)
     }
     g_argv = argv;
     bind(mode);
-    char line[1024];
-    while (fgets(line, sizeof line, stdin) != NULL) {
-        char *tok[16] = {0};
-        int n = 0;
-        for (char *s = strtok(line, " \t\r\n"); s != NULL && n < 15; s = strtok(NULL, " \t\r\n"))
-            tok[n++] = s;
-        if (n == 0 || tok[0][0] == '#')
-            continue;
-        if (command(tok, n) != 0)
-            return 1;
-    }
-    return 0;
+    return command_loop(NULL) == NULL ? 0 : 1;
 }

@@ -262,7 +262,16 @@ static void test_sizes(void)
     d.Height = 10;
     d.Depth = 3;
     CHECK(array_bytes(&d) == 48000 + 128); /* 48000 -> 48128 */
-    d.Format = (CUarray_format)0x77;
+    /* Formats the hook has no size rule for (block-compressed, YUV, newer ones) are
+     * never charged less than they can take: at most 16 bytes per texel. */
+    d.Format = (CUarray_format)0x9d; /* CU_AD_FORMAT_BC7_UNORM */
+    d.NumChannels = 4;
+    CHECK(array_bytes(&d) >= 100 * 10 * 3 * 16);
+    d.Format = (CUarray_format)0xc2; /* CU_AD_FORMAT_UNORM_INT8X4: 4 bytes per texel */
+    CHECK(array_bytes(&d) == 12288);
+    d.Format = (CUarray_format)0xcb; /* CU_AD_FORMAT_SNORM_INT16X4: 8 bytes per texel */
+    CHECK(array_bytes(&d) == 24064);
+    d.Width = 0;
     CHECK(array_bytes(&d) == 0);
     CUDA_ARRAY3D_DESCRIPTOR m = {.Width = 64, .Height = 64, .Format = CU_AD_FORMAT_UNSIGNED_INT8, .NumChannels = 1};
     /* levels 64x64, 32x32, 16x16, 8x8: 4096 + 1024 + 256 + 64 = 5440, rounded once */
@@ -270,6 +279,8 @@ static void test_sizes(void)
     /* a 1-D mipmap keeps its zero extents: 1000 + 500 + 250 bytes */
     CUDA_ARRAY3D_DESCRIPTOR m1 = {.Width = 1000, .Format = CU_AD_FORMAT_UNSIGNED_INT8, .NumChannels = 1};
     CHECK(mipmap_bytes(&m1, 3) == 2048);
+    m1.Format = (CUarray_format)0xb0; /* CU_AD_FORMAT_NV12 */
+    CHECK(mipmap_bytes(&m1, 3) >= 1750 * 16);
     CUuuid u;
     for (int i = 0; i < 16; i++)
         u.bytes[i] = (char)(i * 17);

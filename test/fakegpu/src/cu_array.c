@@ -36,10 +36,22 @@ static uint64_t level_bytes(uint64_t w, uint64_t h, uint64_t d, unsigned texel)
     return n;
 }
 
+/* The normalized formats (CUDA 11.5): UNORM_INT8X1 0xc0 .. SNORM_INT16X4 0xcb, in
+ * groups of three (X1, X2, X4); 8-bit for UNORM/SNORM_INT8Xn, 16-bit for _INT16Xn.
+ * The channel count is part of the format and NumChannels must match it. */
+#define FG_FORMAT_NORM_FIRST 0xc0u
+#define FG_FORMAT_NORM_LAST 0xcbu
+
 /* Validates a descriptor; returns bytes per texel or 0. */
 static unsigned texel_size(CUarray_format f, unsigned channels, uint64_t w, uint64_t h, uint64_t d)
 {
     unsigned es = element_size(f);
+    if ((unsigned)f >= FG_FORMAT_NORM_FIRST && (unsigned)f <= FG_FORMAT_NORM_LAST) {
+        unsigned k = (unsigned)f - FG_FORMAT_NORM_FIRST;
+        es = k % 6 < 3 ? 1 : 2;
+        if (channels != 1u << (k % 3))
+            return 0;
+    }
     if (es == 0 || (channels != 1 && channels != 2 && channels != 4) || w == 0 || (d && !h))
         return 0;
     return es * channels;

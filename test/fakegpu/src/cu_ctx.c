@@ -194,10 +194,13 @@ FG_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return CUDA_ERROR_INVALID_DEVICE;
     CUresult r = CUDA_SUCCESS;
     pthread_mutex_lock(&fg.mu);
-    if (fg.primary_refs[dev] == 0)
+    /* Inactive: never retained, released by all, or reset (which keeps the retains). */
+    if (!atomic_load(&fg.primary[dev].alive))
         r = context_up(dev);
-    if (r == CUDA_SUCCESS && fg.primary_refs[dev]++ == 0)
+    if (r == CUDA_SUCCESS) {
+        fg.primary_refs[dev]++;
         atomic_store(&fg.primary[dev].alive, 1);
+    }
     pthread_mutex_unlock(&fg.mu);
     if (r == CUDA_SUCCESS)
         *pctx = &fg.primary[dev];
@@ -223,7 +226,7 @@ FG_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
         pthread_mutex_unlock(&fg.mu);
         return CUDA_ERROR_INVALID_CONTEXT;
     }
-    int last = --fg.primary_refs[dev] == 0;
+    int last = --fg.primary_refs[dev] == 0 && atomic_load(&fg.primary[dev].alive);
     pthread_mutex_unlock(&fg.mu);
     if (last)
         primary_deactivate(dev);
@@ -236,9 +239,10 @@ FG_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!fg_valid_dev(dev))
         return CUDA_ERROR_INVALID_DEVICE;
+    /* "Resetting the primary context does not release it": the retains stay counted
+     * (each still needs its release) and the next retain re-activates it. */
     pthread_mutex_lock(&fg.mu);
-    int was = fg.primary_refs[dev] > 0;
-    fg.primary_refs[dev] = 0;
+    int was = atomic_load(&fg.primary[dev].alive);
     pthread_mutex_unlock(&fg.mu);
     if (was)
         primary_deactivate(dev);

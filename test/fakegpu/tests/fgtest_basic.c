@@ -148,6 +148,9 @@ int scenario_ctx(int argc, char **argv)
     CHECK(cuDevicePrimaryCtxReset_v2(0), CUDA_SUCCESS);
     CHECK(cuCtxPopCurrent_v2(NULL), CUDA_SUCCESS);
     EXPECT_EQ(fgt_used(), base);
+    /* A reset does not release: the retain still needs its release. */
+    CHECK(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+    CHECK(cuDevicePrimaryCtxRelease_v2(0), CUDA_ERROR_INVALID_CONTEXT);
     CHECK(cuDevicePrimaryCtxRelease_v2(5), CUDA_ERROR_INVALID_DEVICE);
     /* The context stack is per thread. */
     pthread_t th;

@@ -113,8 +113,12 @@ func TestParseStatOwnProcess(t *testing.T) {
 	if !ok || zombie || start != want {
 		t.Fatalf("ParseStat = %d %v %v, want %d", start, zombie, ok, want)
 	}
-	if _, z, ok := ParseStat("9 (a) b) Z 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 424242 0"); !ok || !z {
+	if _, z, ok := ParseStat("9 (a) b) Z 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 1 18 424242 0"); !ok || !z {
 		t.Fatal("a zombie with ') ' in its name was not recognised")
+	}
+	// A leader that called pthread_exit: state Z, but 3 threads still run.
+	if _, z, ok := ParseStat("9 (a) Z 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 3 18 424242 0"); !ok || z {
+		t.Fatal("a zombie leader with live threads was taken for an exited process")
 	}
 }
 
@@ -136,10 +140,10 @@ func FuzzParseStat(f *testing.F) {
 			line = line[:i] // C sees the text up to the first NUL
 		}
 		rest := line[strings.LastIndexByte(line, ')')+2:]
-		if zombie != (rest[0] == 'Z' || rest[0] == 'X') {
+		fields := strings.Split(rest, " ")
+		if exited := (rest[0] == 'Z' || rest[0] == 'X') && (fields[17] == "0" || fields[17] == "1"); zombie != exited {
 			t.Fatalf("%q: zombie %v", line, zombie)
 		}
-		fields := strings.Split(rest, " ")
 		digits := fields[19][:len(fields[19])-len(strings.TrimLeft(fields[19], "0123456789"))]
 		if v, err := strconv.ParseUint(digits, 10, 64); err != nil || v != start {
 			t.Fatalf("%q: start %d, field 22 is %q", line, start, fields[19])
