@@ -27,10 +27,15 @@ const (
 	PlacementSpread  = "spread"
 )
 
-// MIG strategies.
+// MIG strategies. NVIDIA's "single" strategy (MIG devices of one profile
+// advertised under the whole-GPU resource) is rejected: tessera.io/gpu is a
+// time-shared slot of a GPU that comes with gpu-mem and gpu-core units
+// enforced by the CUDA hook, so the same name cannot also mean one
+// hardware-isolated MIG slice (see docs/device-plugin.md).
 const (
-	MIGStrategyNone  = "none"
-	MIGStrategyMixed = "mixed"
+	MIGStrategyNone   = "none"
+	MIGStrategyMixed  = "mixed"
+	MIGStrategySingle = "single"
 )
 
 // Config is the whole device plugin configuration.
@@ -49,6 +54,16 @@ type Config struct {
 	// Placement decides where requests without an assignment go.
 	Placement   string `json:"placement"`
 	MIGStrategy string `json:"migStrategy"`
+	// RediscoverInterval is how often the GPUs' MIG layout is read again;
+	// a change is advertised without a restart. 0 disables it.
+	RediscoverInterval Duration `json:"rediscoverInterval"`
+	// ProcRoot is where the host's /proc is seen (the driver's
+	// nvidia-caps/mig-minors file is read under it).
+	ProcRoot string `json:"procRoot"`
+	// DevRoot is the host's device directory as kubelet sees it: the host
+	// side of the device nodes handed to containers (in containers they are
+	// always under /dev).
+	DevRoot string `json:"devRoot"`
 	// HookLibrary is the host path of libtessera-hook.so; it is mounted at the
 	// same path in containers.
 	HookLibrary string `json:"hookLibrary"`
@@ -116,6 +131,9 @@ func Default() *Config {
 		ReservedMemory:     resource.MustParse("0"),
 		Placement:          PlacementBinpack,
 		MIGStrategy:        MIGStrategyMixed,
+		RediscoverInterval: Duration{time.Minute},
+		ProcRoot:           "/proc",
+		DevRoot:            "/dev",
 		HookLibrary:        "/usr/local/tessera/lib/libtessera-hook.so",
 		StateDir:           "/var/lib/tessera",
 		KubeletSocketDir:   "/var/lib/kubelet/device-plugins",
@@ -194,11 +212,19 @@ func (c *Config) Validate() error {
 	if c.Placement != PlacementBinpack && c.Placement != PlacementSpread {
 		bad("placement", "%q (want %q or %q)", c.Placement, PlacementBinpack, PlacementSpread)
 	}
-	if c.MIGStrategy != MIGStrategyNone && c.MIGStrategy != MIGStrategyMixed {
+	switch c.MIGStrategy {
+	case MIGStrategyNone, MIGStrategyMixed:
+	case MIGStrategySingle:
+		bad("migStrategy", "%q is not supported: tessera.io/gpu is a time-shared slot with gpu-mem/gpu-core units, not a MIG slice; use %q (tessera.io/mig-<profile>)", c.MIGStrategy, MIGStrategyMixed)
+	default:
 		bad("migStrategy", "%q (want %q or %q)", c.MIGStrategy, MIGStrategyNone, MIGStrategyMixed)
 	}
+	if d := c.RediscoverInterval.Duration; d != 0 && d < time.Second {
+		bad("rediscoverInterval", "%s below 1s (0 disables)", d)
+	}
 	for field, p := range map[string]string{"hookLibrary": c.HookLibrary, "stateDir": c.StateDir,
-		"kubeletSocketDir": c.KubeletSocketDir, "podResourcesSocket": c.PodResourcesSocket} {
+		"kubeletSocketDir": c.KubeletSocketDir, "podResourcesSocket": c.PodResourcesSocket,
+		"procRoot": c.ProcRoot, "devRoot": c.DevRoot} {
 		if !filepath.IsAbs(p) {
 			bad(field, "%q is not an absolute path", p)
 		}

@@ -65,7 +65,8 @@ func TestDefaultsNeedOnlyNodeName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.SplitCount != 10 || c.MemoryUnitBytes() != 1<<30 || len(c.Health.IgnoredXids) != 6 {
+	if c.SplitCount != 10 || c.MemoryUnitBytes() != 1<<30 || len(c.Health.IgnoredXids) != 6 ||
+		c.ProcRoot != "/proc" || c.DevRoot != "/dev" || c.RediscoverInterval.Duration != time.Minute {
 		t.Fatalf("defaults = %+v", c)
 	}
 }
@@ -119,6 +120,11 @@ func TestRejects(t *testing.T) {
 		"flag invalid v.": {"version: v1\nnodeName: n\n", []string{"--placement", "x"}, "placement:"},
 		"bad node name":   {"version: v1\nnodeName: Node_A\n", nil, `nodeName: "Node_A"`},
 		"bad metrics":     {"version: v1\nnodeName: n\nmetricsAddress: nine\n", nil, "metricsAddress:"},
+		"single MIG":      {"version: v1\nnodeName: n\nmigStrategy: single\n", nil, `migStrategy: "single" is not supported`},
+		"unknown MIG":     {"version: v1\nnodeName: n\nmigStrategy: all\n", []string{}, `migStrategy: "all" (want "none" or "mixed")`},
+		"rediscover 10ms": {"version: v1\nnodeName: n\n", []string{"--rediscover-interval", "10ms"}, "rediscoverInterval: 10ms below 1s"},
+		"relative proc":   {"version: v1\nnodeName: n\nprocRoot: proc\n", nil, `procRoot: "proc" is not an absolute path`},
+		"relative dev":    {"version: v1\nnodeName: n\n", []string{"--dev-root", "dev"}, `devRoot: "dev" is not an absolute path`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -146,4 +152,14 @@ func FuzzParse(f *testing.F) {
 		}
 		_ = c.Validate() // must not panic on anything the parser accepted
 	})
+}
+
+func TestRediscoveryCanBeDisabledAndRootsSet(t *testing.T) {
+	c, err := resolve(t, "version: v1\nnodeName: n\nrediscoverInterval: 0s\nprocRoot: /host/proc\n", "--dev-root", "/host/dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RediscoverInterval.Duration != 0 || c.ProcRoot != "/host/proc" || c.DevRoot != "/host/dev" {
+		t.Fatalf("config = %+v", c)
+	}
 }
