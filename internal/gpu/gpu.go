@@ -33,6 +33,16 @@ type GPU struct {
 // DevicePath is the GPU's device node on the host and in containers.
 func (g *GPU) DevicePath() string { return fmt.Sprintf("/dev/nvidia%d", g.Minor) }
 
+// MIGDevice returns the MIG device with uuid on this GPU.
+func (g *GPU) MIGDevice(uuid string) (mig.Instance, bool) {
+	for _, m := range g.MIG {
+		if m.UUID == uuid {
+			return m, true
+		}
+	}
+	return mig.Instance{}, false
+}
+
 // Discover enumerates all GPUs. NVML must already be initialised.
 func Discover(lib nvml.Interface, log *slog.Logger) ([]GPU, error) {
 	devlib := device.New(lib)

@@ -89,3 +89,46 @@ func TestDiscoverReportsNVMLFailure(t *testing.T) {
 		t.Fatalf("error = %v, want it to name GPU 3's memory info", err)
 	}
 }
+
+// TestRediscoverMIGReconfiguration: a second discovery sees the layout an
+// operator made after the first (new GPU instances, new IDs), and MIG off.
+func TestRediscoverMIGReconfiguration(t *testing.T) {
+	node := gputest.MustNew(gputest.DGXH200)
+	if _, err := node.EnableMIG(4, nvml.GPU_INSTANCE_PROFILE_3_SLICE, nvml.GPU_INSTANCE_PROFILE_3_SLICE); err != nil {
+		t.Fatal(err)
+	}
+	before, err := Discover(node, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uuids, err := node.EnableMIG(4, nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.GPU_INSTANCE_PROFILE_2_SLICE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := Discover(node, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := after[4]
+	if len(g.MIG) != 3 || g.MIG[0].UUID != uuids[0] || !strings.HasPrefix(g.MIG[2].Profile, "2g.") {
+		t.Fatalf("after reconfiguration GPU 4 MIG = %+v", g.MIG)
+	}
+	for _, m := range g.MIG {
+		for _, old := range before[4].MIG {
+			if m.GI == old.GI || m.UUID == old.UUID {
+				t.Fatalf("new instance %+v reuses old %+v", m, old)
+			}
+		}
+	}
+	if _, ok := g.MIGDevice(uuids[2]); !ok {
+		t.Fatal("MIGDevice does not find the new device")
+	}
+	node.DisableMIG(4)
+	off, err := Discover(node, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off[4].MIGEnabled || len(off[4].MIG) != 0 {
+		t.Fatalf("after DisableMIG GPU 4 = %v %+v", off[4].MIGEnabled, off[4].MIG)
+	}
+}

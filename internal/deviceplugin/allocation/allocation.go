@@ -18,6 +18,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
+	"github.com/tessera-gpu/tessera/internal/mig"
 	"github.com/tessera-gpu/tessera/internal/region"
 )
 
@@ -47,6 +48,12 @@ type Builder struct {
 	StateDir          string
 	ContextReserveMiB int
 	HookLogLevel      string
+	// ProcRoot is where the host's /proc is seen (default /proc): MIG
+	// capability minors are read from its driver/nvidia-caps/mig-minors.
+	ProcRoot string
+	// DevRoot is the host side of device nodes as kubelet sees them
+	// (default /dev); containers always see them under /dev.
+	DevRoot string
 }
 
 // Prepare creates the state directory and the ld.so.preload file that every
@@ -116,7 +123,15 @@ func (b *Builder) Restore(res string, ids []string) error {
 func (b *Builder) build(res string, kind resource.Kind, ids []string, shares []resource.Share, keep bool) (*pluginapi.ContainerAllocateResponse, error) {
 	var err error
 	if kind == resource.KindMIG {
-		return b.mig(shares), nil
+		if keep {
+			// A MIG container has no files to restore.
+			return nil, nil
+		}
+		r, err := b.mig(shares)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", res, err)
+		}
+		return r, nil
 	}
 	r := b.common(shares)
 	switch kind {
@@ -204,14 +219,39 @@ func (b *Builder) addCore(r *pluginapi.ContainerAllocateResponse, ids []string, 
 }
 
 // mig exposes whole MIG devices; the hook is not injected because MIG
-// isolates memory and compute in hardware.
-func (b *Builder) mig(shares []resource.Share) *pluginapi.ContainerAllocateResponse {
+// isolates memory and compute in hardware. Besides the parent GPU's node,
+// a process needs the access capability nodes of the MIG device's GPU
+// instance and compute instance (/dev/nvidia-caps/nvidia-cap<N>), which
+// the NVIDIA container runtime would otherwise add. Without them CUDA
+// sees no device, so a missing or unreadable minors file refuses the
+// allocation instead of starting a container that cannot use its GPU.
+func (b *Builder) mig(shares []resource.Share) (*pluginapi.ContainerAllocateResponse, error) {
+	minors, err := mig.ReadMinors(b.procRoot())
+	if err != nil {
+		return nil, err
+	}
 	var migs []string
+	var caps []string
 	for _, s := range shares {
-		migs = append(migs, s.MIG...)
+		g := b.Manager.GPU(s.GPU)
+		for _, u := range s.MIG {
+			inst, ok := g.MIGDevice(u)
+			if !ok {
+				return nil, fmt.Errorf("MIG device %s is no longer on GPU %s", u, s.GPU)
+			}
+			nums, err := minors.AccessMinors(g.Minor, inst)
+			if err != nil {
+				return nil, err
+			}
+			for _, n := range nums {
+				caps = append(caps, mig.CapDevicePath("/dev", n))
+			}
+			migs = append(migs, u)
+		}
 	}
 	visible := strings.Join(migs, ",")
-	return &pluginapi.ContainerAllocateResponse{Envs: map[string]string{EnvNVIDIA: visible, EnvCUDAVisible: visible}, Devices: b.deviceSpecs(shares)}
+	devs := append(b.deviceSpecs(shares), b.specs(caps)...)
+	return &pluginapi.ContainerAllocateResponse{Envs: map[string]string{EnvNVIDIA: visible, EnvCUDAVisible: visible}, Devices: devs}, nil
 }
 
 // deviceSpecs are the device nodes of the shares' GPUs plus the control nodes.
@@ -220,11 +260,28 @@ func (b *Builder) deviceSpecs(shares []resource.Share) []*pluginapi.DeviceSpec {
 	for _, s := range shares {
 		paths = append(paths, b.Manager.GPU(s.GPU).DevicePath())
 	}
-	devs := make([]*pluginapi.DeviceSpec, 0, len(paths)+len(controlDevices))
-	for _, p := range append(paths, controlDevices...) {
-		devs = append(devs, &pluginapi.DeviceSpec{HostPath: p, ContainerPath: p, Permissions: "rw"})
+	return b.specs(append(paths, controlDevices...))
+}
+
+// specs maps container device paths (under /dev) to rw device specs whose
+// host side is under DevRoot.
+func (b *Builder) specs(paths []string) []*pluginapi.DeviceSpec {
+	devs := make([]*pluginapi.DeviceSpec, 0, len(paths))
+	for _, p := range paths {
+		host := p
+		if rel, ok := strings.CutPrefix(p, "/dev/"); ok && b.DevRoot != "" {
+			host = filepath.Join(b.DevRoot, rel)
+		}
+		devs = append(devs, &pluginapi.DeviceSpec{HostPath: host, ContainerPath: p, Permissions: "rw"})
 	}
 	return devs
+}
+
+func (b *Builder) procRoot() string {
+	if b.ProcRoot == "" {
+		return "/proc"
+	}
+	return b.ProcRoot
 }
 
 func writeFileAtomic(path string, data []byte) error {

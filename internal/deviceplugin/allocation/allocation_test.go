@@ -1,13 +1,16 @@
 package allocation
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
 	"github.com/tessera-gpu/tessera/internal/gpu"
@@ -26,7 +29,11 @@ func builder(t *testing.T) (*Builder, []gpu.GPU) {
 		t.Fatal(err)
 	}
 	m, _ := resource.NewManager(gpus, resource.Options{SplitCount: 10, MemoryUnit: 256 << 20, MIG: true})
-	b := &Builder{Manager: m, HookLibrary: "/opt/tessera/libtessera-hook.so", StateDir: t.TempDir(), ContextReserveMiB: 300, HookLogLevel: "info"}
+	b := &Builder{Manager: m, HookLibrary: "/opt/tessera/libtessera-hook.so", StateDir: t.TempDir(), ContextReserveMiB: 300, HookLogLevel: "info",
+		ProcRoot: t.TempDir()}
+	if err := node.WriteMIGMinors(b.ProcRoot); err != nil {
+		t.Fatal(err)
+	}
 	if err := b.Prepare(); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +150,82 @@ func TestCoreAndMIGResponses(t *testing.T) {
 	if r.Envs[EnvNVIDIA] != mig.UUID || len(r.Mounts) != 0 {
 		t.Fatalf("MIG response = %+v", r)
 	}
+	// gputest numbers the capabilities as the driver lists them: after
+	// config (1) and monitor (2), 9 per GPU instance (its access, then
+	// compute instances 0-7), 15 GPU instances per GPU minor.
+	giCap := 3 + gpus[7].Minor*15*9 + mig.GI*9
+	want := []string{"/dev/nvidia7", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+		fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", giCap), fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", giCap+1+mig.CI)}
+	if got := devicePaths(r); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("MIG device nodes = %v, want %v", got, want)
+	}
 	if _, err := b.Container(resource.Memory, nil); err == nil {
 		t.Fatal("empty ID list accepted")
+	}
+}
+
+func devicePaths(r *pluginapi.ContainerAllocateResponse) []string {
+	var out []string
+	for _, d := range r.Devices {
+		if d.HostPath != d.ContainerPath && !strings.HasPrefix(d.HostPath, "/host/dev/") {
+			out = append(out, "mismatch:"+d.HostPath+"→"+d.ContainerPath)
+			continue
+		}
+		out = append(out, d.ContainerPath)
+	}
+	return out
+}
+
+// TestMIGRefusesWithoutCapabilities: a MIG allocation without a readable,
+// well-formed mig-minors file, or without the device's capabilities in it,
+// is refused with the file (and line) named, never answered without the
+// capability nodes.
+func TestMIGRefusesWithoutCapabilities(t *testing.T) {
+	b, gpus := builder(t)
+	inst := gpus[7].MIG[0]
+	res, ids := resource.MIGResource(inst.Profile), []string{gpus[7].UUID + "::mig::" + inst.UUID}
+	file := filepath.Join(b.ProcRoot, "driver/nvidia-caps/mig-minors")
+	for _, tc := range []struct{ content, want string }{
+		{"", file + ": no such file"},
+		{"config 1\nmonitor two\n", file + ":2:"},
+		{"config 1\nmonitor 2\ngpu7/gi9/access 40\n", fmt.Sprintf("capability gpu7/gi%d/access not in", inst.GI)},
+		{fmt.Sprintf("gpu7/gi%d/access 40\n", inst.GI), fmt.Sprintf("capability gpu7/gi%d/ci%d/access", inst.GI, inst.CI)},
+	} {
+		if err := os.Remove(file); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		if tc.content != "" {
+			if err := os.WriteFile(file, []byte(tc.content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r, err := b.Container(res, ids)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || r != nil {
+			t.Errorf("mig-minors %q: response %v, error %v; want an error containing %q", tc.content, r, err, tc.want)
+		}
+	}
+	// Restore has nothing to write for MIG, so it does not need the file.
+	if err := b.Restore(res, ids); err != nil {
+		t.Fatalf("Restore of a MIG container: %v", err)
+	}
+}
+
+// TestDevRootIsTheHostSide: device nodes keep /dev paths in the container
+// and take their host side from DevRoot.
+func TestDevRootIsTheHostSide(t *testing.T) {
+	b, gpus := builder(t)
+	b.DevRoot = "/host/dev"
+	inst := gpus[7].MIG[0]
+	r, err := b.Container(resource.MIGResource(inst.Profile), []string{gpus[7].UUID + "::mig::" + inst.UUID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range r.Devices {
+		if d.HostPath != "/host"+d.ContainerPath || !strings.HasPrefix(d.ContainerPath, "/dev/") || d.Permissions != "rw" {
+			t.Fatalf("device %+v", d)
+		}
+	}
+	if len(r.Devices) != 6 {
+		t.Fatalf("%d devices", len(r.Devices))
 	}
 }

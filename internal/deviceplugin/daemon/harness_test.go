@@ -117,6 +117,8 @@ func testConfig(dir string) *configv1.Config {
 	cfg.HookLibrary = filepath.Join(dir, "lib", "libtessera-hook.so")
 	cfg.MetricsAddress = ""
 	cfg.ReconcileInterval = configv1.Duration{Duration: time.Hour}
+	cfg.RediscoverInterval = configv1.Duration{}
+	cfg.ProcRoot = filepath.Join(dir, "proc")
 	return cfg
 }
 
@@ -162,6 +164,9 @@ func (e *env) start(mutate ...func(*configv1.Config)) {
 		m(cfg)
 	}
 	if err := os.MkdirAll(cfg.KubeletSocketDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.node.WriteMIGMinors(cfg.ProcRoot); err != nil {
 		t.Fatal(err)
 	}
 	if e.kubelet == nil {

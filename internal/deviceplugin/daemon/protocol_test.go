@@ -11,6 +11,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -429,12 +431,24 @@ func TestMIGDevices(t *testing.T) {
 		t.Fatalf("gpu-mem IDs = %d: the MIG GPU must not advertise memory units", n)
 	}
 	ids, r := e.admit(migRes, 1)
-	if !strings.Contains(ids[0], e.uuid(3)) || (r.Envs["NVIDIA_VISIBLE_DEVICES"] != migs[0] && r.Envs["NVIDIA_VISIBLE_DEVICES"] != migs[1]) {
+	if !strings.Contains(ids[0], e.uuid(3)) || (r.Envs["NVIDIA_VISIBLE_DEVICES"] != migs[0] && r.Envs["NVIDIA_VISIBLE_DEVICES"] != migs[1]) ||
+		len(r.Devices) != 6 || !strings.HasPrefix(r.Devices[4].ContainerPath, "/dev/nvidia-caps/nvidia-cap") {
 		t.Fatalf("MIG allocation %v → %v", ids, r.Envs)
 	}
 	n, err := testutil.GatherAndCount(e.d.Registry, "tessera_deviceplugin_allocations_total", "tessera_deviceplugin_gpu_healthy")
 	if err != nil || n != 1+8 {
 		t.Fatalf("metrics: %d series, %v", n, err)
+	}
+	// Without the driver's capability minors kubelet gets an error naming
+	// the file, not a container that cannot open its MIG device.
+	minors := filepath.Join(e.d.Config.ProcRoot, "driver/nvidia-caps/mig-minors")
+	if err := os.Remove(minors); err != nil {
+		t.Fatal(err)
+	}
+	rest := e.available(migRes)
+	_, err = e.client_(migRes).Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: rest}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), minors) {
+		t.Fatalf("Allocate without mig-minors: %v", err)
 	}
 }
 

@@ -26,6 +26,7 @@ type Node struct {
 	mu       sync.Mutex
 	sms      int
 	migUUIDs int
+	migs     map[int][]nvml.Device // GPU index → MIG device handles
 }
 
 // Models the simulated nodes can have.
@@ -50,7 +51,7 @@ func New(model string) (*Node, error) {
 	default:
 		return nil, fmt.Errorf("unknown simulated node model %q (want %s, %s or %s)", model, DGXA100, DGXH100, DGXH200)
 	}
-	n := &Node{Server: s, Events: make(chan nvml.EventData, 64), sms: sms}
+	n := &Node{Server: s, Events: make(chan nvml.EventData, 64), sms: sms, migs: map[int][]nvml.Device{}}
 	n.EventSetCreateFunc = n.newEventSet
 	for i, d := range s.Devices {
 		n.completeDevice(d.(*server.Device), i)
@@ -112,7 +113,8 @@ func (n *Node) completeDevice(d *server.Device, i int) {
 	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
 	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
 	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 7, nvml.SUCCESS }
-	d.GetMigDeviceHandleByIndexFunc = func(int) (nvml.Device, nvml.Return) { return nil, nvml.ERROR_NOT_FOUND }
+	d.GetMigDeviceHandleByIndexFunc = func(idx int) (nvml.Device, nvml.Return) { return n.migDevice(i, idx) }
+	d.GetGpuInstanceByIdFunc = func(id int) (nvml.GpuInstance, nvml.Return) { return gpuInstanceByID(d, id) }
 }
 
 func (n *Node) newEventSet() (nvml.EventSet, nvml.Return) {

@@ -2,6 +2,9 @@ package gputest
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -16,12 +19,15 @@ func timeAfter(ms uint32) <-chan time.Time {
 	return time.After(time.Duration(ms) * time.Millisecond)
 }
 
-// EnableMIG turns MIG on for GPU i and creates one full-size compute
-// instance in a new GPU instance for each GPU-instance profile ID given
-// (nvml.GPU_INSTANCE_PROFILE_*). It returns the MIG device UUIDs.
+// EnableMIG turns MIG on for GPU i and replaces its MIG layout with one
+// full-size compute instance in a new GPU instance for each GPU-instance
+// profile ID given (nvml.GPU_INSTANCE_PROFILE_*), as an operator running
+// nvidia-smi mig would: existing instances are destroyed first, and new
+// GPU instances get new IDs. It returns the MIG device UUIDs.
 func (n *Node) EnableMIG(i int, giProfiles ...int) ([]string, error) {
 	d := n.Device(i)
 	d.SetMigMode(nvml.DEVICE_MIG_ENABLE)
+	destroyMIG(d)
 	var migs []nvml.Device
 	var uuids []string
 	for _, p := range giProfiles {
@@ -32,24 +38,88 @@ func (n *Node) EnableMIG(i int, giProfiles ...int) ([]string, error) {
 		migs = append(migs, m)
 		uuids = append(uuids, uuid)
 	}
-	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 7, nvml.SUCCESS }
-	d.GetMigDeviceHandleByIndexFunc = func(idx int) (nvml.Device, nvml.Return) {
-		if idx < len(migs) {
-			return migs[idx], nvml.SUCCESS
-		}
-		return nil, nvml.ERROR_NOT_FOUND
+	n.mu.Lock()
+	n.migs[i] = migs
+	n.mu.Unlock()
+	return uuids, nil
+}
+
+// DisableMIG destroys GPU i's MIG instances and turns MIG off.
+func (n *Node) DisableMIG(i int) {
+	d := n.Device(i)
+	destroyMIG(d)
+	d.SetMigMode(nvml.DEVICE_MIG_DISABLE)
+	n.mu.Lock()
+	delete(n.migs, i)
+	n.mu.Unlock()
+}
+
+func destroyMIG(d *server.Device) {
+	d.RLock()
+	var gis []*server.GpuInstance
+	for gi := range d.GpuInstances {
+		gis = append(gis, gi)
 	}
-	d.GetGpuInstanceByIdFunc = func(id int) (nvml.GpuInstance, nvml.Return) {
-		d.RLock()
-		defer d.RUnlock()
-		for gi := range d.GpuInstances {
-			if int(gi.Info.Id) == id {
-				return gi, nvml.SUCCESS
+	d.RUnlock()
+	for _, gi := range gis {
+		gi.RLock()
+		var cis []*server.ComputeInstance
+		for ci := range gi.ComputeInstances {
+			cis = append(cis, ci)
+		}
+		gi.RUnlock()
+		for _, ci := range cis {
+			ci.Destroy()
+		}
+		gi.Destroy()
+	}
+}
+
+// migDevice is the handle behind GetMigDeviceHandleByIndex of GPU i.
+func (n *Node) migDevice(i, idx int) (nvml.Device, nvml.Return) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if idx < len(n.migs[i]) {
+		return n.migs[i][idx], nvml.SUCCESS
+	}
+	return nil, nvml.ERROR_NOT_FOUND
+}
+
+func gpuInstanceByID(d *server.Device, id int) (nvml.GpuInstance, nvml.Return) {
+	d.RLock()
+	defer d.RUnlock()
+	for gi := range d.GpuInstances {
+		if int(gi.Info.Id) == id {
+			return gi, nvml.SUCCESS
+		}
+	}
+	return nil, nvml.ERROR_NOT_FOUND
+}
+
+// WriteMIGMinors writes <procRoot>/driver/nvidia-caps/mig-minors the way
+// the driver does: config, monitor, and an access capability for every
+// possible GPU instance (0-14) and compute instance (0-7) of every GPU
+// minor, whether it exists or not.
+func (n *Node) WriteMIGMinors(procRoot string) error {
+	var b strings.Builder
+	b.WriteString("config 1\nmonitor 2\n")
+	next := 3
+	for i := range n.Devices {
+		minor := n.Device(i).Minor
+		for gi := 0; gi < 15; gi++ {
+			fmt.Fprintf(&b, "gpu%d/gi%d/access %d\n", minor, gi, next)
+			next++
+			for ci := 0; ci < 8; ci++ {
+				fmt.Fprintf(&b, "gpu%d/gi%d/ci%d/access %d\n", minor, gi, ci, next)
+				next++
 			}
 		}
-		return nil, nvml.ERROR_NOT_FOUND
 	}
-	return uuids, nil
+	dir := filepath.Join(procRoot, "driver", "nvidia-caps")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "mig-minors"), []byte(b.String()), 0o444)
 }
 
 func (n *Node) createMIGDevice(d *server.Device, giProfile int) (nvml.Device, string, error) {
