@@ -94,6 +94,9 @@ func (b *Builder) Container(res string, ids []string) (*pluginapi.ContainerAlloc
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", res, err)
 	}
+	if err := b.Manager.Retired(res, ids); err != nil {
+		return nil, fmt.Errorf("%s: %w", res, err)
+	}
 	for _, s := range shares {
 		if !b.Manager.Healthy(s.GPU) {
 			return nil, fmt.Errorf("%s: GPU %s is unhealthy", res, s.GPU)

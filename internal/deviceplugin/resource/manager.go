@@ -26,16 +26,18 @@ type Device struct {
 }
 
 // Manager holds the advertised devices of every resource and their health.
-// It is safe for concurrent use.
+// It is safe for concurrent use. The GPU set is fixed at start; the MIG
+// layout of a GPU may change (UpdateMIG).
 type Manager struct {
 	opts  Options
-	gpus  map[string]*gpu.GPU
 	order []string // GPU UUIDs by index
 
 	mu        sync.RWMutex
+	gpus      map[string]*gpu.GPU // replaced, never mutated, on a MIG change
 	devices   map[string][]Device // resource → IDs in advertising order
 	byKey     map[string]map[string]ID
-	unhealthy map[string]string // GPU UUID → reason
+	retired   map[string]map[string]bool // resource → IDs gone from the hardware, still advertised Unhealthy
+	unhealthy map[string]string          // GPU UUID → reason
 	watchers  map[string][]chan struct{}
 }
 
@@ -44,44 +46,61 @@ func NewManager(gpus []gpu.GPU, opts Options) (*Manager, error) {
 	if opts.SplitCount < 1 || opts.MemoryUnit == 0 {
 		return nil, fmt.Errorf("resource manager: splitCount and memoryUnit must be positive")
 	}
-	m := &Manager{opts: opts, gpus: map[string]*gpu.GPU{}, devices: map[string][]Device{},
-		byKey: map[string]map[string]ID{}, unhealthy: map[string]string{}, watchers: map[string][]chan struct{}{}}
+	m := &Manager{opts: opts, gpus: map[string]*gpu.GPU{}, retired: map[string]map[string]bool{},
+		unhealthy: map[string]string{}, watchers: map[string][]chan struct{}{}}
 	for i := range gpus {
 		g := gpus[i]
 		m.gpus[g.UUID] = &g
 		m.order = append(m.order, g.UUID)
-		m.addGPU(&g)
 	}
+	set := m.deviceSet(m.gpus)
+	m.devices, m.byKey = set.devices, set.byKey
 	return m, nil
 }
 
-func (m *Manager) add(resource string, id ID) {
-	d := Device{ID: id, Key: id.String()}
-	m.devices[resource] = append(m.devices[resource], d)
-	if m.byKey[resource] == nil {
-		m.byKey[resource] = map[string]ID{}
-	}
-	m.byKey[resource][d.Key] = id
+// deviceSet is the advertised devices of every resource.
+type deviceSet struct {
+	devices map[string][]Device
+	byKey   map[string]map[string]ID
 }
 
-func (m *Manager) addGPU(g *gpu.GPU) {
+// deviceSet lists the devices gpus advertise, GPUs in index order.
+func (m *Manager) deviceSet(gpus map[string]*gpu.GPU) deviceSet {
+	s := deviceSet{devices: map[string][]Device{}, byKey: map[string]map[string]ID{}}
+	for _, u := range m.order {
+		m.addGPU(s, gpus[u])
+	}
+	return s
+}
+
+func (s deviceSet) add(resource string, d Device) {
+	s.devices[resource] = append(s.devices[resource], d)
+	if s.byKey[resource] == nil {
+		s.byKey[resource] = map[string]ID{}
+	}
+	s.byKey[resource][d.Key] = d.ID
+}
+
+func (s deviceSet) addID(resource string, id ID) { s.add(resource, Device{ID: id, Key: id.String()}) }
+
+func (m *Manager) addGPU(s deviceSet, g *gpu.GPU) {
 	if g.MIGEnabled {
 		if !m.opts.MIG {
 			return
 		}
 		for _, inst := range g.MIG {
-			m.add(MIGResource(inst.Profile), ID{GPU: g.UUID, Kind: KindMIG, MIG: inst.UUID})
+			s.addID(MIGResource(inst.Profile), ID{GPU: g.UUID, Kind: KindMIG, MIG: inst.UUID})
 		}
 		return
 	}
 	for n := 0; n < m.opts.SplitCount; n++ {
-		m.add(GPU, ID{GPU: g.UUID, Kind: KindSlot, N: n})
+		s.addID(GPU, ID{GPU: g.UUID, Kind: KindSlot, N: n})
 	}
 	for n := 0; n < m.MemoryUnits(g); n++ {
-		m.add(Memory, ID{GPU: g.UUID, Kind: KindMem, N: n})
+		s.addID(Memory, ID{GPU: g.UUID, Kind: KindMem, N: n})
 	}
 	for n := 0; n < 100; n++ {
-		m.add(Core, ID{GPU: g.UUID, Kind: KindCore, N: n})
+		s.addID(Core, ID{GPU: g.UUID, Kind: KindCore, N: n})
 	}
 }
 
@@ -96,7 +115,7 @@ func (m *Manager) MemoryUnits(g *gpu.GPU) int {
 
 // Capacity is the number of IDs resource advertises on GPU uuid.
 func (m *Manager) Capacity(resource, uuid string) int {
-	g := m.gpus[uuid]
+	g := m.GPU(uuid)
 	if g == nil || g.MIGEnabled {
 		return 0
 	}
@@ -128,11 +147,17 @@ func (m *Manager) Resources() []string {
 	return out
 }
 
-// GPU returns the GPU with uuid, or nil.
-func (m *Manager) GPU(uuid string) *gpu.GPU { return m.gpus[uuid] }
+// GPU returns the GPU with uuid, or nil. The GPU must not be modified.
+func (m *Manager) GPU(uuid string) *gpu.GPU {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.gpus[uuid]
+}
 
 // GPUs returns all GPUs in index order.
 func (m *Manager) GPUs() []*gpu.GPU {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	out := make([]*gpu.GPU, 0, len(m.order))
 	for _, u := range m.order {
 		out = append(out, m.gpus[u])
@@ -174,7 +199,7 @@ func (m *Manager) Devices(resource string) []*pluginapi.Device {
 	out := make([]*pluginapi.Device, 0, len(devs))
 	for _, d := range devs {
 		health := pluginapi.Healthy
-		if _, bad := m.unhealthy[d.ID.GPU]; bad {
+		if _, bad := m.unhealthy[d.ID.GPU]; bad || m.retired[resource][d.Key] {
 			health = pluginapi.Unhealthy
 		}
 		pd := &pluginapi.Device{ID: d.Key, Health: health}
@@ -206,18 +231,29 @@ func (m *Manager) SetHealth(uuid string, healthy bool, reason string) bool {
 	}
 	var wake []chan struct{}
 	if changed {
-		for _, ws := range m.watchers {
-			wake = append(wake, ws...)
-		}
+		wake = m.allWatchers()
 	}
 	m.mu.Unlock()
-	for _, w := range wake {
+	notify(wake)
+	return changed
+}
+
+// allWatchers returns every watcher channel; m.mu must be held.
+func (m *Manager) allWatchers() []chan struct{} {
+	var out []chan struct{}
+	for _, ws := range m.watchers {
+		out = append(out, ws...)
+	}
+	return out
+}
+
+func notify(chans []chan struct{}) {
+	for _, w := range chans {
 		select {
 		case w <- struct{}{}:
 		default:
 		}
 	}
-	return changed
 }
 
 // Healthy reports whether a GPU is healthy.

@@ -49,6 +49,9 @@ func (m *Manager) Shares(resource string, keys []string) ([]Share, error) {
 		sort.Strings(s.MIG)
 		out = append(out, *s)
 	}
-	sort.Slice(out, func(i, j int) bool { return m.gpus[out[i].GPU].Index < m.gpus[out[j].GPU].Index })
+	m.mu.RLock()
+	gpus := m.gpus
+	m.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return gpus[out[i].GPU].Index < gpus[out[j].GPU].Index })
 	return out, nil
 }
