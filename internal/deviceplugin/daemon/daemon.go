@@ -50,6 +50,9 @@ type Daemon struct {
 	Pods       *pods.Informer
 	Registry   *prometheus.Registry
 	Log        *slog.Logger
+
+	lib  nvml.Interface
+	deps server.Deps
 }
 
 // New discovers the GPUs through lib (already initialised) and wires the plugin.
@@ -67,7 +70,7 @@ func New(cfg *configv1.Config, lib nvml.Interface, client kube.Client, podResour
 	if err != nil {
 		log.Warn("no GPU topology for multi-GPU placement", "err", err)
 	}
-	d := &Daemon{Config: cfg, Manager: mgr, Ledger: ledger.New(), Pods: pods.NewInformer(client, cfg.NodeName), Registry: prometheus.NewRegistry(), Log: log}
+	d := &Daemon{Config: cfg, Manager: mgr, Ledger: ledger.New(), Pods: pods.NewInformer(client, cfg.NodeName), Registry: prometheus.NewRegistry(), Log: log, lib: lib}
 	warn := eventWarner(client, cfg.NodeName, log)
 	d.Chooser = &preferred.Chooser{Manager: mgr, Pods: d.Pods, Ledger: d.Ledger, Policy: cfg.Placement, Topology: topo, Log: log, Warn: warn}
 	d.Builder = &allocation.Builder{Manager: mgr, HookLibrary: cfg.HookLibrary, StateDir: cfg.StateDir,
@@ -80,11 +83,11 @@ func New(cfg *configv1.Config, lib nvml.Interface, client kube.Client, podResour
 		uuids = append(uuids, g.UUID)
 	}
 	d.Health = &health.Watcher{Lib: lib, GPUs: uuids, Target: mgr, IgnoredXids: cfg.Health.IgnoredXids, RecoverAfter: cfg.Health.RecoverAfter.Duration, Log: log}
-	deps := server.Deps{Manager: mgr, Chooser: d.Chooser, Builder: d.Builder, Ledger: d.Ledger, Log: log,
+	d.deps = server.Deps{Manager: mgr, Chooser: d.Chooser, Builder: d.Builder, Ledger: d.Ledger, Log: log,
 		OnAllocate: d.registerMetrics(gpus)}
 	d.Plugin = &plugin.Plugin{Dir: cfg.KubeletSocketDir, Log: log}
 	for _, res := range mgr.Resources() {
-		d.Plugin.Servers = append(d.Plugin.Servers, server.New(res, cfg.KubeletSocketDir, deps))
+		d.Plugin.Servers = append(d.Plugin.Servers, server.New(res, cfg.KubeletSocketDir, d.deps))
 	}
 	if len(d.Plugin.Servers) == 0 {
 		return nil, errors.New("no GPUs to advertise")
@@ -137,6 +140,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}()
 	}
 	go d.Reconciler.Run(ctx, d.Config.ReconcileInterval.Duration)
+	if every := d.Config.RediscoverInterval.Duration; every > 0 {
+		go d.rediscoverEvery(ctx, every)
+	}
 	go d.Inventory.Run(ctx, 5*time.Minute)
 	if d.Config.MetricsAddress != "" {
 		srv := d.metricsServer()
@@ -149,6 +155,61 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.Log.Info("device plugin running", "node", d.Config.NodeName, "resources", d.Manager.Resources(), "gpus", len(d.Manager.GPUs()))
 	return d.Plugin.Run(ctx)
+}
+
+func (d *Daemon) rediscoverEvery(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := d.Rediscover(); err != nil {
+				d.Log.Warn("GPU rediscovery failed; keeping the current devices", "err", err)
+			}
+		}
+	}
+}
+
+// Rediscover reads the GPUs again and applies a changed MIG layout without
+// a restart: the resource manager advertises the new MIG devices and keeps
+// vanished ones Unhealthy until no container holds them (by the ledger,
+// i.e. kubelet's PodResources plus fresh allocations), every ListAndWatch
+// stream gets a fresh message, a profile seen for the first time gets its
+// own server registered with kubelet, and the node inventory annotation is
+// republished (the publisher watches the manager). It reports whether the
+// advertised devices changed.
+func (d *Daemon) Rediscover() (bool, error) {
+	gpus, err := gpu.Discover(d.lib, d.Log)
+	if err != nil {
+		return false, fmt.Errorf("GPU discovery: %w", err)
+	}
+	held := map[string]map[string]bool{}
+	for _, byRes := range d.Ledger.Snapshot() {
+		for res, ids := range byRes {
+			if held[res] == nil {
+				held[res] = map[string]bool{}
+			}
+			for _, id := range ids {
+				held[res][id] = true
+			}
+		}
+	}
+	changed, unknown := d.Manager.UpdateMIG(gpus, func(res, key string) bool { return held[res][key] })
+	if len(unknown) > 0 {
+		d.Log.Warn("GPUs appeared after start; restart the plugin to advertise them", "gpus", unknown)
+	}
+	if !changed {
+		return false, nil
+	}
+	for _, res := range d.Manager.Resources() {
+		if d.Plugin.Server(res) == nil {
+			d.Plugin.Add(server.New(res, d.Config.KubeletSocketDir, d.deps))
+		}
+	}
+	d.Log.Info("MIG layout changed; devices re-advertised", "resources", d.Manager.Resources())
+	return true, nil
 }
 
 func (d *Daemon) metricsServer() *http.Server {

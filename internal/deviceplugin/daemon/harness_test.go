@@ -202,18 +202,16 @@ func (e *env) stop() {
 // client dials the plugin server of a resource the way kubelet does.
 func (e *env) client_(res string) pluginapi.DevicePluginClient {
 	e.t.Helper()
-	for _, s := range e.d.Plugin.Servers {
-		if s.Resource() == res {
-			conn, err := grpc.NewClient("unix://"+s.Socket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				e.t.Fatal(err)
-			}
-			e.t.Cleanup(func() { conn.Close() })
-			return pluginapi.NewDevicePluginClient(conn)
-		}
+	s := e.d.Plugin.Server(res)
+	if s == nil {
+		e.t.Fatalf("no server for %s", res)
 	}
-	e.t.Fatalf("no server for %s", res)
-	return nil
+	conn, err := grpc.NewClient("unix://"+s.Socket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { conn.Close() })
+	return pluginapi.NewDevicePluginClient(conn)
 }
 
 // list reads the first ListAndWatch message.

@@ -455,11 +455,7 @@ func TestMIGDevices(t *testing.T) {
 func TestLostSocketIsRecreated(t *testing.T) {
 	e := newEnv(t, gputest.DGXH100)
 	e.start()
-	for _, s := range e.d.Plugin.Servers {
-		if s.Resource() == "tessera.io/gpu-core" {
-			os.Remove(s.Socket())
-		}
-	}
+	os.Remove(e.d.Plugin.Server("tessera.io/gpu-core").Socket())
 	e.kubelet.awaitRegistrations(t, 3)
 	if n := len(e.list("tessera.io/gpu-core")); n != 800 {
 		t.Fatalf("after socket loss gpu-core lists %d devices", n)
@@ -522,5 +518,91 @@ func TestFirstResourceLeavesRoomForTheOthers(t *testing.T) {
 	jobCore, _ := e.admit("tessera.io/gpu-core", 10)
 	if g := resource.GPUsOf(jobMem); len(g) != 1 || g[0] == resource.GPUsOf(cores)[0] || fmt.Sprint(g) != fmt.Sprint(resource.GPUsOf(jobCore)) {
 		t.Fatalf("job memory on %v, compute on %v; the full GPU is %v", g, resource.GPUsOf(jobCore), resource.GPUsOf(cores))
+	}
+}
+
+// TestMIGReconfigurationWithoutRestart: an operator replaces GPU 3's two
+// 3g instances with three 1g instances while one 3g device runs a
+// container. Without a restart, kubelet's stream first shows both old
+// devices Unhealthy (none dropped), the new profile registers as a new
+// resource and can be allocated, the free old device is dropped on the
+// next pass, the held one only once its container is gone, and the node
+// inventory shows the new layout.
+func TestMIGReconfigurationWithoutRestart(t *testing.T) {
+	e := newEnv(t, gputest.DGXA100, pod("train", t0, "", ctr{name: "c"}))
+	old, err := e.node.EnableMIG(3, nvml.GPU_INSTANCE_PROFILE_3_SLICE, nvml.GPU_INSTANCE_PROFILE_3_SLICE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.start(func(c *configv1.Config) { c.RediscoverInterval = configv1.Duration{Duration: 150 * time.Millisecond} })
+	oldRes := resource.MIGResource(e.d.Manager.GPU(e.uuid(3)).MIG[0].Profile)
+	heldID, freeID := e.uuid(3)+"::mig::"+old[0], e.uuid(3)+"::mig::"+old[1]
+	e.podRes.set(&podresourcesapi.PodResources{Name: "train", Namespace: "default", Containers: []*podresourcesapi.ContainerResources{{
+		Name: "c", Devices: []*podresourcesapi.ContainerDevices{{ResourceName: oldRes, DeviceIds: []string{heldID}}}}}})
+	if err := e.d.Reconciler.Once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := e.client_(oldRes).ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := func() map[string]string {
+		t.Helper()
+		m, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, d := range m.Devices {
+			out[d.ID] = d.Health
+		}
+		return out
+	}
+	if h := recv(); h[heldID] != pluginapi.Healthy || h[freeID] != pluginapi.Healthy {
+		t.Fatalf("before: %v", h)
+	}
+
+	fresh, err := e.node.EnableMIG(3, nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := recv(); len(h) != 2 || h[heldID] != pluginapi.Unhealthy || h[freeID] != pluginapi.Unhealthy {
+		t.Fatalf("vanished devices must first be sent Unhealthy, got %v", h)
+	}
+	newRes := resource.MIGResource(e.d.Manager.GPU(e.uuid(3)).MIG[0].Profile)
+	if newRes == oldRes {
+		t.Fatalf("profile did not change: %s", newRes)
+	}
+	if regs := e.kubelet.awaitRegistrations(t, 1); regs[newRes] == nil {
+		t.Fatalf("registrations after reconfiguration: %v", regs)
+	}
+	if got := e.available(newRes); len(got) != 3 || !strings.HasSuffix(got[0], fresh[0]) && !strings.HasSuffix(got[0], fresh[1]) && !strings.HasSuffix(got[0], fresh[2]) {
+		t.Fatalf("new resource lists %v", got)
+	}
+	_, r := e.admit(newRes, 1)
+	if len(r.Devices) != 6 || r.Envs["NVIDIA_VISIBLE_DEVICES"] == "" {
+		t.Fatalf("allocation of a new MIG device: %+v", r)
+	}
+	_, err = e.client_(oldRes).Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{freeID}}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "no longer exists") {
+		t.Fatalf("Allocate of a vanished MIG device: %v", err)
+	}
+	if h := recv(); len(h) != 1 || h[heldID] != pluginapi.Unhealthy {
+		t.Fatalf("next pass must drop only the free device: %v", h)
+	}
+	waitFor(t, func() bool {
+		n, _ := e.client.GetNode(context.Background(), nodeName)
+		inv, _ := annotations.ParseNodeGPUs(n.Annotations[annotations.NodeGPUsKey])
+		return inv != nil && len(inv.GPUs[3].MIG) == 3 && inv.GPUs[3].MIG[0].UUID == fresh[0]
+	})
+
+	e.podRes.set()
+	if err := e.d.Reconciler.Once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if h := recv(); len(h) != 0 {
+		t.Fatalf("after the container ended the old profile lists %v", h)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -21,7 +22,8 @@ import (
 
 // Plugin supervises the resource servers.
 type Plugin struct {
-	Dir     string
+	Dir string
+	// Servers are the servers at start; Add brings more while running.
 	Servers []*server.Server
 	Log     *slog.Logger
 	// Retry is the period of registration retries and socket checks.
@@ -29,6 +31,56 @@ type Plugin struct {
 	// Registered, if set, receives a value after every successful
 	// registration round (tests wait on it).
 	Registered chan<- struct{}
+
+	mu    sync.Mutex // guards Servers after Run started
+	added chan *server.Server
+}
+
+// Add serves a resource that appeared after start (a new MIG profile):
+// Run starts its server and registers it with kubelet. Adding a resource
+// that is already served does nothing.
+func (p *Plugin) Add(s *server.Server) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, have := range p.Servers {
+		if have.Resource() == s.Resource() {
+			return
+		}
+	}
+	p.Servers = append(p.Servers, s)
+	if p.added == nil {
+		p.added = make(chan *server.Server, 64)
+	}
+	select {
+	case p.added <- s:
+	default:
+		// Run's ticker finds the server's socket missing and starts it.
+	}
+}
+
+// Server returns the server of res, or nil.
+func (p *Plugin) Server(res string) *server.Server {
+	for _, s := range p.servers() {
+		if s.Resource() == res {
+			return s
+		}
+	}
+	return nil
+}
+
+func (p *Plugin) servers() []*server.Server {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*server.Server(nil), p.Servers...)
+}
+
+func (p *Plugin) addedChan() chan *server.Server {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.added == nil {
+		p.added = make(chan *server.Server, 64)
+	}
+	return p.added
 }
 
 // KubeletSocket is kubelet's registration socket in Dir.
@@ -45,7 +97,8 @@ func (p *Plugin) Run(ctx context.Context) error {
 	if err := os.MkdirAll(p.Dir, 0o750); err != nil {
 		return fmt.Errorf("socket directory: %w", err)
 	}
-	for _, s := range p.Servers {
+	added := p.addedChan()
+	for _, s := range p.servers() {
 		if err := s.Start(); err != nil {
 			p.stopAll()
 			return err
@@ -75,6 +128,17 @@ func (p *Plugin) Run(ctx context.Context) error {
 			} else if ev.Has(fsnotify.Remove) && p.ours(ev.Name) {
 				registered = false
 			}
+		case s := <-added:
+			if err := s.Start(); err != nil {
+				p.Log.Error("start server", "resource", s.Resource(), "err", err)
+			}
+			if err := s.Register(ctx, p.KubeletSocket()); err != nil {
+				p.Log.Warn("registration failed; will retry", "resource", s.Resource(), "err", err)
+				registered = false
+			} else {
+				p.Log.Info("registered new resource with kubelet", "resource", s.Resource())
+				p.signalRegistered()
+			}
 		case err := <-w.Errors:
 			p.Log.Warn("socket directory watch error", "err", err)
 		case <-tick.C:
@@ -95,7 +159,7 @@ func (p *Plugin) register(ctx context.Context) bool {
 		return false
 	}
 	var errs []error
-	for _, s := range p.Servers {
+	for _, s := range p.servers() {
 		if err := s.Register(ctx, p.KubeletSocket()); err != nil {
 			errs = append(errs, err)
 		}
@@ -104,18 +168,22 @@ func (p *Plugin) register(ctx context.Context) bool {
 		p.Log.Warn("registration failed; will retry", "err", err)
 		return false
 	}
-	p.Log.Info("registered with kubelet", "resources", len(p.Servers))
+	p.Log.Info("registered with kubelet", "resources", len(p.servers()))
+	p.signalRegistered()
+	return true
+}
+
+func (p *Plugin) signalRegistered() {
 	if p.Registered != nil {
 		select {
 		case p.Registered <- struct{}{}:
 		default:
 		}
 	}
-	return true
 }
 
 func (p *Plugin) ours(path string) bool {
-	for _, s := range p.Servers {
+	for _, s := range p.servers() {
 		if s.Socket() == path {
 			return true
 		}
@@ -124,7 +192,7 @@ func (p *Plugin) ours(path string) bool {
 }
 
 func (p *Plugin) socketsMissing() bool {
-	for _, s := range p.Servers {
+	for _, s := range p.servers() {
 		if _, err := os.Stat(s.Socket()); err != nil {
 			return true
 		}
@@ -133,7 +201,7 @@ func (p *Plugin) socketsMissing() bool {
 }
 
 func (p *Plugin) restartAll() {
-	for _, s := range p.Servers {
+	for _, s := range p.servers() {
 		s.Stop()
 		if err := s.Start(); err != nil {
 			p.Log.Error("restart server", "resource", s.Resource(), "err", err)
@@ -142,7 +210,7 @@ func (p *Plugin) restartAll() {
 }
 
 func (p *Plugin) stopAll() {
-	for _, s := range p.Servers {
+	for _, s := range p.servers() {
 		s.Stop()
 	}
 }
