@@ -3,6 +3,7 @@ module github.com/tessera-gpu/tessera/test/kubelet
 go 1.26.0
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/google/cadvisor v0.60.6
 	github.com/tessera-gpu/tessera v0.0.0-00010101000000-000000000000
 	k8s.io/api v0.37.2
@@ -18,7 +19,6 @@ require (
 	github.com/Microsoft/go-winio v0.6.2 // indirect
 	github.com/NVIDIA/go-gpuallocator v0.6.0 // indirect
 	github.com/NVIDIA/go-nvlib v0.13.0 // indirect
-	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
 	github.com/antlr4-go/antlr/v4 v4.13.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect

@@ -14,6 +14,7 @@ import (
 	"time"
 	_ "unsafe" // go:linkname
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	cadvisorapi "github.com/google/cadvisor/info/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
@@ -123,6 +124,11 @@ func (c *cluster) startPlugin() {
 	cfg.HookLibrary = "/usr/local/tessera/lib/libtessera-hook.so"
 	cfg.MetricsAddress = ""
 	cfg.ReconcileInterval = configv1.Duration{Duration: time.Hour}
+	cfg.RediscoverInterval = configv1.Duration{} // tests call Rediscover
+	cfg.ProcRoot = filepath.Join(c.dir, "proc")
+	if err := c.gpus.WriteMIGMinors(cfg.ProcRoot); err != nil {
+		t.Fatal(err)
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	d, err := daemon.New(cfg, c.gpus, c.client, c, log)
 	if err != nil {
@@ -378,4 +384,69 @@ func TestKubeletDeviceManager(t *testing.T) {
 			t.Fatalf("allocated = %+v", al)
 		}
 	})
+}
+
+// TestKubeletMIGReconfiguration: kubelet's device manager runs a pod on one
+// of GPU 6's two 3g MIG devices; the operator replaces them with three 1g
+// devices. Rediscovery, without a plugin restart, makes kubelet count both
+// old devices as capacity but not allocatable, registers the new profile,
+// keeps the running pod's device until the pod is gone, then drops it.
+func TestKubeletMIGReconfiguration(t *testing.T) {
+	c := newCluster(t)
+	if _, err := c.gpus.EnableMIG(6, nvml.GPU_INSTANCE_PROFILE_3_SLICE, nvml.GPU_INSTANCE_PROFILE_3_SLICE); err != nil {
+		t.Fatal(err)
+	}
+	c.startKubelet()
+	c.startPlugin()
+	oldRes := resource.MIGResource(c.d.Manager.GPU(c.uuid(6)).MIG[0].Profile)
+	c.awaitCapacity(map[string]int64{oldRes: 2, "tessera.io/gpu-mem": 7 * 141})
+
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "mig", Namespace: "default", UID: "uid-mig", CreationTimestamp: metav1.NewTime(time.Now())},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{corev1.ResourceName(oldRes): *apiresource.NewQuantity(1, apiresource.DecimalSI)}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
+	}
+	c.addPod(p)
+	env := c.admit(p)["c"]
+	caps := 0
+	for k, host := range env {
+		if strings.HasPrefix(k, "dev:/dev/nvidia-caps/nvidia-cap") && host == strings.TrimPrefix(k, "dev:") {
+			caps++
+		}
+	}
+	if caps != 2 || env["dev:/dev/nvidia6"] == "" || env["dev:/dev/nvidiactl"] == "" {
+		t.Fatalf("MIG container devices as kubelet passes them to the runtime: %v", env)
+	}
+	if err := c.d.Reconciler.Once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := c.gpus.EnableMIG(6, nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := c.d.Rediscover(); err != nil || !changed {
+		t.Fatalf("Rediscover = %v, %v", changed, err)
+	}
+	newRes := resource.MIGResource(c.d.Manager.GPU(c.uuid(6)).MIG[0].Profile)
+	c.awaitAllocatable(map[string]int64{oldRes: 2, newRes: 3}, map[string]int64{oldRes: 0, newRes: 3})
+
+	if _, err := c.d.Rediscover(); err != nil {
+		t.Fatal(err)
+	}
+	c.awaitAllocatable(map[string]int64{oldRes: 1, newRes: 3}, map[string]int64{oldRes: 0, newRes: 3})
+	if len(c.mgr.GetDevices(string(p.UID), "c")[oldRes]) != 1 {
+		t.Fatal("kubelet lost the running pod's device")
+	}
+
+	c.mu.Lock()
+	c.pods = nil // the pod ended
+	c.mu.Unlock()
+	if err := c.d.Reconciler.Once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.d.Rediscover(); err != nil {
+		t.Fatal(err)
+	}
+	c.awaitAllocatable(map[string]int64{oldRes: 0, newRes: 3}, map[string]int64{oldRes: 0, newRes: 3})
 }
