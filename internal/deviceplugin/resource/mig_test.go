@@ -134,4 +134,25 @@ func TestUpdateMIGModeChange(t *testing.T) {
 	if got := len(m.Devices(Core)); got != 800 {
 		t.Fatalf("core IDs after MIG off = %d, want 800", got)
 	}
+	// MIG on and off again before the retired IDs were dropped: they come
+	// back healthy, listed once.
+	if _, err := n.EnableMIG(0, nvml.GPU_INSTANCE_PROFILE_7_SLICE); err != nil {
+		t.Fatal(err)
+	}
+	m.UpdateMIG(discover(t, n), none)
+	n.DisableMIG(0)
+	if changed, _ := m.UpdateMIG(discover(t, n), none); !changed {
+		t.Fatal("IDs coming back is a change")
+	}
+	if h := health(m, Core); len(h) != 800 || len(m.Devices(Core)) != 800 {
+		t.Fatalf("%d core IDs listed, %d distinct", len(m.Devices(Core)), len(h))
+	}
+	for id, hl := range health(m, Core) {
+		if hl != pluginapi.Healthy {
+			t.Fatalf("%s is %s after coming back", id, hl)
+		}
+	}
+	if err := m.Retired(Core, []string{m.GPUs()[0].UUID + "::core::0"}); err != nil {
+		t.Fatalf("a device that came back is still retired: %v", err)
+	}
 }

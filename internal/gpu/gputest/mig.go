@@ -2,8 +2,10 @@ package gputest
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -56,17 +58,11 @@ func (n *Node) DisableMIG(i int) {
 
 func destroyMIG(d *server.Device) {
 	d.RLock()
-	var gis []*server.GpuInstance
-	for gi := range d.GpuInstances {
-		gis = append(gis, gi)
-	}
+	gis := slices.Collect(maps.Keys(d.GpuInstances))
 	d.RUnlock()
 	for _, gi := range gis {
 		gi.RLock()
-		var cis []*server.ComputeInstance
-		for ci := range gi.ComputeInstances {
-			cis = append(cis, ci)
-		}
+		cis := slices.Collect(maps.Keys(gi.ComputeInstances))
 		gi.RUnlock()
 		for _, ci := range cis {
 			ci.Destroy()
