@@ -132,13 +132,13 @@ func CapDevicePath(devRoot string, minor int) string {
 }
 
 // AccessMinors returns the minors of the GPU-instance and compute-instance
-// access capabilities of inst on the GPU with minor number gpuMinor.
-func (m Minors) AccessMinors(gpuMinor int, inst Instance) ([]int, error) {
+// access capabilities of the MIG device at loc.
+func (m Minors) AccessMinors(loc Location) ([]int, error) {
 	var out []int
-	for _, name := range []string{GIAccess(gpuMinor, inst.GI), CIAccess(gpuMinor, inst.GI, inst.CI)} {
+	for _, name := range []string{GIAccess(loc.ParentMinor, loc.GI), CIAccess(loc.ParentMinor, loc.GI, loc.CI)} {
 		minor, ok := m[name]
 		if !ok {
-			return nil, fmt.Errorf("MIG device %s: capability %s not in %s", inst.UUID, name, MinorsFile)
+			return nil, fmt.Errorf("capability %s not in %s", name, MinorsFile)
 		}
 		out = append(out, minor)
 	}

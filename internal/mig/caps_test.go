@@ -26,14 +26,14 @@ func TestParseMinors(t *testing.T) {
 	if m["config"] != 1 || m["monitor"] != 2 || len(m) != 8 {
 		t.Fatalf("parsed %v", m)
 	}
-	got, err := m.AccessMinors(3, Instance{UUID: "MIG-x", GI: 1, CI: 0})
+	got, err := m.AccessMinors(Location{ParentMinor: 3, GI: 1, CI: 0})
 	if err != nil || len(got) != 2 || got[0] != 39 || got[1] != 40 {
 		t.Fatalf("GPU 3 GI 1 CI 0 → %v, %v", got, err)
 	}
-	if _, err := m.AccessMinors(3, Instance{UUID: "MIG-y", GI: 2, CI: 0}); err == nil || !strings.Contains(err.Error(), "gpu3/gi2/access") {
+	if _, err := m.AccessMinors(Location{ParentMinor: 3, GI: 2, CI: 0}); err == nil || !strings.Contains(err.Error(), "gpu3/gi2/access") {
 		t.Fatalf("missing GI must name the capability: %v", err)
 	}
-	if _, err := m.AccessMinors(0, Instance{UUID: "MIG-z", GI: 1, CI: 1}); err == nil || !strings.Contains(err.Error(), "gpu0/gi1/ci1/access") {
+	if _, err := m.AccessMinors(Location{ParentMinor: 0, GI: 1, CI: 1}); err == nil || !strings.Contains(err.Error(), "gpu0/gi1/ci1/access") {
 		t.Fatalf("missing CI must name the capability: %v", err)
 	}
 	if p := CapDevicePath("/host/dev", 13); p != "/host/dev/nvidia-caps/nvidia-cap13" {

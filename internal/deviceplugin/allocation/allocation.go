@@ -54,6 +54,9 @@ type Builder struct {
 	// DevRoot is the host side of device nodes as kubelet sees them
 	// (default /dev); containers always see them under /dev.
 	DevRoot string
+	// LocateMIG reports where a MIG device is now (mig.Locate over NVML).
+	// Nil uses what discovery saw.
+	LocateMIG func(migUUID string) (mig.Location, error)
 }
 
 // Prepare creates the state directory and the ld.so.preload file that every
@@ -236,15 +239,14 @@ func (b *Builder) mig(shares []resource.Share) (*pluginapi.ContainerAllocateResp
 	var migs []string
 	var caps []string
 	for _, s := range shares {
-		g := b.Manager.GPU(s.GPU)
 		for _, u := range s.MIG {
-			inst, ok := g.MIGDevice(u)
-			if !ok {
-				return nil, fmt.Errorf("MIG device %s is no longer on GPU %s", u, s.GPU)
-			}
-			nums, err := minors.AccessMinors(g.Minor, inst)
+			loc, err := b.locateMIG(s.GPU, u)
 			if err != nil {
 				return nil, err
+			}
+			nums, err := minors.AccessMinors(loc)
+			if err != nil {
+				return nil, fmt.Errorf("MIG device %s: %w", u, err)
 			}
 			for _, n := range nums {
 				caps = append(caps, mig.CapDevicePath("/dev", n))
@@ -278,6 +280,27 @@ func (b *Builder) specs(paths []string) []*pluginapi.DeviceSpec {
 		devs = append(devs, &pluginapi.DeviceSpec{HostPath: host, ContainerPath: p, Permissions: "rw"})
 	}
 	return devs
+}
+
+// locateMIG finds MIG device u of GPU parent and checks that it is still
+// on that GPU.
+func (b *Builder) locateMIG(parent, u string) (mig.Location, error) {
+	g := b.Manager.GPU(parent)
+	inst, ok := g.MIGDevice(u)
+	if !ok {
+		return mig.Location{}, fmt.Errorf("MIG device %s is no longer on GPU %s", u, parent)
+	}
+	if b.LocateMIG == nil {
+		return mig.Location{ParentMinor: g.Minor, GI: inst.GI, CI: inst.CI}, nil
+	}
+	loc, err := b.LocateMIG(u)
+	if err != nil {
+		return mig.Location{}, err
+	}
+	if loc.ParentMinor != g.Minor {
+		return mig.Location{}, fmt.Errorf("MIG device %s: NVML puts it on GPU minor %d, not on %s (minor %d)", u, loc.ParentMinor, parent, g.Minor)
+	}
+	return loc, nil
 }
 
 func (b *Builder) procRoot() string {

@@ -15,6 +15,7 @@ import (
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
 	"github.com/tessera-gpu/tessera/internal/gpu"
 	"github.com/tessera-gpu/tessera/internal/gpu/gputest"
+	"github.com/tessera-gpu/tessera/internal/mig"
 	"github.com/tessera-gpu/tessera/internal/region"
 )
 
@@ -227,5 +228,34 @@ func TestDevRootIsTheHostSide(t *testing.T) {
 	}
 	if len(r.Devices) != 6 {
 		t.Fatalf("%d devices", len(r.Devices))
+	}
+}
+
+// TestMIGCapabilitiesFollowNVML: the capability nodes are those of the GPU
+// and compute instance NVML reports at Allocate time (the driver reuses GI
+// IDs after a reconfiguration), and a device NVML puts on another GPU than
+// its ID names is refused.
+func TestMIGCapabilitiesFollowNVML(t *testing.T) {
+	b, gpus := builder(t)
+	inst := gpus[7].MIG[0]
+	res, ids := resource.MIGResource(inst.Profile), []string{gpus[7].UUID + "::mig::" + inst.UUID}
+	b.LocateMIG = func(u string) (mig.Location, error) {
+		return mig.Location{ParentMinor: gpus[7].Minor, GI: inst.GI + 4, CI: 2}, nil
+	}
+	r, err := b.Container(res, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	giCap := 3 + gpus[7].Minor*15*9 + (inst.GI+4)*9
+	if got := devicePaths(r); got[4] != fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", giCap) || got[5] != fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", giCap+3) {
+		t.Fatalf("capability nodes %v, want GI %d CI 2 as NVML says", got, inst.GI+4)
+	}
+	b.LocateMIG = func(u string) (mig.Location, error) { return mig.Location{ParentMinor: 2, GI: inst.GI}, nil }
+	if _, err := b.Container(res, ids); err == nil || !strings.Contains(err.Error(), "GPU minor 2") {
+		t.Fatalf("MIG device on another GPU: %v", err)
+	}
+	b.LocateMIG = func(u string) (mig.Location, error) { return mig.Location{}, fmt.Errorf("MIG device %s: NVML handle: Not Found", u) }
+	if _, err := b.Container(res, ids); err == nil || !strings.Contains(err.Error(), inst.UUID) {
+		t.Fatalf("MIG device NVML does not know: %v", err)
 	}
 }

@@ -53,6 +53,13 @@ func New(model string) (*Node, error) {
 	}
 	n := &Node{Server: s, Events: make(chan nvml.EventData, 64), sms: sms, migs: map[int][]nvml.Device{}}
 	n.EventSetCreateFunc = n.newEventSet
+	byUUID := s.DeviceGetHandleByUUIDFunc
+	s.DeviceGetHandleByUUIDFunc = func(uuid string) (nvml.Device, nvml.Return) {
+		if m := n.migByUUID(uuid); m != nil {
+			return m, nvml.SUCCESS
+		}
+		return byUUID(uuid)
+	}
 	for i, d := range s.Devices {
 		n.completeDevice(d.(*server.Device), i)
 	}

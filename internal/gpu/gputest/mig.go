@@ -81,6 +81,21 @@ func (n *Node) migDevice(i, idx int) (nvml.Device, nvml.Return) {
 	return nil, nvml.ERROR_NOT_FOUND
 }
 
+// migByUUID finds a live MIG device handle, as NVML's
+// DeviceGetHandleByUUID does for MIG UUIDs.
+func (n *Node) migByUUID(uuid string) nvml.Device {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, ms := range n.migs {
+		for _, m := range ms {
+			if u, _ := m.GetUUID(); u == uuid {
+				return m
+			}
+		}
+	}
+	return nil
+}
+
 func gpuInstanceByID(d *server.Device, id int) (nvml.GpuInstance, nvml.Return) {
 	d.RLock()
 	defer d.RUnlock()
