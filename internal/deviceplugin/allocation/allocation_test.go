@@ -254,7 +254,9 @@ func TestMIGCapabilitiesFollowNVML(t *testing.T) {
 	if _, err := b.Container(res, ids); err == nil || !strings.Contains(err.Error(), "GPU minor 2") {
 		t.Fatalf("MIG device on another GPU: %v", err)
 	}
-	b.LocateMIG = func(u string) (mig.Location, error) { return mig.Location{}, fmt.Errorf("MIG device %s: NVML handle: Not Found", u) }
+	b.LocateMIG = func(u string) (mig.Location, error) {
+		return mig.Location{}, fmt.Errorf("MIG device %s: NVML handle: Not Found", u)
+	}
 	if _, err := b.Container(res, ids); err == nil || !strings.Contains(err.Error(), inst.UUID) {
 		t.Fatalf("MIG device NVML does not know: %v", err)
 	}
