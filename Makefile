@@ -25,7 +25,7 @@ BENCH_TARGETS :=
 LINT_TARGETS  :=
 DEMO_TARGETS  :=
 
-.PHONY: all build test bench demo lint clean go-build go-test go-vet go-fmt tools
+.PHONY: all build test bench demo lint fuzz clean go-build go-test go-vet go-fmt tools
 all: build
 
 include $(sort $(wildcard */rules.mk */*/rules.mk))
@@ -52,6 +52,9 @@ test: build go-test $(TEST_TARGETS)
 bench: build $(BENCH_TARGETS)
 lint: go-vet go-fmt $(LINT_TARGETS)
 demo: build $(DEMO_TARGETS)
+# Every fuzz target for FUZZTIME each (default 10s); `make test` replays their seeds.
+fuzz: build
+	TESSERA_LIB_DIR=$(LIB) hack/fuzz.sh
 
 clean:
 	rm -rf $(BIN) $(LIB) build

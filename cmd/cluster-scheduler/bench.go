@@ -26,6 +26,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	dir := fs.String("openb-dir", defaultOpenBDir(), "openb trace directory with the pod-list variants and fgd_expected_results/ ($OPENB_DIR)")
 	shipped := fs.String("shipped", shippedOpenB, "directory with the shipped node list and default pod list")
 	seeds := fs.String("seeds", "42-51", "seeds for the trace runs")
+	heldout := fs.String("heldout-seeds", "52-61", "seeds never used while tuning tessera: fgd and tessera run on them too (empty: skip)")
 	pols := fs.String("policies", strings.Join(placement.PolicyNames(), ","), "policies for the trace runs")
 	variants := fs.String("variants", "all", "pod-list variants, comma-separated, or all")
 	throughput := fs.Bool("throughput", true, "measure decisions/s, latency and memory on a synthetic cluster")
@@ -37,7 +38,13 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := benchOpenB(stdout, stderr, *dir, *shipped, *variants, strings.Split(*pols, ","), seedList); err != nil {
+	var heldoutList []uint64
+	if *heldout != "" {
+		if heldoutList, err = parseSeeds(*heldout); err != nil {
+			return err
+		}
+	}
+	if err := benchOpenB(stdout, stderr, *dir, *shipped, *variants, strings.Split(*pols, ","), seedList, heldoutList); err != nil {
 		return err
 	}
 	if *throughput {
@@ -53,7 +60,7 @@ func defaultOpenBDir() string {
 	return "../shared/traces/openb"
 }
 
-func benchOpenB(stdout, stderr io.Writer, dir, shipped, which string, policies []string, seeds []uint64) error {
+func benchOpenB(stdout, stderr io.Writer, dir, shipped, which string, policies []string, seeds, heldout []uint64) error {
 	nodesCSV := filepath.Join(shipped, "openb_node_list_gpu_node.csv")
 	variants := []string{"default"}
 	var published bench.Published
@@ -94,7 +101,28 @@ func benchOpenB(stdout, stderr io.Writer, dir, shipped, which string, policies [
 				fmt.Fprintf(stdout, "BENCH %s.minus_published_fgd_pp %.3f pp\n", name, ours-fgd)
 			}
 		}
+		if len(heldout) > 0 {
+			if err := benchHeldOut(stdout, t, "sched.openb."+v, heldout); err != nil {
+				return err
+			}
+		}
 	}
+	return nil
+}
+
+// benchHeldOut compares tessera with our fgd on seeds that played no part in
+// choosing tessera's weights, so a margin that only fits the tuning seeds shows.
+func benchHeldOut(stdout io.Writer, t sim.Trace, prefix string, seeds []uint64) error {
+	median := map[string]float64{}
+	for _, p := range []string{"fgd", "tessera"} {
+		runs, err := sim.SimulateSeeds(t, sim.Config{Policy: p, Tune: 1.3, ShuffleNodes: true}, seeds)
+		if err != nil {
+			return err
+		}
+		median[p] = sim.Summarise(runs, []float64{100})[0].Median
+		fmt.Fprintf(stdout, "BENCH %s.%s.heldout_unalloc_pct %.3f pct\n", prefix, p, median[p])
+	}
+	fmt.Fprintf(stdout, "BENCH %s.tessera.heldout_minus_fgd_pp %.3f pp\n", prefix, median["tessera"]-median["fgd"])
 	return nil
 }
 
