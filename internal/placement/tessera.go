@@ -62,7 +62,7 @@ func (p *tessera) Rank(n NodeView, s *Shape, c Candidate) float64 {
 		gain -= tesseraSliver * (p.waste[r-s.GPUMilli] - p.waste[r])
 	}
 	if c != 0 && (s.AnyModel || s.Models != 1<<n.Model) {
-		gain -= tesseraPressure * p.pressure[n.Model] * float64(placed)
+		gain -= tesseraPressure * p.pressureOf(n.Model) * float64(placed)
 	}
 	if p.alpha != 0 {
 		before := p.stranded(n.FreeMilli(), n.FreeCPU)
@@ -70,6 +70,15 @@ func (p *tessera) Rank(n NodeView, s *Shape, c Candidate) float64 {
 		gain -= p.alpha * (after - before)
 	}
 	return gain
+}
+
+// pressureOf is model m's pressure. A model whose first node joined after the
+// policy was built has none: the workload it was built from asked nothing of it.
+func (p *tessera) pressureOf(m uint8) float64 {
+	if int(m) < len(p.pressure) {
+		return p.pressure[m]
+	}
+	return 0
 }
 
 // NodeScore is fgd's coarse score: nodes within a few tens of milli-GPUs of
