@@ -157,6 +157,9 @@ func Arrivals(pods []placement.Request, seed uint64, tune float64, capacityMilli
 	for i := range out {
 		total += gpuMilli(&out[i])
 	}
+	if total == 0 {
+		return out // no GPU pod to draw: clones would never reach the limit
+	}
 	limit := int64(tune * float64(capacityMilli))
 	base := len(out)
 	for k := 0; total < limit; k++ {

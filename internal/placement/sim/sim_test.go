@@ -148,3 +148,13 @@ func TestReportLevels(t *testing.T) {
 		t.Errorf("summary %+v", rows[0])
 	}
 }
+
+// A pod list without GPU pods cannot be inflated to a share of GPU
+// capacity: tuning must stop instead of appending CPU-only clones forever.
+func TestArrivalsWithoutGPUPodsTerminate(t *testing.T) {
+	pods := []placement.Request{{Name: "b", CPUMilli: 1000}, {Name: "a", CPUMilli: 2000}}
+	out := Arrivals(pods, 42, 1.3, 8000)
+	if len(out) != len(pods) {
+		t.Fatalf("%d arrivals from %d CPU-only pods, want the pods once each", len(out), len(pods))
+	}
+}
