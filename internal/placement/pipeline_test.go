@@ -148,6 +148,7 @@ func TestRequestValidation(t *testing.T) {
 	c := testCluster(t, node("a", "T4", 8000, 2))
 	for _, r := range []Request{
 		{CPUMilli: -1}, {NumGPU: 1, GPUMilli: 0}, {NumGPU: 1, GPUMilli: 1001}, {GPUMilli: 5}, {NumGPU: 65, GPUMilli: 1},
+		{NumGPU: 2, GPUMilli: 500}, // multi-GPU pods take whole GPUs
 	} {
 		if _, err := schedule(t, c, "bestfit", r); err == nil || errors.Is(err, ErrUnschedulable) {
 			t.Errorf("%+v: err = %v, want a validation error", r, err)

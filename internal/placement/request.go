@@ -34,6 +34,8 @@ func (r *Request) Validate() error {
 		return fmt.Errorf("request %s: %d GPUs is out of range 0..64", r.Name, r.NumGPU)
 	case r.NumGPU > 0 && (r.GPUMilli <= 0 || r.GPUMilli > partition.MilliPerGPU):
 		return fmt.Errorf("request %s: GPU share %d is out of range 1..%d", r.Name, r.GPUMilli, partition.MilliPerGPU)
+	case r.NumGPU > 1 && r.GPUMilli != partition.MilliPerGPU:
+		return fmt.Errorf("request %s: %d GPUs of %d milli each: a multi-GPU request takes whole GPUs (%d)", r.Name, r.NumGPU, r.GPUMilli, partition.MilliPerGPU)
 	case r.NumGPU == 0 && (r.GPUMilli != 0 || r.GPUMemMiB != 0):
 		return fmt.Errorf("request %s: a GPU share without GPUs", r.Name)
 	case r.GPUMemMiB < 0:

@@ -26,7 +26,8 @@ func FuzzReadPods(f *testing.F) {
 		}
 		for _, p := range pods {
 			if p.Name == "" || p.CPUMilli < 0 || p.MemMiB < 0 || p.NumGPU < 0 || p.NumGPU > maxGPUs ||
-				p.GPUMilli < 0 || p.GPUMilli > maxGPUMilli || (p.NumGPU == 0) != (p.GPUMilli == 0) {
+				p.GPUMilli < 0 || p.GPUMilli > maxGPUMilli || (p.NumGPU == 0) != (p.GPUMilli == 0) ||
+				(p.NumGPU > 1 && p.GPUMilli != maxGPUMilli) {
 				t.Fatalf("accepted a bad pod %+v", p)
 			}
 		}

@@ -122,6 +122,9 @@ func ReadPods(name string, r io.Reader) ([]Pod, error) {
 		if p.NumGPU > 0 && p.GPUMilli == 0 {
 			return row.fail("gpu_milli", "0", "a pod with GPUs must ask for a share above 0")
 		}
+		if p.NumGPU > 1 && p.GPUMilli != maxGPUMilli {
+			return row.fail("gpu_milli", row.str("gpu_milli"), fmt.Sprintf("a pod with %d GPUs takes whole GPUs (%d)", p.NumGPU, maxGPUMilli))
+		}
 		if spec := row.str("gpu_spec"); spec != "" {
 			for _, m := range strings.Split(spec, "|") {
 				if m == "" {

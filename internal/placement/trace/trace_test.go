@@ -63,6 +63,7 @@ func TestBadInputNamesFileLineField(t *testing.T) {
 		{"duplicate pod", podHeader + "a,1,1,1,500,\na,1,1,1,500,\n", `pods.csv:3: field name="a": duplicate of line 2`},
 		{"share without gpus", podHeader + "a,1,1,0,500,\n", `field gpu_milli="500": a pod without GPUs`},
 		{"gpus without share", podHeader + "a,1,1,2,0,\n", `field gpu_milli="0": a pod with GPUs`},
+		{"partial multi-GPU share", podHeader + "a,1,1,2,500,\n", `pods.csv:2: field gpu_milli="500": a pod with 2 GPUs takes whole GPUs`},
 		{"empty model", podHeader + "a,1,1,1,500,T4||P100\n", `field gpu_spec="T4||P100": empty model name`},
 		{"empty name", podHeader + ",1,1,1,500,\n", `field name="": empty name`},
 		{"bad quote", podHeader + "a,\"1,1,1,500,\n", `pods.csv:2:`},
