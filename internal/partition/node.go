@@ -146,7 +146,9 @@ func (n *Node) Reserve(g Grant) error {
 // reserved is an error and changes nothing: it means the caller's books and the
 // node's disagree.
 func (n *Node) Release(g Grant) error {
-	if g.CPU < 0 || g.MemMiB < 0 || n.FreeCPU+g.CPU > n.CPU || n.FreeMemMiB+g.MemMiB > n.MemMiB {
+	// Compare against what is held rather than add to what is free: a huge
+	// grant must not wrap the sum around into range.
+	if g.CPU < 0 || g.MemMiB < 0 || g.CPU > n.CPU-n.FreeCPU || g.MemMiB > n.MemMiB-n.FreeMemMiB {
 		return fmt.Errorf("node %s: release of %dm CPU/%d MiB exceeds what is reserved", n.Name, g.CPU, g.MemMiB)
 	}
 	if err := n.checkShares(g.Shares); err != nil {
@@ -154,7 +156,7 @@ func (n *Node) Release(g Grant) error {
 	}
 	for _, s := range g.Shares {
 		gpu := &n.GPUs[s.GPU]
-		if gpu.FreeMilli+s.Milli > MilliPerGPU || gpu.FreeMemMiB+s.MemMiB > gpu.MemMiB {
+		if s.Milli > MilliPerGPU-gpu.FreeMilli || s.MemMiB > gpu.MemMiB-gpu.FreeMemMiB {
 			return fmt.Errorf("node %s GPU %d: release exceeds what is reserved", n.Name, s.GPU)
 		}
 	}

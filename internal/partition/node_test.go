@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -103,5 +104,29 @@ func TestSharesRefusedOnMIGGPU(t *testing.T) {
 	}
 	if n.GPUs[3].Idle() != true {
 		t.Fatal("MIG GPU without instances should be idle")
+	}
+}
+
+// A release so large that free + released overflows must still be refused
+// and change nothing (the sum must not wrap into a "fits" answer).
+func TestReleaseOverflowIsRefused(t *testing.T) {
+	n := newTestNode(t)
+	if err := n.Reserve(Grant{CPU: 1000, MemMiB: 1, Shares: []Share{{GPU: 0, Milli: 500, MemMiB: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	before := n.GPUs[0]
+	cpu, mem := n.FreeCPU, n.FreeMemMiB
+	for i, g := range []Grant{
+		{Shares: []Share{{GPU: 0, Milli: math.MaxInt32}}},
+		{Shares: []Share{{GPU: 0, MemMiB: math.MaxInt32}}},
+		{CPU: math.MaxInt64},
+		{MemMiB: math.MaxInt64},
+	} {
+		if err := n.Release(g); err == nil {
+			t.Errorf("release %d of %+v accepted", i, g)
+		}
+	}
+	if n.GPUs[0] != before || n.FreeCPU != cpu || n.FreeMemMiB != mem {
+		t.Fatalf("a refused release changed the node: GPU 0 %+v, CPU %d, memory %d", n.GPUs[0], n.FreeCPU, n.FreeMemMiB)
 	}
 }
