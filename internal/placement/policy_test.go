@@ -210,3 +210,22 @@ func TestWorkloadCoverage(t *testing.T) {
 		t.Errorf("frequencies not renormalised: %+v", w.Classes)
 	}
 }
+
+// Without a workload tessera measures against single-GPU shares that need no
+// CPU. Taking a node's last CPU then strands nothing; it must not turn the
+// rank into NaN (0/0), which ranked the node below every other.
+func TestTesseraWithoutWorkloadRanksNodeLosingAllCPU(t *testing.T) {
+	c := testCluster(t, node("a", "T4", 4000, 2), node("b", "T4", 8000, 2))
+	p, _ := NewPolicy("tessera", c, Options{})
+	r := Request{Name: "p", CPUMilli: 4000, NumGPU: 1, GPUMilli: 500}
+	sh := c.ShapeOf(&r)
+	for i := range c.Nodes {
+		if rank := p.Rank(NodeView{Index: i, Model: c.ModelOf(i), Node: &c.Nodes[i]}, &sh, 1); math.IsNaN(rank) {
+			t.Errorf("node %s: rank is NaN", c.Nodes[i].Name)
+		}
+	}
+	// Both nodes rate the same; the tie goes to the first.
+	if d, err := NewScheduler(c, p, false).Schedule(&r); err != nil || d.NodeName != "a" {
+		t.Errorf("tessera chose %+v (%v), want the tie to go to a", d, err)
+	}
+}

@@ -41,12 +41,16 @@ func init() {
 
 func newTessera(c *Cluster, w *Workload) *tessera {
 	load, rho := cpuLoad(c, w)
+	alpha := tesseraStrand * strandWeight(load)
+	if rho == 0 {
+		alpha = 0 // GPU pods that need no CPU: no free CPU strands a GPU (and 0/0 is NaN)
+	}
 	return &tessera{
 		frag:     NewFragmentation(w),
 		waste:    sliverWaste(w, tesseraSliverShare),
 		pressure: modelPressure(c, w),
 		rho:      tesseraRhoFactor * rho,
-		alpha:    tesseraStrand * strandWeight(load),
+		alpha:    alpha,
 	}
 }
 
