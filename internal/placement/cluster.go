@@ -56,20 +56,30 @@ func (c *Cluster) add(s partition.NodeSpec) (int, error) {
 	if _, dup := c.byName[s.Name]; dup {
 		return -1, fmt.Errorf("node %s listed twice", s.Name)
 	}
-	id, ok := c.modelID[s.Model]
+	id, ok := c.internModel(s.Model)
 	if !ok {
-		if len(c.models) == maxModels {
-			return -1, fmt.Errorf("node %s: more than %d GPU models", s.Name, maxModels)
-		}
-		id = uint8(len(c.models))
-		c.models = append(c.models, s.Model)
-		c.modelID[s.Model] = id
+		return -1, fmt.Errorf("node %s: more than %d GPU models", s.Name, maxModels)
 	}
 	c.byName[s.Name] = len(c.Nodes)
 	c.Nodes = append(c.Nodes, n)
 	c.modelOf = append(c.modelOf, id)
 	c.cordoned = append(c.cordoned, false)
 	return len(c.Nodes) - 1, nil
+}
+
+// internModel returns the id of a model, giving it the next free id if it
+// has none; false when every id is taken.
+func (c *Cluster) internModel(name string) (uint8, bool) {
+	if id, ok := c.modelID[name]; ok {
+		return id, true
+	}
+	if len(c.models) == maxModels {
+		return 0, false
+	}
+	id := uint8(len(c.models))
+	c.models = append(c.models, name)
+	c.modelID[name] = id
+	return id, true
 }
 
 // NodeIndex finds a node by name.
@@ -85,11 +95,26 @@ func (c *Cluster) Cordon(i int, cordoned bool) {
 	c.changed(i)
 }
 
-// Models is the GPU models of the cluster, indexed by model id.
+// Models is the GPU models the cluster knows, indexed by model id: those of
+// its nodes, and those a workload named before any node of theirs joined.
 func (c *Cluster) Models() []string { return c.models }
 
 // ModelOf is the model id of node i.
 func (c *Cluster) ModelOf(i int) uint8 { return c.modelOf[i] }
+
+// workloadModelMask is modelMask for a workload's classes. It gives models
+// without nodes an id, so that a node of such a model that joins later is
+// one the classes restricted to it can use (while ids remain: a model that
+// finds none is skipped, as modelMask skips unknown names).
+func (c *Cluster) workloadModelMask(names []string) uint64 {
+	var m uint64
+	for _, n := range names {
+		if id, ok := c.internModel(n); ok {
+			m |= 1 << id
+		}
+	}
+	return m
+}
 
 func (c *Cluster) modelMask(names []string) uint64 {
 	var m uint64

@@ -218,3 +218,32 @@ func TestIndexMatchesScanThroughJoinsAndCordons(t *testing.T) {
 		}
 	}
 }
+
+// A node that joins later, of a model the workload's classes name, must be
+// measured as it would be had it been there from the start: the classes
+// restricted to its model can use it.
+func TestJoinedNodeOfWorkloadModelIsMeasuredLikeAnOriginal(t *testing.T) {
+	history := []Request{
+		{Name: "a", CPUMilli: 1000, NumGPU: 1, GPUMilli: 1000, Models: []string{"A100"}},
+		{Name: "b", CPUMilli: 1000, NumGPU: 1, GPUMilli: 500, Models: []string{"A100"}},
+		{Name: "c", CPUMilli: 1000, NumGPU: 1, GPUMilli: 500},
+	}
+	from := func(c *Cluster, err error) *Cluster {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	original := from(NewCluster([]partition.NodeSpec{node("t4", "T4", 64000, 2), node("a100", "A100", 64000, 2)}))
+	want := NewFragmentation(NewWorkload(original, history, 1)).Node(&original.Nodes[1], original.ModelOf(1))
+
+	grown := from(NewCluster([]partition.NodeSpec{node("t4", "T4", 64000, 2)}))
+	f := NewFragmentation(NewWorkload(grown, history, 1))
+	i, err := grown.AddNode(node("a100", "A100", 64000, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Node(&grown.Nodes[i], grown.ModelOf(i)); got != want {
+		t.Fatalf("fragmentation of the A100 node that joined later = %v, want %v as when it was there from the start", got, want)
+	}
+}

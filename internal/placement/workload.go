@@ -73,7 +73,7 @@ func NewWorkload(c *Cluster, pods []Request, coverage float64) *Workload {
 		covered += counts[k]
 		w.Classes = append(w.Classes, Class{
 			CPUMilli: k.cpu, GPUMilli: k.milli, NumGPU: k.num, Spec: k.spec,
-			Models: c.modelMask(models[k]), AnyModel: k.spec == "", Count: counts[k],
+			Models: c.workloadModelMask(models[k]), AnyModel: k.spec == "", Count: counts[k],
 		})
 	}
 	for i := range w.Classes {
