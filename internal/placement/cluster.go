@@ -2,6 +2,8 @@ package placement
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 
 	"github.com/tessera-gpu/tessera/internal/partition"
 )
@@ -18,6 +20,10 @@ type Cluster struct {
 	modelID  map[string]uint8
 	byName   map[string]int
 	cordoned []bool
+	// held counts the grants reserved and not yet released, by node and
+	// grant: a node only knows totals, so without it a grant never given
+	// out (or released twice while another pod holds as much) would pass.
+	held map[heldKey]int32
 	// watchers are told which node changed, so cached scores stay exact;
 	// growers are told the new node count when nodes join.
 	watchers []func(node int)
@@ -26,7 +32,7 @@ type Cluster struct {
 
 // NewCluster builds an empty cluster from node descriptions, in their order.
 func NewCluster(specs []partition.NodeSpec) (*Cluster, error) {
-	c := &Cluster{modelID: map[string]uint8{}, byName: map[string]int{}}
+	c := &Cluster{modelID: map[string]uint8{}, byName: map[string]int{}, held: map[heldKey]int32{}}
 	for _, s := range specs {
 		if _, err := c.add(s); err != nil {
 			return nil, err
@@ -150,6 +156,7 @@ func (c *Cluster) Reserve(d Decision) error {
 	if err := c.Nodes[d.Node].Reserve(d.Grant); err != nil {
 		return fmt.Errorf("reserve: %w", err)
 	}
+	c.held[keyOf(d)]++
 	c.changed(d.Node)
 	return nil
 }
@@ -159,11 +166,39 @@ func (c *Cluster) Release(d Decision) error {
 	if d.Node < 0 || d.Node >= len(c.Nodes) {
 		return fmt.Errorf("release: no node %d", d.Node)
 	}
+	k := keyOf(d)
+	if c.held[k] == 0 {
+		return fmt.Errorf("release: node %s holds no grant %+v", c.Nodes[d.Node].Name, d.Grant)
+	}
 	if err := c.Nodes[d.Node].Release(d.Grant); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
+	if c.held[k]--; c.held[k] == 0 {
+		delete(c.held, k)
+	}
 	c.changed(d.Node)
 	return nil
+}
+
+type heldKey struct {
+	node        int
+	cpu, memMiB int64
+	shares      string // (GPU, milli, MiB) triples in GPU order
+}
+
+func keyOf(d Decision) heldKey {
+	shares := slices.Clone(d.Grant.Shares)
+	slices.SortFunc(shares, func(a, b partition.Share) int { return a.GPU - b.GPU })
+	var b []byte
+	for _, s := range shares {
+		b = strconv.AppendInt(b, int64(s.GPU), 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, int64(s.Milli), 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, int64(s.MemMiB), 10)
+		b = append(b, ',')
+	}
+	return heldKey{node: d.Node, cpu: d.Grant.CPU, memMiB: d.Grant.MemMiB, shares: string(b)}
 }
 
 // Watch registers changed to be told about every node whose free capacity

@@ -155,3 +155,35 @@ func TestRequestValidation(t *testing.T) {
 		}
 	}
 }
+
+// The cluster releases only what it reserved: a grant it never gave out is
+// refused even when the node holds enough to cover it (another pod's share),
+// and the node is left as it was.
+func TestReleaseOfGrantNeverReservedFails(t *testing.T) {
+	c := testCluster(t, node("a", "T4", 8000, 2))
+	held := Decision{Node: 0, Grant: partition.Grant{CPU: 2000, MemMiB: 512, Shares: []partition.Share{{GPU: 0, Milli: 500}}}}
+	if err := c.Reserve(held); err != nil {
+		t.Fatal(err)
+	}
+	before := c.Nodes[0]
+	before.GPUs = append([]partition.GPU(nil), c.Nodes[0].GPUs...)
+	for _, g := range []partition.Grant{
+		{CPU: 2000, MemMiB: 512, Shares: []partition.Share{{GPU: 0, Milli: 300}}}, // less than held on GPU 0
+		{CPU: 1000},              // CPU only, within what is held
+		{CPU: 2000, MemMiB: 512}, // the pod's CPU without its share
+		{Shares: []partition.Share{{GPU: 0, Milli: 500}}}, // the share without the CPU
+	} {
+		if err := c.Release(Decision{Node: 0, Grant: g}); err == nil {
+			t.Errorf("release of %+v, never reserved, succeeded", g)
+		}
+	}
+	if c.Nodes[0].FreeCPU != before.FreeCPU || c.Nodes[0].FreeMemMiB != before.FreeMemMiB || c.Nodes[0].GPUs[0] != before.GPUs[0] {
+		t.Fatalf("refused releases changed the node: %+v", c.Nodes[0])
+	}
+	if err := c.Release(held); err != nil {
+		t.Fatalf("release of the reserved grant: %v", err)
+	}
+	if err := c.Release(held); err == nil {
+		t.Fatal("a grant released twice")
+	}
+}
