@@ -37,7 +37,7 @@ type Pod struct {
 // Limits that reject absurd values rather than let them overflow the engine.
 const (
 	maxCPUMilli = 100_000_000 // 100,000 cores
-	maxMemMiB   = 1 << 34     // 16 EiB expressed in MiB would overflow; 16 TiB-ish ceiling per row
+	maxMemMiB   = 1 << 26     // 64 TiB: above the largest single machines (openb's largest node has 1 TiB)
 	maxGPUs     = 64
 	maxGPUMilli = 1000
 )

@@ -54,6 +54,7 @@ func TestBadInputNamesFileLineField(t *testing.T) {
 		{"not a number", podHeader + "a,1,1,1,500,\nb,x,1,1,500,\n", `pods.csv:3: field cpu_milli="x": not an integer`},
 		{"negative", podHeader + "a,1,-5,1,500,\n", `pods.csv:2: field memory_mib="-5": out of range`},
 		{"absurd share", podHeader + "a,1,1,1,1500,\n", `pods.csv:2: field gpu_milli="1500": out of range 0..1000`},
+		{"absurd memory (1 PiB)", podHeader + "a,1,1073741824,1,500,\n", `pods.csv:2: field memory_mib="1073741824": out of range`},
 		{"absurd gpus", podHeader + "a,1,1,100,1000,\n", `pods.csv:2: field num_gpu="100": out of range`},
 		{"truncated row", podHeader + "a,1,1,1\n", `pods.csv:2: wrong number of fields`},
 		{"unknown column", "name,cpu_milli,memory_mib,num_gpu,gpu_milli,colour\n", `pods.csv:1: unknown column "colour"`},
