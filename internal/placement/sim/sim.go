@@ -6,6 +6,7 @@ package sim
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -105,6 +106,9 @@ func Simulate(t Trace, cfg Config) (*Run, error) {
 	cluster, err := placement.NewCluster(nodes)
 	if err != nil {
 		return nil, err
+	}
+	if cluster.GPUCapacityMilli() == 0 {
+		return nil, errors.New("the cluster has no GPUs: unallocated GPU % is undefined")
 	}
 	workload := placement.NewWorkload(cluster, t.Pods, cfg.Coverage)
 	policy, err := placement.NewPolicy(cfg.Policy, cluster, placement.Options{Workload: workload, Seed: cfg.Seed})

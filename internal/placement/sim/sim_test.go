@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tessera-gpu/tessera/internal/partition"
 	"github.com/tessera-gpu/tessera/internal/placement"
 )
 
@@ -156,5 +157,18 @@ func TestArrivalsWithoutGPUPodsTerminate(t *testing.T) {
 	out := Arrivals(pods, 42, 1.3, 8000)
 	if len(out) != len(pods) {
 		t.Fatalf("%d arrivals from %d CPU-only pods, want the pods once each", len(out), len(pods))
+	}
+}
+
+// Unallocated GPU % is undefined on a cluster without GPUs: an error, not a
+// table of NaN.
+func TestSimulateRefusesClusterWithoutGPUs(t *testing.T) {
+	tr := Trace{
+		Nodes: []partition.NodeSpec{{Name: "cpu-only", CPU: 64000, MemMiB: 1 << 18}},
+		Pods:  []placement.Request{{Name: "p", CPUMilli: 1000}},
+	}
+	run, err := Simulate(tr, Config{Policy: "fgd", Seed: 42, Tune: 1.3})
+	if err == nil {
+		t.Fatalf("simulated a cluster without GPUs: unallocated %v%%", run.UnallocPct(100))
 	}
 }
