@@ -69,6 +69,8 @@ func NewNode(s NodeSpec) (Node, error) {
 		return Node{}, fmt.Errorf("node %s: %d GPUs is out of range 0..64", s.Name, s.GPUs)
 	case s.GPUMemMiB < 0:
 		return Node{}, fmt.Errorf("node %s: negative GPU memory", s.Name)
+	case s.Islands < 0 || s.Islands > 64 || s.NUMANodes < 0 || s.NUMANodes > 64:
+		return Node{}, fmt.Errorf("node %s: %d NVLink islands, %d NUMA nodes: each must be in 0..64", s.Name, s.Islands, s.NUMANodes)
 	}
 	n := Node{Name: s.Name, Model: s.Model, CPU: s.CPU, MemMiB: s.MemMiB, FreeCPU: s.CPU, FreeMemMiB: s.MemMiB}
 	n.GPUs = make([]GPU, s.GPUs)

@@ -37,6 +37,8 @@ func TestNewNodeRejectsBadSpecs(t *testing.T) {
 		{Name: "a", CPU: -1},
 		{Name: "a", GPUs: 65},
 		{Name: "a", GPUs: 1, GPUMemMiB: -5},
+		{Name: "a", GPUs: 64, Islands: 200}, // island ids would wrap the int8
+		{Name: "a", GPUs: 8, NUMANodes: -1},
 	} {
 		if _, err := NewNode(s); err == nil {
 			t.Errorf("NewNode(%+v) accepted a bad spec", s)
