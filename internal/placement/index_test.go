@@ -24,13 +24,7 @@ func TestIndexMatchesScan(t *testing.T) {
 			}
 			var pods []Request
 			for i := 0; i < 600; i++ {
-				r := Request{Name: fmt.Sprint("p", i), CPUMilli: int64(rng.IntN(8)) * 1000, MemMiB: int64(rng.IntN(4)) * 1024}
-				switch k := rng.IntN(10); {
-				case k < 6:
-					r.NumGPU, r.GPUMilli = 1, int32(100*(1+rng.IntN(10)))
-				case k < 8:
-					r.NumGPU, r.GPUMilli, r.SameIsland = 1+rng.IntN(4), 1000, rng.IntN(2) == 0
-				}
+				r := randomRequest(rng, i)
 				if rng.IntN(4) == 0 {
 					r.Models = []string{"A"}
 				}
@@ -68,6 +62,19 @@ func TestIndexMatchesScan(t *testing.T) {
 			}
 		})
 	}
+}
+
+// randomRequest is a CPU-only pod (2 in 10), a single-GPU share (6 in 10) or
+// a pod of 1-4 whole GPUs, with some CPU and memory.
+func randomRequest(rng *rand.Rand, i int) Request {
+	r := Request{Name: fmt.Sprint("p", i), CPUMilli: int64(rng.IntN(8)) * 1000, MemMiB: int64(rng.IntN(4)) * 1024}
+	switch k := rng.IntN(10); {
+	case k < 6:
+		r.NumGPU, r.GPUMilli = 1, int32(50*(1+rng.IntN(20)))
+	case k < 8:
+		r.NumGPU, r.GPUMilli, r.SameIsland = 1+rng.IntN(4), 1000, rng.IntN(2) == 0
+	}
+	return r
 }
 
 func TestIndexSingleNodeAndEmptyCluster(t *testing.T) {
@@ -131,13 +138,7 @@ func TestIndexMatchesScanThroughJoinsAndCordons(t *testing.T) {
 		}
 	}
 	request := func(rng *rand.Rand, i int) Request {
-		r := Request{Name: fmt.Sprint("p", i), CPUMilli: int64(rng.IntN(6)) * 1000, MemMiB: int64(rng.IntN(3)) * 1024}
-		switch k := rng.IntN(10); {
-		case k < 6:
-			r.NumGPU, r.GPUMilli = 1, int32(50*(1+rng.IntN(20)))
-		case k < 8:
-			r.NumGPU, r.GPUMilli, r.SameIsland = 1+rng.IntN(4), 1000, rng.IntN(2) == 0
-		}
+		r := randomRequest(rng, i)
 		switch rng.IntN(5) {
 		case 0:
 			r.Models = []string{models[rng.IntN(len(models))]}
