@@ -161,11 +161,12 @@ func (c *Chooser) Candidate(res string, size int) *Candidate {
 		return nil
 	}
 	for _, p := range c.Pods.Pending() {
-		for _, ctr := range pods.Containers(p) {
+		cs := pods.Containers(p)
+		for _, ctr := range cs[c.allocatedUpTo(p, cs):] {
 			if pods.Request(&ctr, res) != int64(size) {
 				continue
 			}
-			ref := ledger.ContainerRef{PodUID: string(p.UID), Namespace: p.Namespace, Pod: p.Name, Container: ctr.Name}
+			ref := containerRef(p, ctr.Name)
 			if c.Ledger.Has(ref, res) {
 				continue
 			}
@@ -173,6 +174,25 @@ func (c *Chooser) Candidate(res string, size int) *Candidate {
 		}
 	}
 	return nil
+}
+
+// allocatedUpTo returns how many of the pod's containers (in allocation
+// order) kubelet has certainly allocated: all before the last one the
+// ledger knows holds devices, because kubelet allocates a pod's
+// containers one after the other. This covers regular init containers,
+// which kubelet's PodResources never lists, so a read-back drops them
+// from the ledger while the pod is still Pending.
+func (c *Chooser) allocatedUpTo(p *corev1.Pod, cs []corev1.Container) int {
+	for i := len(cs) - 1; i >= 0; i-- {
+		if len(c.Ledger.Get(containerRef(p, cs[i].Name))) > 0 {
+			return i
+		}
+	}
+	return 0
+}
+
+func containerRef(p *corev1.Pod, container string) ledger.ContainerRef {
+	return ledger.ContainerRef{PodUID: string(p.UID), Namespace: p.Namespace, Pod: p.Name, Container: container}
 }
 
 // fromAssignment returns used=false when the pod has no assignment for the

@@ -1,0 +1,66 @@
+package daemon
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	annotations "github.com/tessera-gpu/tessera/api/annotations/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
+	"github.com/tessera-gpu/tessera/internal/gpu/gputest"
+)
+
+// TestInitContainerNotReclaimedAfterReadBack: kubelet's PodResources never
+// lists regular (non-restartable) init containers, so a read-back cannot
+// confirm their devices. A pod whose init container is still running stays
+// Pending; the next pod with an equal request must still get its own
+// assignment, not the running init container's.
+func TestInitContainerNotReclaimedAfterReadBack(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		name := "read-back"
+		if restart {
+			name = "plugin-restart"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, gputest.DGXH200)
+			first := pod("first", t0, "", ctr{name: "fetch", mem: 4, init: true}, ctr{name: "main", mem: 4})
+			first.Annotations = map[string]string{annotations.AssignmentKey: e.assign(map[string]map[int][2]int{
+				"fetch": {2: {4096, 0}}, "main": {2: {4096, 0}}})}
+			second := pod("second", t0.Add(time.Second), "", ctr{name: "c", mem: 4})
+			second.Annotations = map[string]string{annotations.AssignmentKey: e.assign(map[string]map[int][2]int{"c": {5: {4096, 0}}})}
+			e.createPod(first)
+			e.createPod(second)
+			e.start()
+
+			// kubelet admits "first": the init container, then the app
+			// container, which reuses the init container's IDs (Allocate
+			// without GetPreferredAllocation).
+			ids, _ := e.admit("tessera.io/gpu-mem", 4)
+			if g := resource.GPUsOf(ids); len(g) != 1 || g[0] != e.uuid(2) {
+				t.Fatalf("init container on %v, assigned GPU 2", g)
+			}
+			if _, err := e.client_("tessera.io/gpu-mem").Allocate(context.Background(), &pluginapi.AllocateRequest{
+				ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
+				t.Fatal(err)
+			}
+			e.podRes.set(&podresourcesapi.PodResources{Name: "first", Namespace: "default", Containers: []*podresourcesapi.ContainerResources{{
+				Name: "main", Devices: []*podresourcesapi.ContainerDevices{{ResourceName: "tessera.io/gpu-mem", DeviceIds: ids}}}}})
+			if restart {
+				e.stop()
+				e.start()
+			} else if err := e.d.Reconciler.Once(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+
+			// "first" is still Pending (its init container runs); kubelet
+			// now admits "second".
+			ids2, _ := e.admit("tessera.io/gpu-mem", 4)
+			if g := resource.GPUsOf(ids2); len(g) != 1 || g[0] != e.uuid(5) {
+				t.Fatalf("second pod on %v, assigned GPU 5: taken for the first pod's init container", g)
+			}
+		})
+	}
+}
