@@ -38,6 +38,16 @@ const (
 	EnvCUDAVisible = "CUDA_VISIBLE_DEVICES"
 )
 
+// Modes of the files containers map. A container's processes run as any
+// user (often not root), so the mode must not depend on the plugin's
+// umask: the hook maps the usage region read-write and the limits files
+// and ld.so.preload read-only. Each region is mounted into its own
+// container only.
+const (
+	readableByAll os.FileMode = 0o644
+	writableByAll os.FileMode = 0o666
+)
+
 // Control device nodes every GPU container needs.
 var controlDevices = []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
 
@@ -184,14 +194,18 @@ func (b *Builder) writeLimits(kind resource.Kind, ids []string, name string, kee
 	}
 	if keep {
 		if l, err := region.OpenLimits(filepath.Join(dir, name)); err == nil {
-			return dir, l.Close()
+			l.Close()
+			return dir, os.Chmod(filepath.Join(dir, name), readableByAll)
 		}
 	}
 	limits := make([]region.DeviceLimit, 0, len(shares))
 	for _, s := range shares {
 		limits = append(limits, limit(s))
 	}
-	return dir, region.WriteLimits(filepath.Join(dir, name), limits)
+	if err := region.WriteLimits(filepath.Join(dir, name), limits); err != nil {
+		return "", err
+	}
+	return dir, os.Chmod(filepath.Join(dir, name), readableByAll)
 }
 
 func (b *Builder) addMemory(r *pluginapi.ContainerAllocateResponse, ids []string, shares []resource.Share, keep bool) error {
@@ -202,6 +216,10 @@ func (b *Builder) addMemory(r *pluginapi.ContainerAllocateResponse, ids []string
 		return err
 	}
 	if err := region.CreateRegion(filepath.Join(dir, "region")); err != nil {
+		return err
+	}
+	// Changing the mode keeps the inode that running hooks have mapped.
+	if err := os.Chmod(filepath.Join(dir, "region"), writableByAll); err != nil {
 		return err
 	}
 	r.Mounts = append(r.Mounts,
@@ -312,7 +330,10 @@ func (b *Builder) procRoot() string {
 
 func writeFileAtomic(path string, data []byte) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+	if err := os.WriteFile(tmp, data, readableByAll); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, readableByAll); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)

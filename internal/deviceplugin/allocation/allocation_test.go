@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -260,4 +261,52 @@ func TestMIGCapabilitiesFollowNVML(t *testing.T) {
 	if _, err := b.Container(res, ids); err == nil || !strings.Contains(err.Error(), inst.UUID) {
 		t.Fatalf("MIG device NVML does not know: %v", err)
 	}
+}
+
+// TestFilesUsableByNonRootContainers: the hook maps the usage region
+// read-write and the limits files read-only, as whatever user the
+// container runs as (often not root, and never the plugin's root). The
+// region must be writable and the limits readable by every user, whatever
+// the plugin's umask, after Allocate and after Restore.
+func TestFilesUsableByNonRootContainers(t *testing.T) {
+	b, gpus := builder(t)
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	memIDs := []string{gpus[0].UUID + "::mem::1"}
+	coreIDs := []string{gpus[0].UUID + "::core::1"}
+	check := func(when string) {
+		t.Helper()
+		for path, want := range map[string]os.FileMode{
+			filepath.Join(b.ContainerDir(resource.KindMem, memIDs), "region"):       0o666,
+			filepath.Join(b.ContainerDir(resource.KindMem, memIDs), "limits"):       0o644,
+			filepath.Join(b.ContainerDir(resource.KindCore, coreIDs), "core-limits"): 0o644,
+			filepath.Join(b.StateDir, "ld.so.preload"):                              0o644,
+		} {
+			st, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode().Perm()&want != want {
+				t.Errorf("%s: %s is %v, containers need %v", when, path, st.Mode().Perm(), want)
+			}
+		}
+	}
+	if err := b.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Container(resource.Memory, memIDs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Container(resource.Core, coreIDs); err != nil {
+		t.Fatal(err)
+	}
+	check("Allocate")
+	os.RemoveAll(filepath.Join(b.StateDir, "containers"))
+	if err := b.Restore(resource.Memory, memIDs); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Restore(resource.Core, coreIDs); err != nil {
+		t.Fatal(err)
+	}
+	check("Restore")
 }
