@@ -8,6 +8,7 @@ package allocation
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -202,7 +203,8 @@ func (b *Builder) writeLimits(kind resource.Kind, ids []string, name string, kee
 	for _, s := range shares {
 		limits = append(limits, limit(s))
 	}
-	if err := region.WriteLimits(filepath.Join(dir, name), limits); err != nil {
+	path := filepath.Join(dir, name)
+	if err := recreateIfInvalid(path, func() error { return region.WriteLimits(path, limits) }); err != nil {
 		return "", err
 	}
 	return dir, os.Chmod(filepath.Join(dir, name), readableByAll)
@@ -215,7 +217,8 @@ func (b *Builder) addMemory(r *pluginapi.ContainerAllocateResponse, ids []string
 	if err != nil {
 		return err
 	}
-	if err := region.CreateRegion(filepath.Join(dir, "region")); err != nil {
+	regionPath := filepath.Join(dir, "region")
+	if err := recreateIfInvalid(regionPath, func() error { return region.CreateRegion(regionPath) }); err != nil {
 		return err
 	}
 	// Changing the mode keeps the inode that running hooks have mapped.
@@ -326,6 +329,22 @@ func (b *Builder) procRoot() string {
 		return "/proc"
 	}
 	return b.ProcRoot
+}
+
+// recreateIfInvalid runs create, which keeps or updates a valid existing
+// file in place; if the file is there but has no magic or is short (the
+// plugin was killed while creating it: the magic is stored last), it is
+// removed and created afresh. No hook can have mapped such a file (hooks
+// check the header), so no inode in use is replaced.
+func recreateIfInvalid(path string, create func() error) error {
+	err := create()
+	if !errors.Is(err, region.ErrBadMagic) && !errors.Is(err, region.ErrTruncated) {
+		return err
+	}
+	if rmErr := os.Remove(path); rmErr != nil {
+		return fmt.Errorf("%w (and removing it: %v)", err, rmErr)
+	}
+	return create()
 }
 
 func writeFileAtomic(path string, data []byte) error {

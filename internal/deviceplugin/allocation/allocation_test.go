@@ -310,3 +310,56 @@ func TestFilesUsableByNonRootContainers(t *testing.T) {
 	}
 	check("Restore")
 }
+
+// TestHalfWrittenFilesAreRecreated: a plugin killed while creating a
+// container's files leaves them at full size with no magic (the magic is
+// stored last). No hook can have mapped such a file, so the next Allocate
+// of the same IDs, and a restore, must create it afresh instead of
+// refusing those IDs until the state directory is collected.
+func TestHalfWrittenFilesAreRecreated(t *testing.T) {
+	b, gpus := builder(t)
+	ids := []string{gpus[0].UUID + "::mem::2", gpus[0].UUID + "::mem::3"}
+	dir := b.ContainerDir(resource.KindMem, ids)
+	halfWrite := func() {
+		t.Helper()
+		if _, err := b.Container(resource.Memory, ids); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"limits", "region"} {
+			f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt(make([]byte, 8), 0); err != nil { // the magic
+				t.Fatal(err)
+			}
+			f.Close()
+		}
+	}
+	valid := func(when string) {
+		t.Helper()
+		l, err := region.OpenLimits(filepath.Join(dir, "limits"))
+		if err != nil {
+			t.Fatalf("%s: limits: %v", when, err)
+		}
+		if d := l.Devices(); len(d) != 1 || d[0].UUID != gpus[0].UUID || d[0].MemLimitBytes != 512<<20 {
+			t.Errorf("%s: limits = %+v", when, d)
+		}
+		l.Close()
+		r, err := region.OpenRegion(filepath.Join(dir, "region"))
+		if err != nil {
+			t.Fatalf("%s: region: %v", when, err)
+		}
+		r.Close()
+	}
+	halfWrite()
+	if _, err := b.Container(resource.Memory, ids); err != nil {
+		t.Fatalf("Allocate after a half-written file: %v", err)
+	}
+	valid("Allocate")
+	halfWrite()
+	if err := b.Restore(resource.Memory, ids); err != nil {
+		t.Fatalf("Restore of a half-written file: %v", err)
+	}
+	valid("Restore")
+}
