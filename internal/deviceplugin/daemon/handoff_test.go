@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -9,6 +10,8 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	annotations "github.com/tessera-gpu/tessera/api/annotations/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/allocation"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/ledger"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
 	"github.com/tessera-gpu/tessera/internal/gpu/gputest"
 )
@@ -62,5 +65,49 @@ func TestInitContainerNotReclaimedAfterReadBack(t *testing.T) {
 				t.Fatalf("second pod on %v, assigned GPU 5: taken for the first pod's init container", g)
 			}
 		})
+	}
+}
+
+// TestInitContainerStateKeptWhilePodRuns: PodResources does not list
+// regular init containers, so their allocations are not in kubelet's
+// read-back. While their pod is listed, the ledger keeps them and their
+// limits and region files are not collected: kubelet runs init containers
+// again, with the same mounts, whenever the pod's sandbox is recreated.
+func TestInitContainerStateKeptWhilePodRuns(t *testing.T) {
+	e := newEnv(t, gputest.DGXH200, pod("p", t0, "", ctr{name: "init", mem: 4, init: true}, ctr{name: "main", core: 20}))
+	e.start()
+	initIDs, resp := e.admit("tessera.io/gpu-mem", 4)
+	coreIDs, _ := e.admit("tessera.io/gpu-core", 20)
+	listed := &podresourcesapi.PodResources{Name: "p", Namespace: "default", Containers: []*podresourcesapi.ContainerResources{{
+		Name: "main", Devices: []*podresourcesapi.ContainerDevices{{ResourceName: "tessera.io/gpu-core", DeviceIds: coreIDs}}}}}
+	e.podRes.set(listed)
+	e.d.Reconciler.GCGrace = time.Nanosecond
+	regionPath := mountFor(resp, allocation.RegionPath).HostPath
+	initRef := ledger.ContainerRef{PodUID: "uid-p", Namespace: "default", Pod: "p", Container: "init"}
+	for i := 0; i < 3; i++ {
+		if err := e.d.Reconciler.Once(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := os.Stat(regionPath); err != nil {
+		t.Fatalf("init container's region collected while its pod runs: %v", err)
+	}
+	if got := e.d.Ledger.Get(initRef)["tessera.io/gpu-mem"]; len(got) != len(initIDs) {
+		t.Fatalf("init container's allocation dropped from the ledger: %v", e.d.Ledger.Snapshot())
+	}
+	// Once the pod is gone, both go.
+	e.podRes.set()
+	for i := 0; i < 3; i++ {
+		if err := e.d.Reconciler.Once(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := os.Stat(regionPath); !os.IsNotExist(err) {
+		t.Fatalf("region of a finished pod kept: %v", err)
+	}
+	if len(e.d.Ledger.Snapshot()) != 0 {
+		t.Fatalf("ledger after the pod ended: %v", e.d.Ledger.Snapshot())
 	}
 }

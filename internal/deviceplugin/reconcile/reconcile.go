@@ -115,12 +115,42 @@ func (r *Reconciler) Once(ctx context.Context) error {
 			errs = append(errs, err.Error())
 		}
 	}
+	r.keepUnlisted(resp, truth, live)
 	r.Ledger.Reset(truth, asOf)
 	r.collectGarbage(live)
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// keepUnlisted carries over the ledger's allocations of containers that
+// PodResources does not list although it lists their pod: kubelet never
+// lists regular init containers, and it runs them again, with the same
+// devices and mounts, whenever the pod's sandbox is recreated. Their
+// files stay (and are restored) while the pod is listed.
+func (r *Reconciler) keepUnlisted(resp *podresourcesapi.ListPodResourcesResponse, truth map[ledger.ContainerRef]map[string][]string, live map[string]bool) {
+	listed := map[string]map[string]bool{} // namespace/name → listed containers
+	for _, pr := range resp.GetPodResources() {
+		names := map[string]bool{}
+		for _, c := range pr.GetContainers() {
+			names[c.GetName()] = true
+		}
+		listed[pr.GetNamespace()+"/"+pr.GetName()] = names
+	}
+	for ref, byRes := range r.Ledger.Snapshot() {
+		names, ok := listed[ref.Namespace+"/"+ref.Pod]
+		if !ok || names[ref.Container] || truth[ref] != nil {
+			continue
+		}
+		if pod := r.Pods.Get(ref.Namespace, ref.Pod); pod == nil || string(pod.UID) != ref.PodUID {
+			continue
+		}
+		truth[ref] = byRes
+		for res, ids := range byRes {
+			r.restore(res, ids, live)
+		}
+	}
 }
 
 // podTruth gathers one pod's tessera devices, restores their files, and
