@@ -33,6 +33,7 @@ type Source interface {
 type Informer struct {
 	informer cache.SharedIndexInformer
 	lister   listerv1.PodLister
+	done     chan struct{}
 }
 
 // NewInformer watches the pods whose spec.nodeName is node.
@@ -54,12 +55,18 @@ func NewInformer(client kube.Client, node string) *Informer {
 	// API server can; the in-memory one of tests cannot).
 	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Pod{}, 0,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	return &Informer{informer: inf, lister: listerv1.NewPodLister(inf.GetIndexer())}
+	return &Informer{informer: inf, lister: listerv1.NewPodLister(inf.GetIndexer()), done: make(chan struct{})}
 }
+
+// Done is closed when the informer started by Start has stopped.
+func (i *Informer) Done() <-chan struct{} { return i.done }
 
 // Start runs the informer until ctx ends and waits for the first sync.
 func (i *Informer) Start(ctx context.Context) error {
-	go i.informer.RunWithContext(ctx)
+	go func() {
+		defer close(i.done)
+		i.informer.RunWithContext(ctx)
+	}()
 	if !cache.WaitForCacheSync(ctx.Done(), i.informer.HasSynced) {
 		return fmt.Errorf("pod informer: cache did not sync")
 	}
