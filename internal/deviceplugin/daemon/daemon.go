@@ -38,6 +38,11 @@ import (
 	"github.com/tessera-gpu/tessera/internal/mig"
 )
 
+// AwaitPod bounds how long a request waits for the pod informer to deliver
+// the pod kubelet is admitting (both watch the API server; kubelet may be
+// first by a few milliseconds).
+const AwaitPod = 500 * time.Millisecond
+
 // Daemon is a fully wired device plugin.
 type Daemon struct {
 	Config     *configv1.Config
@@ -74,7 +79,8 @@ func New(cfg *configv1.Config, lib nvml.Interface, client kube.Client, podResour
 	}
 	d := &Daemon{Config: cfg, Manager: mgr, Ledger: ledger.New(), Pods: pods.NewInformer(client, cfg.NodeName), Registry: prometheus.NewRegistry(), Log: log, lib: lib}
 	warn := eventWarner(client, cfg.NodeName, log)
-	d.Chooser = &preferred.Chooser{Manager: mgr, Pods: d.Pods, Ledger: d.Ledger, Policy: cfg.Placement, Topology: topo, Log: log, Warn: warn}
+	d.Chooser = &preferred.Chooser{Manager: mgr, Pods: d.Pods, Ledger: d.Ledger, Policy: cfg.Placement, Topology: topo, Log: log, Warn: warn,
+		AwaitPod: AwaitPod}
 	d.Builder = &allocation.Builder{Manager: mgr, HookLibrary: cfg.HookLibrary, StateDir: cfg.StateDir,
 		ContextReserveMiB: cfg.ContextReserveMiB, HookLogLevel: cfg.HookLogLevel, ProcRoot: cfg.ProcRoot, DevRoot: cfg.DevRoot,
 		LocateMIG: func(u string) (mig.Location, error) { return mig.Locate(lib, u) }}

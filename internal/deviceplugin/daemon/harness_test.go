@@ -178,6 +178,8 @@ func (e *env) start(mutate ...func(*configv1.Config)) {
 	}
 	d.Plugin.Retry = 50 * time.Millisecond
 	d.Health.WaitMs = 20
+	// Most tests admit without a pending pod; the informer here is local.
+	d.Chooser.AwaitPod = 20 * time.Millisecond
 	e.d = d
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel, e.done = cancel, make(chan struct{})

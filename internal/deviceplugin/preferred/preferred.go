@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/NVIDIA/go-gpuallocator/gpuallocator"
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +40,9 @@ type Chooser struct {
 	Topology gpuallocator.DeviceList
 	Log      *slog.Logger
 	Warn     Warner
+	// AwaitPod is how long to wait for the informer to deliver the pod
+	// kubelet is admitting when no pending container matches a request.
+	AwaitPod time.Duration
 }
 
 // Candidate is the container a request is believed to serve.
@@ -156,10 +160,23 @@ func (c *Chooser) roomFor(cand *Candidate, res string, p *pool, span int) *pool 
 }
 
 // Candidate finds the container kubelet is most likely allocating.
+// Kubelet and the plugin's informer watch the API server separately, so
+// kubelet may ask before the informer has delivered the pod: without a
+// match, the informer is polled for up to AwaitPod.
 func (c *Chooser) Candidate(res string, size int) *Candidate {
 	if c.Pods == nil {
 		return nil
 	}
+	deadline := time.Now().Add(c.AwaitPod)
+	for {
+		if cand := c.candidate(res, size); cand != nil || !time.Now().Before(deadline) {
+			return cand
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (c *Chooser) candidate(res string, size int) *Candidate {
 	for _, p := range c.Pods.Pending() {
 		cs := pods.Containers(p)
 		for _, ctr := range cs[c.allocatedUpTo(p, cs):] {

@@ -1,0 +1,68 @@
+package preferred
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	annotations "github.com/tessera-gpu/tessera/api/annotations/v1"
+	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
+)
+
+// lateSource is an informer that sees the pod only after kubelet has
+// already started admitting it (kubelet and the plugin watch the API
+// server separately; either may be first).
+type lateSource struct {
+	pod   *corev1.Pod
+	after time.Time
+	calls atomic.Int32
+}
+
+func (s *lateSource) Pending() []*corev1.Pod {
+	s.calls.Add(1)
+	if time.Now().Before(s.after) {
+		return nil
+	}
+	return []*corev1.Pod{s.pod}
+}
+
+func (s *lateSource) Get(namespace, name string) *corev1.Pod { return nil }
+
+// TestPodSeenLateStillHonoursAssignment: kubelet asks for a preferred
+// allocation a little before the plugin's informer has the pod. The
+// plugin waits for it instead of placing the container by local policy
+// and ignoring the scheduler's assignment.
+func TestPodSeenLateStillHonoursAssignment(t *testing.T) {
+	f := newFixture(t, configv1.PlacementBinpack, false)
+	a, err := annotations.Marshal(&annotations.Assignment{Version: annotations.Version, Containers: []annotations.ContainerAssignment{
+		{Name: "c", GPUs: []annotations.GPUShare{{UUID: f.gpus[5].UUID, MemoryMiB: 8 << 10}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u", Annotations: map[string]string{annotations.AssignmentKey: a}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{resource.Memory: *apiresource.NewQuantity(8, apiresource.DecimalSI)}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	src := &lateSource{pod: p, after: time.Now().Add(150 * time.Millisecond)}
+	f.c.Pods = src
+	f.c.AwaitPod = 2 * time.Second
+	ids := f.c.Preferred(resource.Memory, f.available(resource.Memory, nil), nil, 8)
+	if g := resource.GPUsOf(ids); len(g) != 1 || g[0] != f.gpus[5].UUID {
+		t.Fatalf("placed on %v before the pod was seen; assigned GPU 5", g)
+	}
+	if ref, ok := f.c.Ledger.TakeProposal(resource.Memory, 8); !ok || ref.Pod != "p" {
+		t.Fatalf("proposal %v %v", ref, ok)
+	}
+	// A request no pod makes waits only AwaitPod.
+	f.c.AwaitPod = 100 * time.Millisecond
+	start := time.Now()
+	f.c.Preferred(resource.Memory, f.available(resource.Memory, nil), nil, 3)
+	if d := time.Since(start); d < 100*time.Millisecond || d > time.Second {
+		t.Fatalf("waited %s for a pod that never comes, want about 100ms", d)
+	}
+}
