@@ -11,6 +11,7 @@ import (
 
 	annotations "github.com/tessera-gpu/tessera/api/annotations/v1"
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/ledger"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
 )
 
@@ -64,5 +65,33 @@ func TestPodSeenLateStillHonoursAssignment(t *testing.T) {
 	f.c.Preferred(resource.Memory, f.available(resource.Memory, nil), nil, 3)
 	if d := time.Since(start); d < 100*time.Millisecond || d > time.Second {
 		t.Fatalf("waited %s for a pod that never comes, want about 100ms", d)
+	}
+}
+
+// TestReusedIDsCountedOnce: kubelet hands a regular init container's
+// devices on to an app container, so two ledger entries can hold the same
+// IDs. Judging where a container's other resources still fit must count
+// each ID once, or a GPU with room looks full.
+func TestReusedIDsCountedOnce(t *testing.T) {
+	f := newFixture(t, configv1.PlacementBinpack, false)
+	g0 := f.gpus[0].UUID
+	var held []string
+	for n := 0; n < 40; n++ { // 40 of GPU 0's 80 units
+		held = append(held, resource.ID{GPU: g0, Kind: resource.KindMem, N: n}.String())
+	}
+	for _, c := range []string{"init", "main"} {
+		f.c.Ledger.Record(ledger.ContainerRef{PodUID: "u0", Namespace: "ns", Pod: "old", Container: c}, resource.Memory, held)
+	}
+	lim := corev1.ResourceList{
+		resource.Memory: *apiresource.NewQuantity(30, apiresource.DecimalSI),
+		resource.Core:   *apiresource.NewQuantity(10, apiresource.DecimalSI)}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u"},
+		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Limits: lim}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	f.c.Pods = &lateSource{pod: p}
+	// Binpack sends compute to GPU 0, the fullest; its memory still fits there.
+	ids := f.c.Preferred(resource.Core, f.available(resource.Core, map[int]int{0: 50}), nil, 10)
+	if g := resource.GPUsOf(ids); len(g) != 1 || g[0] != g0 {
+		t.Fatalf("compute on %v; GPU 0 has room for the container's 30 memory units", g)
 	}
 }

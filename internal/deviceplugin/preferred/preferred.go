@@ -133,6 +133,9 @@ func (c *Chooser) roomFor(cand *Candidate, res string, p *pool, span int) *pool 
 		return p
 	}
 	used := map[string]map[string]int{} // resource → GPU → IDs held
+	// Count each ID once: kubelet hands a regular init container's IDs on
+	// to an app container, and the ledger keeps both.
+	seen := map[string]bool{}
 	for _, byRes := range c.Ledger.Snapshot() {
 		for r, keys := range byRes {
 			if need[r] == 0 {
@@ -142,7 +145,10 @@ func (c *Chooser) roomFor(cand *Candidate, res string, p *pool, span int) *pool 
 				used[r] = map[string]int{}
 			}
 			for _, id := range c.Manager.Known(r, keys) {
-				used[r][id.GPU]++
+				if k := id.String(); !seen[k] {
+					seen[k] = true
+					used[r][id.GPU]++
+				}
 			}
 		}
 	}
