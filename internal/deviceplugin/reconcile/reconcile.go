@@ -104,9 +104,13 @@ func (r *Reconciler) Once(ctx context.Context) error {
 	}
 	truth := map[ledger.ContainerRef]map[string][]string{}
 	live := map[string]bool{}
+	pods := map[string]bool{} // UIDs of the listed pods
 	var errs []string
 	for _, pr := range resp.GetPodResources() {
 		pod := r.Pods.Get(pr.GetNamespace(), pr.GetName())
+		if pod != nil {
+			pods[string(pod.UID)] = true
+		}
 		allocs := r.podTruth(pr, pod, truth, live)
 		if pod == nil || len(allocs) == 0 {
 			continue
@@ -118,6 +122,7 @@ func (r *Reconciler) Once(ctx context.Context) error {
 	r.keepUnlisted(resp, truth, live)
 	r.Ledger.Reset(truth, asOf)
 	r.collectGarbage(live)
+	r.forgetReported(pods)
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
@@ -276,6 +281,17 @@ func (r *Reconciler) checkAssignment(pod *corev1.Pod, allocs []annotations.Conta
 			if r.Warn != nil {
 				r.Warn(pod, "TesseraAssignmentMismatch", msg)
 			}
+		}
+	}
+}
+
+// forgetReported drops the counted mismatches of pods no longer listed.
+func (r *Reconciler) forgetReported(pods map[string]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key := range r.reported {
+		if uid, _, _ := strings.Cut(key, "/"); !pods[uid] {
+			delete(r.reported, key)
 		}
 	}
 }
