@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -191,6 +192,14 @@ func (b *Builder) common(shares []resource.Share) *pluginapi.ContainerAllocateRe
 func (b *Builder) writeLimits(kind resource.Kind, ids []string, name string, keep bool, shares []resource.Share, limit func(resource.Share) region.DeviceLimit) (string, error) {
 	dir := b.ContainerDir(kind, ids)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	// The same IDs name the same directory, which an earlier container may
+	// have left unreferenced for long; a fresh mtime keeps the reconciler's
+	// collection (which spares young directories) off it while kubelet's
+	// PodResources does not list the new container yet.
+	now := time.Now()
+	if err := os.Chtimes(dir, now, now); err != nil {
 		return "", err
 	}
 	if keep {

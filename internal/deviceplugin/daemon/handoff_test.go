@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -109,5 +110,50 @@ func TestInitContainerStateKeptWhilePodRuns(t *testing.T) {
 	}
 	if len(e.d.Ledger.Snapshot()) != 0 {
 		t.Fatalf("ledger after the pod ended: %v", e.d.Ledger.Snapshot())
+	}
+}
+
+// TestReusedStateDirNotCollectedUnderAllocate: binpack hands the same IDs
+// to the next container, so its state directory (named by the IDs) may be
+// one no container referenced for the whole grace period. An Allocate
+// that lands after a read-back's PodResources snapshot but before its
+// garbage collection must not lose its files.
+func TestReusedStateDirNotCollectedUnderAllocate(t *testing.T) {
+	e := newEnv(t, gputest.DGXH200)
+	e.start()
+	e.d.Reconciler.GCGrace = 300 * time.Millisecond
+	ids, resp := e.admit("tessera.io/gpu-mem", 4)
+	regionPath := mountFor(resp, allocation.RegionPath).HostPath
+	// The container ended long ago: read-backs have not seen it for longer
+	// than the grace (the directory is kept young meanwhile), and the
+	// directory is old.
+	dir := filepath.Dir(regionPath)
+	deadline := time.Now().Add(400 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if err := os.Chtimes(dir, time.Now(), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.d.Reconciler.Once(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(dir, old, old); err != nil {
+		t.Fatal(err)
+	}
+	// The next container gets the same IDs while a read-back is between
+	// its snapshot and its collection.
+	e.podRes.onList(func() {
+		if _, err := e.client_("tessera.io/gpu-mem").Allocate(context.Background(), &pluginapi.AllocateRequest{
+			ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := e.d.Reconciler.Once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(regionPath); err != nil {
+		t.Fatalf("files of a container just allocated were collected: %v", err)
 	}
 }
