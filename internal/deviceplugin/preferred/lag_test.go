@@ -95,3 +95,28 @@ func TestReusedIDsCountedOnce(t *testing.T) {
 		t.Fatalf("compute on %v; GPU 0 has room for the container's 30 memory units", g)
 	}
 }
+
+// TestMustIncludeKeptWithAssignment: kubelet passes as mustInclude the IDs
+// it reuses from an init container; the API requires them in the answer,
+// even when the container's assignment names another GPU.
+func TestMustIncludeKeptWithAssignment(t *testing.T) {
+	f := newFixture(t, configv1.PlacementBinpack, false)
+	a, err := annotations.Marshal(&annotations.Assignment{Version: annotations.Version, Containers: []annotations.ContainerAssignment{
+		{Name: "c", GPUs: []annotations.GPUShare{{UUID: f.gpus[5].UUID, MemoryMiB: 8 << 10}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u", Annotations: map[string]string{annotations.AssignmentKey: a}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{resource.Memory: *apiresource.NewQuantity(8, apiresource.DecimalSI)}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	f.c.Pods = &lateSource{pod: p}
+	must := []string{f.gpus[2].UUID + "::mem::0", f.gpus[2].UUID + "::mem::1"}
+	ids := f.c.Preferred(resource.Memory, f.available(resource.Memory, nil), must, 8)
+	if len(ids) != 8 || !contains(ids, must[0]) || !contains(ids, must[1]) {
+		t.Fatalf("preferred %v lacks mustInclude %v", ids, must)
+	}
+	if n := len(resource.GPUsOf(ids)); n != 2 {
+		t.Fatalf("the rest should follow the assignment (GPU 5): %v", ids)
+	}
+}

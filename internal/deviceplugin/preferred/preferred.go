@@ -61,11 +61,39 @@ func (c *Chooser) Preferred(res string, available, mustInclude []string, size in
 	pool := c.pool(res, available)
 	must := c.Manager.Known(res, mustInclude)
 	cand := c.Candidate(res, size)
-	ids := c.choose(res, kind, cand, pool, must, size)
+	ids := keepMust(c.choose(res, kind, cand, pool, must, size), must, size)
 	if cand != nil && len(ids) > 0 {
 		c.Ledger.Propose(res, cand.Ref, len(ids))
 	}
 	return ids
+}
+
+// keepMust puts every mustInclude ID first in the answer and fills it up
+// with the chosen ones: the API requires them (kubelet allocates them in
+// any case; they are devices it hands on from an init container), even
+// where the container's assignment names other GPUs.
+func keepMust(ids []string, must []resource.ID, size int) []string {
+	if len(must) == 0 {
+		return ids
+	}
+	out := make([]string, 0, size)
+	in := map[string]bool{}
+	for _, m := range must {
+		if k := m.String(); !in[k] {
+			in[k] = true
+			out = append(out, k)
+		}
+	}
+	for _, id := range ids {
+		if len(out) >= size {
+			break
+		}
+		if !in[id] {
+			in[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func (c *Chooser) choose(res string, kind resource.Kind, cand *Candidate, pool *pool, must []resource.ID, size int) []string {
