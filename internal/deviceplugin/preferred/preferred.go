@@ -321,7 +321,12 @@ func (c *Chooser) siblingGPUs(ref ledger.ContainerRef, res string) []string {
 // pool builds the free IDs per GPU from kubelet's available list.
 func (c *Chooser) pool(res string, available []string) *pool {
 	p := &pool{free: map[string][]resource.ID{}}
+	seen := map[resource.ID]bool{} // a repeated ID is offered once
 	for _, id := range c.Manager.Known(res, available) {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
 		if _, ok := p.free[id.GPU]; !ok {
 			p.order = append(p.order, id.GPU)
 		}
