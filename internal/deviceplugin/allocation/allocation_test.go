@@ -20,7 +20,7 @@ import (
 	"github.com/tessera-gpu/tessera/internal/region"
 )
 
-func builder(t *testing.T) (*Builder, []gpu.GPU) {
+func builder(t testing.TB) (*Builder, []gpu.GPU) {
 	t.Helper()
 	node := gputest.MustNew(gputest.DGXA100)
 	if _, err := node.EnableMIG(7, nvml.GPU_INSTANCE_PROFILE_1_SLICE); err != nil {
