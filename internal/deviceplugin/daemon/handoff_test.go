@@ -157,3 +157,27 @@ func TestReusedStateDirNotCollectedUnderAllocate(t *testing.T) {
 		t.Fatalf("files of a container just allocated were collected: %v", err)
 	}
 }
+
+// TestSameSecondPodsKeepTheirAssignments: two pods bound within one
+// second (creation timestamps tie) with equal requests and different
+// assignments; kubelet admits them in the order its watch delivers them,
+// which is not their names' order.
+func TestSameSecondPodsKeepTheirAssignments(t *testing.T) {
+	e := newEnv(t, gputest.DGXH200)
+	e.start()
+	for _, pc := range []struct {
+		name string
+		gpu  int
+	}{{"web-zq4", 5}, {"web-b7x", 2}} {
+		p := pod(pc.name, t0, "", ctr{name: "c", mem: 8})
+		p.Annotations = map[string]string{annotations.AssignmentKey: e.assign(map[string]map[int][2]int{"c": {pc.gpu: {8192, 0}}})}
+		e.createPod(p)
+		waitFor(t, func() bool { return e.d.Pods.Get("default", pc.name) != nil })
+	}
+	for _, want := range []int{5, 2} {
+		ids, _ := e.admit("tessera.io/gpu-mem", 8)
+		if g := resource.GPUsOf(ids); len(g) != 1 || g[0] != e.uuid(want) {
+			t.Fatalf("landed on %v, want GPU %d (pods admitted in arrival order)", g, want)
+		}
+	}
+}
