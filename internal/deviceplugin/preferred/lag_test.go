@@ -34,21 +34,28 @@ func (s *lateSource) Pending() []*corev1.Pod {
 
 func (s *lateSource) Get(namespace, name string) *corev1.Pod { return nil }
 
+// podAssigned8GiB is a pending pod whose container "c" requests 8 gpu-mem
+// units and is assigned 8 GiB on gpu.
+func podAssigned8GiB(t *testing.T, gpu string) *corev1.Pod {
+	t.Helper()
+	a, err := annotations.Marshal(&annotations.Assignment{Version: annotations.Version, Containers: []annotations.ContainerAssignment{
+		{Name: "c", GPUs: []annotations.GPUShare{{UUID: gpu, MemoryMiB: 8 << 10}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u", Annotations: map[string]string{annotations.AssignmentKey: a}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{resource.Memory: *apiresource.NewQuantity(8, apiresource.DecimalSI)}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending}}
+}
+
 // TestPodSeenLateStillHonoursAssignment: kubelet asks for a preferred
 // allocation a little before the plugin's informer has the pod. The
 // plugin waits for it instead of placing the container by local policy
 // and ignoring the scheduler's assignment.
 func TestPodSeenLateStillHonoursAssignment(t *testing.T) {
 	f := newFixture(t, configv1.PlacementBinpack, false)
-	a, err := annotations.Marshal(&annotations.Assignment{Version: annotations.Version, Containers: []annotations.ContainerAssignment{
-		{Name: "c", GPUs: []annotations.GPUShare{{UUID: f.gpus[5].UUID, MemoryMiB: 8 << 10}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u", Annotations: map[string]string{annotations.AssignmentKey: a}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
-			Limits: corev1.ResourceList{resource.Memory: *apiresource.NewQuantity(8, apiresource.DecimalSI)}}}}},
-		Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	p := podAssigned8GiB(t, f.gpus[5].UUID)
 	src := &lateSource{pod: p, after: time.Now().Add(150 * time.Millisecond)}
 	f.c.Pods = src
 	f.c.AwaitPod = 2 * time.Second
@@ -101,15 +108,7 @@ func TestReusedIDsCountedOnce(t *testing.T) {
 // even when the container's assignment names another GPU.
 func TestMustIncludeKeptWithAssignment(t *testing.T) {
 	f := newFixture(t, configv1.PlacementBinpack, false)
-	a, err := annotations.Marshal(&annotations.Assignment{Version: annotations.Version, Containers: []annotations.ContainerAssignment{
-		{Name: "c", GPUs: []annotations.GPUShare{{UUID: f.gpus[5].UUID, MemoryMiB: 8 << 10}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u", Annotations: map[string]string{annotations.AssignmentKey: a}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
-			Limits: corev1.ResourceList{resource.Memory: *apiresource.NewQuantity(8, apiresource.DecimalSI)}}}}},
-		Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	p := podAssigned8GiB(t, f.gpus[5].UUID)
 	f.c.Pods = &lateSource{pod: p}
 	must := []string{f.gpus[2].UUID + "::mem::0", f.gpus[2].UUID + "::mem::1"}
 	ids := f.c.Preferred(resource.Memory, f.available(resource.Memory, nil), must, 8)
