@@ -202,21 +202,21 @@ func (b *Builder) writeLimits(kind resource.Kind, ids []string, name string, kee
 	if err := os.Chtimes(dir, now, now); err != nil {
 		return "", err
 	}
+	path := filepath.Join(dir, name)
 	if keep {
-		if l, err := region.OpenLimits(filepath.Join(dir, name)); err == nil {
+		if l, err := region.OpenLimits(path); err == nil {
 			l.Close()
-			return dir, os.Chmod(filepath.Join(dir, name), readableByAll)
+			return dir, os.Chmod(path, readableByAll)
 		}
 	}
 	limits := make([]region.DeviceLimit, 0, len(shares))
 	for _, s := range shares {
 		limits = append(limits, limit(s))
 	}
-	path := filepath.Join(dir, name)
 	if err := recreateIfInvalid(path, func() error { return region.WriteLimits(path, limits) }); err != nil {
 		return "", err
 	}
-	return dir, os.Chmod(filepath.Join(dir, name), readableByAll)
+	return dir, os.Chmod(path, readableByAll)
 }
 
 func (b *Builder) addMemory(r *pluginapi.ContainerAllocateResponse, ids []string, shares []resource.Share, keep bool) error {
@@ -231,7 +231,7 @@ func (b *Builder) addMemory(r *pluginapi.ContainerAllocateResponse, ids []string
 		return err
 	}
 	// Changing the mode keeps the inode that running hooks have mapped.
-	if err := os.Chmod(filepath.Join(dir, "region"), writableByAll); err != nil {
+	if err := os.Chmod(regionPath, writableByAll); err != nil {
 		return err
 	}
 	r.Mounts = append(r.Mounts,
