@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
@@ -63,7 +64,15 @@ func (c *cluster) List(context.Context) (*podresourcesapi.ListPodResourcesRespon
 	resp := &podresourcesapi.ListPodResourcesResponse{}
 	for _, p := range c.activePods() {
 		pr := &podresourcesapi.PodResources{Name: p.Name, Namespace: p.Namespace}
-		for _, ctr := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+		// As kubelet's PodResources server: regular init containers are
+		// not listed, restartable (sidecar) ones are.
+		var ctrs []corev1.Container
+		for _, ctr := range p.Spec.InitContainers {
+			if podutil.IsRestartableInitContainer(&ctr) {
+				ctrs = append(ctrs, ctr)
+			}
+		}
+		for _, ctr := range append(ctrs, p.Spec.Containers...) {
 			cr := &podresourcesapi.ContainerResources{Name: ctr.Name}
 			for res, devs := range c.mgr.GetDevices(string(p.UID), ctr.Name) {
 				var ids []string
@@ -362,6 +371,24 @@ func TestKubeletDeviceManager(t *testing.T) {
 			}
 			if envs[ctr]["NVIDIA_VISIBLE_DEVICES"] != c.uuid(2) {
 				t.Fatalf("%s env = %v", ctr, envs[ctr])
+			}
+		}
+	})
+
+	t.Run("after a read-back, a running init container is not taken for the next pod", func(t *testing.T) {
+		// "withinit" is still Pending (its init container runs);
+		// PodResources does not list "prep".
+		if err := c.d.Reconciler.Once(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		shape := map[string][2]int64{"prep": {4, 10}}
+		p := makePod("next", t0.Add(3*time.Hour), shape)
+		p.Annotations = map[string]string{annotations.AssignmentKey: c.assignment(map[string]int{"prep": 5}, shape)}
+		c.addPod(p)
+		c.admit(p)
+		for _, res := range []string{"tessera.io/gpu-mem", "tessera.io/gpu-core"} {
+			if got := c.devicesOf(p, "prep", res); len(got) != 1 || got[0] != c.uuid(5) {
+				t.Fatalf("%s on %v, assigned GPU 5", res, got)
 			}
 		}
 	})

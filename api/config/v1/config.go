@@ -5,11 +5,13 @@
 package v1
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"time"
 
@@ -107,12 +109,13 @@ type Duration struct{ time.Duration }
 // MarshalJSON writes the duration as a string.
 func (d Duration) MarshalJSON() ([]byte, error) { return []byte(`"` + d.String() + `"`), nil }
 
-// UnmarshalJSON reads a duration string.
+// UnmarshalJSON reads a duration string. A bad value is reported as a
+// type error, to which the JSON decoder adds the field's name.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	s := strings.Trim(string(b), `"`)
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("invalid duration %s", b)
+		return &json.UnmarshalTypeError{Value: fmt.Sprintf("invalid duration %s (want e.g. \"30s\")", b), Type: reflect.TypeFor[time.Duration]()}
 	}
 	d.Duration = v
 	return nil
@@ -174,7 +177,27 @@ func Parse(data []byte, c *Config) error {
 	if probe.Version != Version {
 		return fmt.Errorf("version: unsupported %q (want %q)", probe.Version, Version)
 	}
+	if err := checkQuantities(data); err != nil {
+		return err
+	}
 	return yaml.UnmarshalStrict(data, c)
+}
+
+// checkQuantities names the field of a quantity that does not parse
+// (resource.Quantity's own error does not say which field it was).
+func checkQuantities(data []byte) error {
+	var raw map[string]any
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return nil // reported by the strict decoding
+	}
+	for _, field := range []string{"memoryUnit", "reservedMemory"} {
+		if v, ok := raw[field].(string); ok {
+			if _, err := resource.ParseQuantity(v); err != nil {
+				return fmt.Errorf("%s: %q is not a quantity (want e.g. 1Gi)", field, v)
+			}
+		}
+	}
+	return nil
 }
 
 // MinMemoryUnit is the smallest gpu-mem unit.

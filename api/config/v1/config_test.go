@@ -163,3 +163,24 @@ func TestRediscoveryCanBeDisabledAndRootsSet(t *testing.T) {
 		t.Fatalf("config = %+v", c)
 	}
 }
+
+// TestFileValueErrorsNameTheField: a value of the wrong form in the file
+// (a duration, a quantity) is reported with its field, as every other
+// invalid value is.
+func TestFileValueErrorsNameTheField(t *testing.T) {
+	for body, field := range map[string]string{
+		"reconcileInterval: soon\n":      "reconcileInterval",
+		"reconcileInterval: 30\n":        "reconcileInterval",
+		"rediscoverInterval: \"\"\n":     "rediscoverInterval",
+		"health:\n  recoverAfter: x\n":   "health.recoverAfter",
+		"memoryUnit: lots\n":             "memoryUnit",
+		"reservedMemory: 2 Gi\n":         "reservedMemory",
+		"splitCount: ten\n":              "splitCount",
+		"health:\n  ignoredXids: [-1]\n": "health.ignoredXids",
+	} {
+		_, err := resolve(t, "version: v1\nnodeName: n\n"+body)
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%q: error %v does not name %s", body, err, field)
+		}
+	}
+}

@@ -8,12 +8,14 @@ package allocation
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -36,6 +38,16 @@ const (
 	EnvLog         = "TESSERA_LOG"
 	EnvNVIDIA      = "NVIDIA_VISIBLE_DEVICES"
 	EnvCUDAVisible = "CUDA_VISIBLE_DEVICES"
+)
+
+// Modes of the files containers map. A container's processes run as any
+// user (often not root), so the mode must not depend on the plugin's
+// umask: the hook maps the usage region read-write and the limits files
+// and ld.so.preload read-only. Each region is mounted into its own
+// container only.
+const (
+	readableByAll os.FileMode = 0o644
+	writableByAll os.FileMode = 0o666
 )
 
 // Control device nodes every GPU container needs.
@@ -182,16 +194,29 @@ func (b *Builder) writeLimits(kind resource.Kind, ids []string, name string, kee
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
+	// The same IDs name the same directory, which an earlier container may
+	// have left unreferenced for long; a fresh mtime keeps the reconciler's
+	// collection (which spares young directories) off it while kubelet's
+	// PodResources does not list the new container yet.
+	now := time.Now()
+	if err := os.Chtimes(dir, now, now); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, name)
 	if keep {
-		if l, err := region.OpenLimits(filepath.Join(dir, name)); err == nil {
-			return dir, l.Close()
+		if l, err := region.OpenLimits(path); err == nil {
+			l.Close()
+			return dir, os.Chmod(path, readableByAll)
 		}
 	}
 	limits := make([]region.DeviceLimit, 0, len(shares))
 	for _, s := range shares {
 		limits = append(limits, limit(s))
 	}
-	return dir, region.WriteLimits(filepath.Join(dir, name), limits)
+	if err := recreateIfInvalid(path, func() error { return region.WriteLimits(path, limits) }); err != nil {
+		return "", err
+	}
+	return dir, os.Chmod(path, readableByAll)
 }
 
 func (b *Builder) addMemory(r *pluginapi.ContainerAllocateResponse, ids []string, shares []resource.Share, keep bool) error {
@@ -201,7 +226,12 @@ func (b *Builder) addMemory(r *pluginapi.ContainerAllocateResponse, ids []string
 	if err != nil {
 		return err
 	}
-	if err := region.CreateRegion(filepath.Join(dir, "region")); err != nil {
+	regionPath := filepath.Join(dir, "region")
+	if err := recreateIfInvalid(regionPath, func() error { return region.CreateRegion(regionPath) }); err != nil {
+		return err
+	}
+	// Changing the mode keeps the inode that running hooks have mapped.
+	if err := os.Chmod(regionPath, writableByAll); err != nil {
 		return err
 	}
 	r.Mounts = append(r.Mounts,
@@ -310,9 +340,28 @@ func (b *Builder) procRoot() string {
 	return b.ProcRoot
 }
 
+// recreateIfInvalid runs create, which keeps or updates a valid existing
+// file in place; if the file is there but has no magic or is short (the
+// plugin was killed while creating it: the magic is stored last), it is
+// removed and created afresh. No hook can have mapped such a file (hooks
+// check the header), so no inode in use is replaced.
+func recreateIfInvalid(path string, create func() error) error {
+	err := create()
+	if !errors.Is(err, region.ErrBadMagic) && !errors.Is(err, region.ErrTruncated) {
+		return err
+	}
+	if rmErr := os.Remove(path); rmErr != nil {
+		return fmt.Errorf("%w (and removing it: %v)", err, rmErr)
+	}
+	return create()
+}
+
 func writeFileAtomic(path string, data []byte) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+	if err := os.WriteFile(tmp, data, readableByAll); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, readableByAll); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)

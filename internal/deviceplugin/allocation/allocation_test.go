@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -19,7 +20,7 @@ import (
 	"github.com/tessera-gpu/tessera/internal/region"
 )
 
-func builder(t *testing.T) (*Builder, []gpu.GPU) {
+func builder(t testing.TB) (*Builder, []gpu.GPU) {
 	t.Helper()
 	node := gputest.MustNew(gputest.DGXA100)
 	if _, err := node.EnableMIG(7, nvml.GPU_INSTANCE_PROFILE_1_SLICE); err != nil {
@@ -260,4 +261,105 @@ func TestMIGCapabilitiesFollowNVML(t *testing.T) {
 	if _, err := b.Container(res, ids); err == nil || !strings.Contains(err.Error(), inst.UUID) {
 		t.Fatalf("MIG device NVML does not know: %v", err)
 	}
+}
+
+// TestFilesUsableByNonRootContainers: the hook maps the usage region
+// read-write and the limits files read-only, as whatever user the
+// container runs as (often not root, and never the plugin's root). The
+// region must be writable and the limits readable by every user, whatever
+// the plugin's umask, after Allocate and after Restore.
+func TestFilesUsableByNonRootContainers(t *testing.T) {
+	b, gpus := builder(t)
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	memIDs := []string{gpus[0].UUID + "::mem::1"}
+	coreIDs := []string{gpus[0].UUID + "::core::1"}
+	check := func(when string) {
+		t.Helper()
+		for path, want := range map[string]os.FileMode{
+			filepath.Join(b.ContainerDir(resource.KindMem, memIDs), "region"):        0o666,
+			filepath.Join(b.ContainerDir(resource.KindMem, memIDs), "limits"):        0o644,
+			filepath.Join(b.ContainerDir(resource.KindCore, coreIDs), "core-limits"): 0o644,
+			filepath.Join(b.StateDir, "ld.so.preload"):                               0o644,
+		} {
+			st, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode().Perm()&want != want {
+				t.Errorf("%s: %s is %v, containers need %v", when, path, st.Mode().Perm(), want)
+			}
+		}
+	}
+	if err := b.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Container(resource.Memory, memIDs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Container(resource.Core, coreIDs); err != nil {
+		t.Fatal(err)
+	}
+	check("Allocate")
+	os.RemoveAll(filepath.Join(b.StateDir, "containers"))
+	if err := b.Restore(resource.Memory, memIDs); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Restore(resource.Core, coreIDs); err != nil {
+		t.Fatal(err)
+	}
+	check("Restore")
+}
+
+// TestHalfWrittenFilesAreRecreated: a plugin killed while creating a
+// container's files leaves them at full size with no magic (the magic is
+// stored last). No hook can have mapped such a file, so the next Allocate
+// of the same IDs, and a restore, must create it afresh instead of
+// refusing those IDs until the state directory is collected.
+func TestHalfWrittenFilesAreRecreated(t *testing.T) {
+	b, gpus := builder(t)
+	ids := []string{gpus[0].UUID + "::mem::2", gpus[0].UUID + "::mem::3"}
+	dir := b.ContainerDir(resource.KindMem, ids)
+	halfWrite := func() {
+		t.Helper()
+		if _, err := b.Container(resource.Memory, ids); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"limits", "region"} {
+			f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt(make([]byte, 8), 0); err != nil { // the magic
+				t.Fatal(err)
+			}
+			f.Close()
+		}
+	}
+	valid := func(when string) {
+		t.Helper()
+		l, err := region.OpenLimits(filepath.Join(dir, "limits"))
+		if err != nil {
+			t.Fatalf("%s: limits: %v", when, err)
+		}
+		if d := l.Devices(); len(d) != 1 || d[0].UUID != gpus[0].UUID || d[0].MemLimitBytes != 512<<20 {
+			t.Errorf("%s: limits = %+v", when, d)
+		}
+		l.Close()
+		r, err := region.OpenRegion(filepath.Join(dir, "region"))
+		if err != nil {
+			t.Fatalf("%s: region: %v", when, err)
+		}
+		r.Close()
+	}
+	halfWrite()
+	if _, err := b.Container(resource.Memory, ids); err != nil {
+		t.Fatalf("Allocate after a half-written file: %v", err)
+	}
+	valid("Allocate")
+	halfWrite()
+	if err := b.Restore(resource.Memory, ids); err != nil {
+		t.Fatalf("Restore of a half-written file: %v", err)
+	}
+	valid("Restore")
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/NVIDIA/go-gpuallocator/gpuallocator"
@@ -36,6 +37,11 @@ import (
 	"github.com/tessera-gpu/tessera/internal/gpu"
 	"github.com/tessera-gpu/tessera/internal/mig"
 )
+
+// AwaitPod bounds how long a request waits for the pod informer to deliver
+// the pod kubelet is admitting (both watch the API server; kubelet may be
+// first by a few milliseconds).
+const AwaitPod = 500 * time.Millisecond
 
 // Daemon is a fully wired device plugin.
 type Daemon struct {
@@ -73,7 +79,8 @@ func New(cfg *configv1.Config, lib nvml.Interface, client kube.Client, podResour
 	}
 	d := &Daemon{Config: cfg, Manager: mgr, Ledger: ledger.New(), Pods: pods.NewInformer(client, cfg.NodeName), Registry: prometheus.NewRegistry(), Log: log, lib: lib}
 	warn := eventWarner(client, cfg.NodeName, log)
-	d.Chooser = &preferred.Chooser{Manager: mgr, Pods: d.Pods, Ledger: d.Ledger, Policy: cfg.Placement, Topology: topo, Log: log, Warn: warn}
+	d.Chooser = &preferred.Chooser{Manager: mgr, Pods: d.Pods, Ledger: d.Ledger, Policy: cfg.Placement, Topology: topo, Log: log, Warn: warn,
+		AwaitPod: AwaitPod}
 	d.Builder = &allocation.Builder{Manager: mgr, HookLibrary: cfg.HookLibrary, StateDir: cfg.StateDir,
 		ContextReserveMiB: cfg.ContextReserveMiB, HookLogLevel: cfg.HookLogLevel, ProcRoot: cfg.ProcRoot, DevRoot: cfg.DevRoot,
 		LocateMIG: func(u string) (mig.Location, error) { return mig.Locate(lib, u) }}
@@ -116,7 +123,8 @@ func (d *Daemon) registerMetrics(gpus []gpu.GPU) func(string, []string) {
 	return func(res string, _ []string) { allocs.WithLabelValues(res).Inc() }
 }
 
-// Run runs the plugin until ctx ends.
+// Run runs the plugin until ctx ends. It returns only after every
+// goroutine it started has ended, so the caller may shut NVML down.
 func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.Builder.Prepare(); err != nil {
 		return err
@@ -126,7 +134,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		// until the hook is installed; say so loudly at start.
 		d.Log.Error("CUDA hook library missing on the host; tessera containers cannot start until it is installed", "hookLibrary", d.Config.HookLibrary, "err", err)
 	}
-	if err := d.Pods.Start(ctx); err != nil {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // runs first: ends what wg waits for
+	err := d.Pods.Start(ctx)
+	wg.Go(func() { <-d.Pods.Done() })
+	if err != nil {
 		return err
 	}
 	// Rebuild state from kubelet before answering it: after a plugin
@@ -135,24 +149,24 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.Log.Warn("initial PodResources read-back failed; continuing", "err", err)
 	}
 	if d.Config.Health.Enabled {
-		go func() {
+		wg.Go(func() {
 			if err := d.Health.Run(ctx); err != nil {
 				d.Log.Error("health watching stopped", "err", err)
 			}
-		}()
+		})
 	}
-	go d.Reconciler.Run(ctx, d.Config.ReconcileInterval.Duration)
+	wg.Go(func() { d.Reconciler.Run(ctx, d.Config.ReconcileInterval.Duration) })
 	if every := d.Config.RediscoverInterval.Duration; every > 0 {
-		go d.rediscoverEvery(ctx, every)
+		wg.Go(func() { d.rediscoverEvery(ctx, every) })
 	}
-	go d.Inventory.Run(ctx, 5*time.Minute)
+	wg.Go(func() { d.Inventory.Run(ctx, 5*time.Minute) })
 	if d.Config.MetricsAddress != "" {
 		srv := d.metricsServer()
-		go func() {
+		wg.Go(func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				d.Log.Error("metrics server", "err", err)
 			}
-		}()
+		})
 		defer srv.Close()
 	}
 	d.Log.Info("device plugin running", "node", d.Config.NodeName, "resources", d.Manager.Resources(), "gpus", len(d.Manager.GPUs()))

@@ -73,17 +73,30 @@ func (k *fakeKubelet) awaitRegistrations(t *testing.T, n int) map[string]*plugin
 
 // fakePodResources is kubelet's PodResources API.
 type fakePodResources struct {
-	mu   sync.Mutex
-	resp *podresourcesapi.ListPodResourcesResponse
+	mu    sync.Mutex
+	resp  *podresourcesapi.ListPodResourcesResponse
+	after func() // runs once, after the next List took its snapshot
 }
 
 func (f *fakePodResources) List(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.resp == nil {
+	resp, after := f.resp, f.after
+	f.after = nil
+	f.mu.Unlock()
+	if after != nil {
+		after()
+	}
+	if resp == nil {
 		return &podresourcesapi.ListPodResourcesResponse{}, nil
 	}
-	return f.resp, nil
+	return resp, nil
+}
+
+// onList makes the next List run fn after taking its snapshot.
+func (f *fakePodResources) onList(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.after = fn
 }
 
 func (f *fakePodResources) set(pods ...*podresourcesapi.PodResources) {
@@ -178,6 +191,8 @@ func (e *env) start(mutate ...func(*configv1.Config)) {
 	}
 	d.Plugin.Retry = 50 * time.Millisecond
 	d.Health.WaitMs = 20
+	// Most tests admit without a pending pod; the informer here is local.
+	d.Chooser.AwaitPod = 20 * time.Millisecond
 	e.d = d
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel, e.done = cancel, make(chan struct{})

@@ -22,8 +22,7 @@ type Publisher struct {
 	Manager *resource.Manager
 	Log     *slog.Logger
 
-	mu   sync.Mutex // serialises Publish; guards last
-	last string
+	mu sync.Mutex // serialises Publish
 }
 
 // Build returns the inventory as the annotation value.
@@ -41,7 +40,9 @@ func Build(m *resource.Manager) (string, error) {
 }
 
 // Publish patches the node if the inventory differs from what it carries.
-// It reports whether it patched.
+// It reports whether it patched. It always compares with the Node as it
+// is now, not with what was last written: a Node object deleted and
+// registered again by kubelet comes back without the annotation.
 func (p *Publisher) Publish(ctx context.Context) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -49,21 +50,16 @@ func (p *Publisher) Publish(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if val == p.last {
-		return false, nil
-	}
 	node, err := p.Client.GetNode(ctx, p.Node)
 	if err != nil {
 		return false, fmt.Errorf("get node %s: %w", p.Node, err)
 	}
 	if node.Annotations[annotations.NodeGPUsKey] == val {
-		p.last = val
 		return false, nil
 	}
 	if err := p.Client.AnnotateNode(ctx, p.Node, map[string]string{annotations.NodeGPUsKey: val}); err != nil {
 		return false, fmt.Errorf("annotate node %s: %w", p.Node, err)
 	}
-	p.last = val
 	p.Log.Info("published node GPU inventory", "gpus", len(p.Manager.GPUs()))
 	return true, nil
 }

@@ -26,6 +26,11 @@ type ContainerRef struct {
 // Allocate; kubelet sends the two within milliseconds unless it failed.
 const proposalTTL = time.Minute
 
+type recordKey struct {
+	ref      ContainerRef
+	resource string
+}
+
 type proposal struct {
 	ref  ContainerRef
 	size int
@@ -36,14 +41,14 @@ type proposal struct {
 type Ledger struct {
 	mu        sync.Mutex
 	realized  map[ContainerRef]map[string][]string // resource → device IDs
-	recorded  map[ContainerRef]time.Time           // when Record last touched a container
+	recorded  map[recordKey]time.Time              // when Record last stored a container's resource
 	proposals map[string]proposal                  // resource → last answer
 	now       func() time.Time
 }
 
 // New returns an empty ledger.
 func New() *Ledger {
-	return &Ledger{realized: map[ContainerRef]map[string][]string{}, recorded: map[ContainerRef]time.Time{},
+	return &Ledger{realized: map[ContainerRef]map[string][]string{}, recorded: map[recordKey]time.Time{},
 		proposals: map[string]proposal{}, now: time.Now}
 }
 
@@ -75,7 +80,7 @@ func (l *Ledger) Record(ref ContainerRef, resource string, ids []string) {
 		l.realized[ref] = map[string][]string{}
 	}
 	l.realized[ref][resource] = sortedCopy(ids)
-	l.recorded[ref] = l.now()
+	l.recorded[recordKey{ref, resource}] = l.now()
 }
 
 // Has reports whether ref already holds devices of resource.
@@ -98,23 +103,29 @@ func (l *Ledger) Get(ref ContainerRef) map[string][]string {
 }
 
 // Reset replaces everything known with kubelet's truth as read at asOf.
-// Records made after asOf are kept: kubelet's answer predates them.
+// Records made after asOf are kept unless kubelet lists that container's
+// resource: kubelet's answer predates them (it may list a container's
+// gpu-mem while its gpu-core is being allocated).
 func (l *Ledger) Reset(truth map[ContainerRef]map[string][]string, asOf time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	old, oldAt := l.realized, l.recorded
 	l.realized = map[ContainerRef]map[string][]string{}
-	l.recorded = map[ContainerRef]time.Time{}
-	for ref, at := range oldAt {
-		if at.After(asOf) && truth[ref] == nil {
-			l.realized[ref], l.recorded[ref] = old[ref], at
-		}
-	}
+	l.recorded = map[recordKey]time.Time{}
 	for ref, byRes := range truth {
 		l.realized[ref] = map[string][]string{}
 		for r, ids := range byRes {
 			l.realized[ref][r] = sortedCopy(ids)
 		}
+	}
+	for k, at := range oldAt {
+		if _, listed := truth[k.ref][k.resource]; listed || !at.After(asOf) {
+			continue
+		}
+		if l.realized[k.ref] == nil {
+			l.realized[k.ref] = map[string][]string{}
+		}
+		l.realized[k.ref][k.resource], l.recorded[k] = old[k.ref][k.resource], at
 	}
 }
 

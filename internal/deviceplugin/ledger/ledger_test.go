@@ -49,3 +49,25 @@ func TestRecordAndReset(t *testing.T) {
 		t.Fatal("reset dropped a record newer than the read-back")
 	}
 }
+
+// TestResetKeepsNewerRecordOfAnotherResource: kubelet allocates a
+// container's resources one after the other, so a read-back can list its
+// gpu-mem while its gpu-core is being allocated. The gpu-core record,
+// newer than the read-back, must survive it.
+func TestResetKeepsNewerRecordOfAnotherResource(t *testing.T) {
+	l := New()
+	asOf := time.Now()
+	l.now = func() time.Time { return asOf.Add(time.Millisecond) }
+	c := ContainerRef{PodUID: "w", Container: "c"}
+	l.Record(c, "tessera.io/gpu-mem", []string{"m"})
+	l.Record(c, "tessera.io/gpu-core", []string{"k"})
+	l.Reset(map[ContainerRef]map[string][]string{c: {"tessera.io/gpu-mem": {"m"}}}, asOf)
+	if !l.Has(c, "tessera.io/gpu-core") || !l.Has(c, "tessera.io/gpu-mem") {
+		t.Fatalf("reset dropped a record newer than the read-back: %v", l.Snapshot())
+	}
+	// Older records kubelet does not list are gone.
+	l.Reset(map[ContainerRef]map[string][]string{c: {"tessera.io/gpu-mem": {"m"}}}, asOf.Add(time.Second))
+	if l.Has(c, "tessera.io/gpu-core") {
+		t.Fatalf("reset kept a stale record: %v", l.Snapshot())
+	}
+}

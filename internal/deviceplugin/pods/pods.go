@@ -6,7 +6,9 @@ package pods
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,6 +35,11 @@ type Source interface {
 type Informer struct {
 	informer cache.SharedIndexInformer
 	lister   listerv1.PodLister
+	done     chan struct{}
+
+	mu      sync.Mutex
+	next    uint64
+	arrival map[string]uint64 // arrivalKey → order in which the watch delivered the pod
 }
 
 // NewInformer watches the pods whose spec.nodeName is node.
@@ -54,12 +61,53 @@ func NewInformer(client kube.Client, node string) *Informer {
 	// API server can; the in-memory one of tests cannot).
 	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Pod{}, 0,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	return &Informer{informer: inf, lister: listerv1.NewPodLister(inf.GetIndexer())}
+	i := &Informer{informer: inf, lister: listerv1.NewPodLister(inf.GetIndexer()), done: make(chan struct{}),
+		arrival: map[string]uint64{}}
+	// Fails only on a stopped informer; this one has not started.
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: i.arrived, DeleteFunc: i.gone})
+	return i
 }
+
+func (i *Informer) arrived(obj any) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		i.mu.Lock()
+		defer i.mu.Unlock()
+		i.next++
+		i.arrival[arrivalKey(p)] = i.next
+	}
+}
+
+func (i *Informer) gone(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if p, ok := obj.(*corev1.Pod); ok {
+		i.mu.Lock()
+		defer i.mu.Unlock()
+		delete(i.arrival, arrivalKey(p))
+	}
+}
+
+func arrivalKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Name + "/" + string(p.UID) }
+
+// arrivalOf is when the watch delivered the pod; one whose handler has
+// not run yet arrived last.
+func (i *Informer) arrivalOf(p *corev1.Pod) uint64 {
+	if n, ok := i.arrival[arrivalKey(p)]; ok {
+		return n
+	}
+	return math.MaxUint64
+}
+
+// Done is closed when the informer started by Start has stopped.
+func (i *Informer) Done() <-chan struct{} { return i.done }
 
 // Start runs the informer until ctx ends and waits for the first sync.
 func (i *Informer) Start(ctx context.Context) error {
-	go i.informer.RunWithContext(ctx)
+	go func() {
+		defer close(i.done)
+		i.informer.RunWithContext(ctx)
+	}()
 	if !cache.WaitForCacheSync(ctx.Done(), i.informer.HasSynced) {
 		return fmt.Errorf("pod informer: cache did not sync")
 	}
@@ -78,7 +126,9 @@ func (i *Informer) Pending() []*corev1.Pod {
 			out = append(out, p)
 		}
 	}
-	SortAdmissionOrder(out)
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	SortAdmissionOrder(out, i.arrivalOf)
 	return out
 }
 
@@ -91,12 +141,18 @@ func (i *Informer) Get(namespace, name string) *corev1.Pod {
 	return p
 }
 
-// SortAdmissionOrder sorts pods the way kubelet admits them.
-func SortAdmissionOrder(ps []*corev1.Pod) {
+// SortAdmissionOrder sorts pods the way kubelet admits them: by creation
+// time, and within a second (the timestamps' resolution) in the order its
+// watch delivered them, which arrival reports for the plugin's own watch
+// of the same pods; then by namespace/name.
+func SortAdmissionOrder(ps []*corev1.Pod, arrival func(*corev1.Pod) uint64) {
 	sort.SliceStable(ps, func(a, b int) bool {
 		ta, tb := ps[a].CreationTimestamp, ps[b].CreationTimestamp
 		if !ta.Equal(&tb) {
 			return ta.Before(&tb)
+		}
+		if na, nb := arrival(ps[a]), arrival(ps[b]); na != nb {
+			return na < nb
 		}
 		if ps[a].Namespace != ps[b].Namespace {
 			return ps[a].Namespace < ps[b].Namespace

@@ -2,6 +2,7 @@ package pods
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -66,5 +67,39 @@ func TestContainersAndRequest(t *testing.T) {
 	}
 	if Request(&cs[1], "tessera.io/gpu-mem") != 12 || Request(&cs[0], "tessera.io/gpu-mem") != 0 {
 		t.Fatal("Request")
+	}
+}
+
+// TestSameSecondPodsInArrivalOrder: creation timestamps have one-second
+// resolution, so pods a controller creates in a burst tie. Kubelet admits
+// them as its watch delivers them (bound to the node), so the tie is
+// broken by the order the plugin's own watch delivered them, not by name.
+func TestSameSecondPodsInArrivalOrder(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	client := kubefake.NewNode("n")
+	inf := NewInformer(client, "n")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := inf.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"web-zq4", "web-b7x", "web-m2c"} {
+		if err := client.CreatePod(mk(name, t0, corev1.PodPending)); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for inf.Get("ns", name) == nil {
+			if time.Now().After(deadline) {
+				t.Fatal("pod never seen")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	var names []string
+	for _, p := range inf.Pending() {
+		names = append(names, p.Name)
+	}
+	if fmt.Sprint(names) != "[web-zq4 web-b7x web-m2c]" {
+		t.Fatalf("pending order = %v, want the order kubelet received them", names)
 	}
 }

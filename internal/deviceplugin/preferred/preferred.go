@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/NVIDIA/go-gpuallocator/gpuallocator"
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +40,9 @@ type Chooser struct {
 	Topology gpuallocator.DeviceList
 	Log      *slog.Logger
 	Warn     Warner
+	// AwaitPod is how long to wait for the informer to deliver the pod
+	// kubelet is admitting when no pending container matches a request.
+	AwaitPod time.Duration
 }
 
 // Candidate is the container a request is believed to serve.
@@ -57,11 +61,39 @@ func (c *Chooser) Preferred(res string, available, mustInclude []string, size in
 	pool := c.pool(res, available)
 	must := c.Manager.Known(res, mustInclude)
 	cand := c.Candidate(res, size)
-	ids := c.choose(res, kind, cand, pool, must, size)
+	ids := keepMust(c.choose(res, kind, cand, pool, must, size), must, size)
 	if cand != nil && len(ids) > 0 {
 		c.Ledger.Propose(res, cand.Ref, len(ids))
 	}
 	return ids
+}
+
+// keepMust puts every mustInclude ID first in the answer and fills it up
+// with the chosen ones: the API requires them (kubelet allocates them in
+// any case; they are devices it hands on from an init container), even
+// where the container's assignment names other GPUs.
+func keepMust(ids []string, must []resource.ID, size int) []string {
+	if len(must) == 0 {
+		return ids
+	}
+	out := make([]string, 0, size)
+	in := map[string]bool{}
+	for _, m := range must {
+		if k := m.String(); !in[k] {
+			in[k] = true
+			out = append(out, k)
+		}
+	}
+	for _, id := range ids {
+		if len(out) >= size {
+			break
+		}
+		if !in[id] {
+			in[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func (c *Chooser) choose(res string, kind resource.Kind, cand *Candidate, pool *pool, must []resource.ID, size int) []string {
@@ -129,6 +161,9 @@ func (c *Chooser) roomFor(cand *Candidate, res string, p *pool, span int) *pool 
 		return p
 	}
 	used := map[string]map[string]int{} // resource → GPU → IDs held
+	// Count each ID once: kubelet hands a regular init container's IDs on
+	// to an app container, and the ledger keeps both.
+	seen := map[string]bool{}
 	for _, byRes := range c.Ledger.Snapshot() {
 		for r, keys := range byRes {
 			if need[r] == 0 {
@@ -138,7 +173,10 @@ func (c *Chooser) roomFor(cand *Candidate, res string, p *pool, span int) *pool 
 				used[r] = map[string]int{}
 			}
 			for _, id := range c.Manager.Known(r, keys) {
-				used[r][id.GPU]++
+				if k := id.String(); !seen[k] {
+					seen[k] = true
+					used[r][id.GPU]++
+				}
 			}
 		}
 	}
@@ -156,16 +194,30 @@ func (c *Chooser) roomFor(cand *Candidate, res string, p *pool, span int) *pool 
 }
 
 // Candidate finds the container kubelet is most likely allocating.
+// Kubelet and the plugin's informer watch the API server separately, so
+// kubelet may ask before the informer has delivered the pod: without a
+// match, the informer is polled for up to AwaitPod.
 func (c *Chooser) Candidate(res string, size int) *Candidate {
 	if c.Pods == nil {
 		return nil
 	}
+	deadline := time.Now().Add(c.AwaitPod)
+	for {
+		if cand := c.candidate(res, size); cand != nil || !time.Now().Before(deadline) {
+			return cand
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (c *Chooser) candidate(res string, size int) *Candidate {
 	for _, p := range c.Pods.Pending() {
-		for _, ctr := range pods.Containers(p) {
+		cs := pods.Containers(p)
+		for _, ctr := range cs[c.allocatedUpTo(p, cs):] {
 			if pods.Request(&ctr, res) != int64(size) {
 				continue
 			}
-			ref := ledger.ContainerRef{PodUID: string(p.UID), Namespace: p.Namespace, Pod: p.Name, Container: ctr.Name}
+			ref := containerRef(p, ctr.Name)
 			if c.Ledger.Has(ref, res) {
 				continue
 			}
@@ -173,6 +225,25 @@ func (c *Chooser) Candidate(res string, size int) *Candidate {
 		}
 	}
 	return nil
+}
+
+// allocatedUpTo returns how many of the pod's containers (in allocation
+// order) kubelet has certainly allocated: all before the last one the
+// ledger knows holds devices, because kubelet allocates a pod's
+// containers one after the other. This covers regular init containers,
+// which kubelet's PodResources never lists, so a read-back drops them
+// from the ledger while the pod is still Pending.
+func (c *Chooser) allocatedUpTo(p *corev1.Pod, cs []corev1.Container) int {
+	for i := len(cs) - 1; i >= 0; i-- {
+		if len(c.Ledger.Get(containerRef(p, cs[i].Name))) > 0 {
+			return i
+		}
+	}
+	return 0
+}
+
+func containerRef(p *corev1.Pod, container string) ledger.ContainerRef {
+	return ledger.ContainerRef{PodUID: string(p.UID), Namespace: p.Namespace, Pod: p.Name, Container: container}
 }
 
 // fromAssignment returns used=false when the pod has no assignment for the
@@ -250,7 +321,12 @@ func (c *Chooser) siblingGPUs(ref ledger.ContainerRef, res string) []string {
 // pool builds the free IDs per GPU from kubelet's available list.
 func (c *Chooser) pool(res string, available []string) *pool {
 	p := &pool{free: map[string][]resource.ID{}}
+	seen := map[resource.ID]bool{} // a repeated ID is offered once
 	for _, id := range c.Manager.Known(res, available) {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
 		if _, ok := p.free[id.GPU]; !ok {
 			p.order = append(p.order, id.GPU)
 		}

@@ -104,9 +104,13 @@ func (r *Reconciler) Once(ctx context.Context) error {
 	}
 	truth := map[ledger.ContainerRef]map[string][]string{}
 	live := map[string]bool{}
+	pods := map[string]bool{} // UIDs of the listed pods
 	var errs []string
 	for _, pr := range resp.GetPodResources() {
 		pod := r.Pods.Get(pr.GetNamespace(), pr.GetName())
+		if pod != nil {
+			pods[string(pod.UID)] = true
+		}
 		allocs := r.podTruth(pr, pod, truth, live)
 		if pod == nil || len(allocs) == 0 {
 			continue
@@ -115,12 +119,43 @@ func (r *Reconciler) Once(ctx context.Context) error {
 			errs = append(errs, err.Error())
 		}
 	}
+	r.keepUnlisted(resp, truth, live)
 	r.Ledger.Reset(truth, asOf)
 	r.collectGarbage(live)
+	r.forgetReported(pods)
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// keepUnlisted carries over the ledger's allocations of containers that
+// PodResources does not list although it lists their pod: kubelet never
+// lists regular init containers, and it runs them again, with the same
+// devices and mounts, whenever the pod's sandbox is recreated. Their
+// files stay (and are restored) while the pod is listed.
+func (r *Reconciler) keepUnlisted(resp *podresourcesapi.ListPodResourcesResponse, truth map[ledger.ContainerRef]map[string][]string, live map[string]bool) {
+	listed := map[string]map[string]bool{} // namespace/name → listed containers
+	for _, pr := range resp.GetPodResources() {
+		names := map[string]bool{}
+		for _, c := range pr.GetContainers() {
+			names[c.GetName()] = true
+		}
+		listed[pr.GetNamespace()+"/"+pr.GetName()] = names
+	}
+	for ref, byRes := range r.Ledger.Snapshot() {
+		names, ok := listed[ref.Namespace+"/"+ref.Pod]
+		if !ok || names[ref.Container] || truth[ref] != nil {
+			continue
+		}
+		if pod := r.Pods.Get(ref.Namespace, ref.Pod); pod == nil || string(pod.UID) != ref.PodUID {
+			continue
+		}
+		truth[ref] = byRes
+		for res, ids := range byRes {
+			r.restore(res, ids, live)
+		}
+	}
 }
 
 // podTruth gathers one pod's tessera devices, restores their files, and
@@ -246,6 +281,17 @@ func (r *Reconciler) checkAssignment(pod *corev1.Pod, allocs []annotations.Conta
 			if r.Warn != nil {
 				r.Warn(pod, "TesseraAssignmentMismatch", msg)
 			}
+		}
+	}
+}
+
+// forgetReported drops the counted mismatches of pods no longer listed.
+func (r *Reconciler) forgetReported(pods map[string]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key := range r.reported {
+		if uid, _, _ := strings.Cut(key, "/"); !pods[uid] {
+			delete(r.reported, key)
 		}
 	}
 }

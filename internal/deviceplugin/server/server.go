@@ -48,9 +48,10 @@ type Server struct {
 	socket   string
 	log      *slog.Logger
 
-	mu   sync.Mutex
-	grpc *grpc.Server
-	stop chan struct{}
+	mu     sync.Mutex
+	grpc   *grpc.Server
+	stop   chan struct{}
+	served chan struct{} // closed when Serve has returned
 }
 
 // New creates the server of res whose socket lives in kubelet's socket dir.
@@ -82,8 +83,10 @@ func (s *Server) Start() error {
 	s.grpc = grpc.NewServer()
 	s.stop = make(chan struct{})
 	pluginapi.RegisterDevicePluginServer(s.grpc, s)
-	g := s.grpc
+	g, served := s.grpc, make(chan struct{})
+	s.served = served
 	go func() {
+		defer close(served)
 		if err := g.Serve(ln); err != nil {
 			s.log.Error("gRPC server ended", "err", err)
 		}
@@ -91,7 +94,8 @@ func (s *Server) Start() error {
 	return nil
 }
 
-// Stop closes the socket and ends every stream.
+// Stop closes the socket and ends every stream; it returns once the
+// server has stopped serving.
 func (s *Server) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -100,6 +104,7 @@ func (s *Server) Stop() {
 	}
 	close(s.stop)
 	s.grpc.Stop()
+	<-s.served
 	s.grpc = nil
 	_ = os.Remove(s.socket)
 }

@@ -8,6 +8,8 @@ package kubefake
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -172,8 +174,9 @@ func (c *Client) ListPods(_ context.Context, opts metav1.ListOptions) (*corev1.P
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatInt(c.rv, 10)}}
-	for _, p := range c.pods {
-		if sel.Matches(podFields(p)) {
+	// In key order, as the API server lists from etcd.
+	for _, k := range slices.Sorted(maps.Keys(c.pods)) {
+		if p := c.pods[k]; sel.Matches(podFields(p)) {
 			out.Items = append(out.Items, *p.DeepCopy())
 		}
 	}
