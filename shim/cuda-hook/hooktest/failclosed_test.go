@@ -102,7 +102,12 @@ func TestPassThrough(t *testing.T) {
 
 	c := n.container(t, map[int]uint64{1: 0}) // device 1 listed, uncapped; device 0 not listed
 	q := c.ready("direct")
-	q.ok("alloc a 107374182400")
+	// A GPU the limits file does not list is refused, not passed through: the
+	// container was given no memory there (kubelet may have put another of its
+	// resources on it), and passing it through would leave it uncapped.
+	q.fails("alloc a 1048576", "CUDA_ERROR_OUT_OF_MEMORY")
+	q.fails("vmm h 0 2097152", "CUDA_ERROR_OUT_OF_MEMORY")
+	q.ok("vmmhost hh 2097152") // host memory is never charged
 	q.ok("ctx 1")
 	q.ok("alloc b 107374182400")
 	u := c.usage()

@@ -34,19 +34,21 @@ func TestMemoryViewsShowTheCap(t *testing.T) {
 				t.Errorf("%s: nvml %s: %s", mode, k, nv)
 			}
 		}
-		// Device 1 is not in the limits file: the physical truth.
+		// Device 1 is not in the limits file: the container was given no memory
+		// there. Its total is the physical truth, nothing is free, and
+		// allocations are refused (never passed through uncapped).
 		phys := uint64(143771) * MiB
 		if tot := fieldU(t, p.ok("total 1"), "total"); tot != phys {
-			t.Errorf("%s: uncapped device total %d, want %d", mode, tot, phys)
+			t.Errorf("%s: unlisted device total %d, want %d", mode, tot, phys)
 		}
-		if nv1 := p.ok("nvml 1"); fieldU(t, nv1, "total") != phys {
-			t.Errorf("%s: uncapped device nvml %s", mode, nv1)
+		if nv1 := p.ok("nvml 1"); fieldU(t, nv1, "total") != phys || fieldU(t, nv1, "free") != 0 {
+			t.Errorf("%s: unlisted device nvml %s", mode, nv1)
 		}
 		p.ok("ctx 1")
-		if info1 := p.ok("info"); fieldU(t, info1, "total") != phys {
-			t.Errorf("%s: uncapped device info %s", mode, info1)
+		if info1 := p.ok("info"); fieldU(t, info1, "total") != phys || fieldU(t, info1, "free") != 0 {
+			t.Errorf("%s: unlisted device info %s", mode, info1)
 		}
-		p.ok("alloc big 10737418240") // 10 GiB on the uncapped device: allowed
+		p.fails("alloc big 1048576", "CUDA_ERROR_OUT_OF_MEMORY")
 		p.exit()
 	}
 	other.exit()

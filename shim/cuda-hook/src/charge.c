@@ -12,6 +12,11 @@ CUresult charge_admit(const char *api, int idx, uint64_t n)
         hook_log(HOOK_LOG_ERROR, "%s: cannot read the device's UUID to find its cap; refusing", api);
         return HOOK_FAIL_CLOSED_ERROR;
     }
+    if (idx == DEVICE_UNLISTED) {
+        hook_log(HOOK_LOG_INFO, "%s: %llu bytes refused: the limits file gives this container no memory on "
+                                "the current GPU", api, (unsigned long long)n);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     int rc = limiter_charge(idx, n);
     if (rc == LIMITER_OK)
         return CUDA_SUCCESS;

@@ -9,8 +9,16 @@
 
 #define MAX_ORDINALS 64
 
-/* idx + 3, so that the zero-initialised array means "not resolved yet". */
+/* idx + CACHE_BIAS, so that the zero-initialised array means "not resolved yet". */
+#define CACHE_BIAS 4
 static _Atomic int g_cache[MAX_ORDINALS];
+
+/* Limits are in force here: a GPU the file does not list is refused. */
+static int listed(const char *uuid)
+{
+    int i = limiter_index(uuid);
+    return i < 0 ? DEVICE_UNLISTED : i;
+}
 
 static int resolve(CUdevice dev)
 {
@@ -24,7 +32,7 @@ static int resolve(CUdevice dev)
         return DEVICE_UNKNOWN;
     char s[48];
     uuid_format(&u, s);
-    return limiter_index(s);
+    return listed(s);
 }
 
 int device_index(CUdevice dev)
@@ -35,10 +43,10 @@ int device_index(CUdevice dev)
         return DEVICE_UNKNOWN;
     int c = atomic_load_explicit(&g_cache[dev], memory_order_relaxed);
     if (__builtin_expect(c != 0, 1))
-        return c - 3;
+        return c - CACHE_BIAS;
     int idx = resolve(dev);
     if (idx != DEVICE_UNKNOWN) /* a transient failure is retried next time */
-        atomic_store_explicit(&g_cache[dev], idx + 3, memory_order_relaxed);
+        atomic_store_explicit(&g_cache[dev], idx + CACHE_BIAS, memory_order_relaxed);
     return idx;
 }
 
@@ -61,5 +69,5 @@ int device_index_nvml(nvmlDevice_t dev)
     char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
     if (REAL_NVML.nvmlDeviceGetUUID == NULL || REAL_NVML.nvmlDeviceGetUUID(dev, uuid, sizeof uuid) != NVML_SUCCESS)
         return DEVICE_UNKNOWN;
-    return limiter_index(uuid);
+    return listed(uuid);
 }

@@ -6,8 +6,12 @@
 #include "cuda_driver.h"
 #include "nvml_types.h"
 
-#define DEVICE_PASS_THROUGH (-1) /* not listed, or no limits in force */
+#define DEVICE_PASS_THROUGH (-1) /* no limits in force */
 #define DEVICE_UNKNOWN (-2)      /* its UUID cannot be read: refuse (fail closed) */
+/* Limits are in force but the file does not list this GPU: the container was given
+ * no memory on it (kubelet put another of its resources there, say). Refused, never
+ * passed through: passing it through would leave the container uncapped there. */
+#define DEVICE_UNLISTED (-3)
 
 /* Index for an ordinal; cached, the ordinal-to-UUID map never changes in a process. */
 int device_index(CUdevice dev);

@@ -1,6 +1,7 @@
 /* limiter.h — caps. Maps the limits files and the usage region and implements the
  * charging protocol of tessera_abi.h for this process's slot. Device indices are
- * entries of the limits file; -1 means "not listed: pass-through". */
+ * entries of the limits file; -1 means "not listed" (devices.c refuses such a GPU
+ * while limits are in force: DEVICE_UNLISTED). */
 #ifndef HOOK_LIMITER_H
 #define HOOK_LIMITER_H
 

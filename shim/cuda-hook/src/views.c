@@ -53,7 +53,11 @@ TESSERA_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b)
         pool_reconcile_all();
     CUresult r = REAL.cuMemGetInfo_v2(free_b, total_b);
     struct place pl;
-    if (r != CUDA_SUCCESS || free_b == NULL || total_b == NULL || device_place(&pl) != CUDA_SUCCESS || pl.idx < 0)
+    if (r != CUDA_SUCCESS || free_b == NULL || total_b == NULL || device_place(&pl) != CUDA_SUCCESS)
+        return r;
+    if (pl.idx == DEVICE_UNLISTED)
+        *free_b = 0; /* allocations here are refused: say so before the program tries */
+    if (pl.idx < 0)
         return r;
     uint64_t f = *free_b, t = *total_b;
     capped_view(pl.idx, &f, &t);
@@ -248,6 +252,11 @@ static void nvml_view(nvmlDevice_t dev, unsigned long long *total, unsigned long
                       unsigned long long *used)
 {
     int idx = device_index_nvml(dev);
+    if (idx == DEVICE_UNLISTED) {
+        *free_b = 0;
+        *used = *total;
+        return;
+    }
     if (idx < 0 || limiter_cap(idx) == 0)
         return;
     uint64_t f = *free_b, t = *total;
