@@ -1,11 +1,11 @@
 package v1
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+
+	sigsjson "sigs.k8s.io/json"
 )
 
 // ParseAssignment decodes and validates an AssignmentKey annotation value.
@@ -45,16 +45,18 @@ func Marshal(v interface{ Validate() error }) (string, error) {
 	return string(b), nil
 }
 
-// decodeStrict rejects unknown fields and trailing data, so that a value
-// written by a newer or confused writer is refused rather than half-read.
+// decodeStrict rejects unknown fields, duplicate fields, keys that match a
+// field only when case is ignored (encoding/json would accept "Containers"),
+// and trailing data, so that a value written by a newer or confused writer is
+// refused rather than half-read. sigs.k8s.io/json is the decoder the API
+// server uses for the same strictness.
 func decodeStrict(s string, v any) error {
-	dec := json.NewDecoder(bytes.NewReader([]byte(s)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	strict, err := sigsjson.UnmarshalStrict([]byte(s), v, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
+	if err != nil {
 		return fmt.Errorf("malformed JSON: %w", err)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("malformed JSON: trailing data after the object")
+	if len(strict) > 0 {
+		return fmt.Errorf("malformed JSON: %w", errors.Join(strict...))
 	}
 	return nil
 }

@@ -61,19 +61,22 @@ func TestAllocatedAndNodeGPUsRoundTrip(t *testing.T) {
 
 func TestParseAssignmentRejects(t *testing.T) {
 	cases := map[string]struct{ in, want string }{
-		"not json":       {`{`, "malformed JSON"},
-		"trailing":       {`{"version":"v1","containers":[{"name":"a","gpus":[{"uuid":"GPU-a"}]}]} x`, "trailing data"},
-		"unknown field":  {`{"version":"v1","containers":[],"extra":1}`, `unknown field "extra"`},
-		"version":        {`{"version":"v2","containers":[{"name":"a","gpus":[{"uuid":"GPU-a"}]}]}`, "version: unsupported"},
-		"no containers":  {`{"version":"v1","containers":[]}`, "containers: empty"},
-		"no name":        {`{"version":"v1","containers":[{"gpus":[{"uuid":"GPU-a"}]}]}`, "containers[0].name: empty"},
-		"dup name":       {`{"version":"v1","containers":[{"name":"a","gpus":[{"uuid":"GPU-a"}]},{"name":"a","gpus":[{"uuid":"GPU-a"}]}]}`, "containers[1].name: duplicate"},
-		"no gpus":        {`{"version":"v1","containers":[{"name":"a","gpus":[]}]}`, "containers[0].gpus: empty"},
-		"empty uuid":     {`{"version":"v1","containers":[{"name":"a","gpus":[{"uuid":""}]}]}`, "containers[0].gpus[0].uuid: empty"},
-		"bad uuid":       {`{"version":"v1","containers":[{"name":"a","gpus":[{"uuid":"GPU-a::mem::1"}]}]}`, "containers[0].gpus[0].uuid: invalid"},
-		"dup gpu":        {`{"version":"v1","containers":[{"name":"a","gpus":[{"uuid":"GPU-a"},{"uuid":"GPU-a"}]}]}`, "containers[0].gpus[1].uuid: duplicate"},
-		"core too large": {`{"version":"v1","containers":[{"name":"a","gpus":[{"uuid":"GPU-a","corePercent":101}]}]}`, "containers[0].gpus[0].corePercent: 101 exceeds 100"},
-		"negative mem":   {`{"version":"v1","containers":[{"name":"a","gpus":[{"uuid":"GPU-a","memoryMiB":-1}]}]}`, "malformed JSON"},
+		"not json":        {`{`, "malformed JSON"},
+		"trailing":        {`{"version":"v1","containers":[{"name":"a","gpus":[{"uuid":"GPU-a"}]}]} x`, "after top-level value"},
+		"unknown field":   {`{"version":"v1","containers":[],"extra":1}`, `unknown field "extra"`},
+		"version":         {`{"version":"v2","containers":[{"name":"a","gpus":[{"uuid":"GPU-a"}]}]}`, "version: unsupported"},
+		"no containers":   {`{"version":"v1","containers":[]}`, "containers: empty"},
+		"no name":         {`{"version":"v1","containers":[{"gpus":[{"uuid":"GPU-a"}]}]}`, "containers[0].name: empty"},
+		"dup name":        {`{"version":"v1","containers":[{"name":"a","gpus":[{"uuid":"GPU-a"}]},{"name":"a","gpus":[{"uuid":"GPU-a"}]}]}`, "containers[1].name: duplicate"},
+		"no gpus":         {`{"version":"v1","containers":[{"name":"a","gpus":[]}]}`, "containers[0].gpus: empty"},
+		"empty uuid":      {`{"version":"v1","containers":[{"name":"a","gpus":[{"uuid":""}]}]}`, "containers[0].gpus[0].uuid: empty"},
+		"bad uuid":        {`{"version":"v1","containers":[{"name":"a","gpus":[{"uuid":"GPU-a::mem::1"}]}]}`, "containers[0].gpus[0].uuid: invalid"},
+		"dup gpu":         {`{"version":"v1","containers":[{"name":"a","gpus":[{"uuid":"GPU-a"},{"uuid":"GPU-a"}]}]}`, "containers[0].gpus[1].uuid: duplicate"},
+		"core too large":  {`{"version":"v1","containers":[{"name":"a","gpus":[{"uuid":"GPU-a","corePercent":101}]}]}`, "containers[0].gpus[0].corePercent: 101 exceeds 100"},
+		"negative mem":    {`{"version":"v1","containers":[{"name":"a","gpus":[{"uuid":"GPU-a","memoryMiB":-1}]}]}`, "malformed JSON"},
+		"key case":        {`{"version":"v1","Containers":[{"name":"a","gpus":[{"uuid":"GPU-a"}]}]}`, `unknown field "Containers"`},
+		"duplicate key":   {`{"version":"v1","version":"v1","containers":[{"name":"a","gpus":[{"uuid":"GPU-a"}]}]}`, `duplicate field "version"`},
+		"nested key case": {`{"version":"v1","containers":[{"name":"a","gpus":[{"uuid":"GPU-a","memorymib":1024}]}]}`, `unknown field "containers[0].gpus[0].memorymib"`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
