@@ -100,6 +100,7 @@ int scenario_ctx(int argc, char **argv)
     CUcontext a, b, cur, prim, prim2;
     CUdevice d;
     CUdeviceptr p;
+    size_t f, t;
     CHECK(cuInit(0), CUDA_SUCCESS);
     CHECK(cuCtxPopCurrent_v2(&cur), CUDA_ERROR_INVALID_CONTEXT);
     CHECK(cuCtxCreate_v2(&a, 0, 0), CUDA_SUCCESS);
@@ -127,6 +128,17 @@ int scenario_ctx(int argc, char **argv)
     CHECK(cuCtxCreate_v2(&b, 0, 1), CUDA_SUCCESS);
     EXPECT_EQ(fgt_used(), 0);
     CHECK(cuCtxDestroy_v2(b), CUDA_SUCCESS);
+    /* A destroyed context that is still on the stack (it was not current when destroyed)
+     * gives CONTEXT_IS_DESTROYED once it is current again, not INVALID_CONTEXT. */
+    CHECK(cuCtxCreate_v2(&b, 0, 1), CUDA_SUCCESS);
+    CHECK(cuCtxPushCurrent_v2(a), CUDA_SUCCESS);
+    CHECK(cuCtxDestroy_v2(b), CUDA_SUCCESS);
+    CHECK(cuCtxPopCurrent_v2(&cur), CUDA_SUCCESS);
+    EXPECT(cur == a);
+    CHECK(cuMemAlloc_v2(&p, 1), FGT_CONTEXT_IS_DESTROYED);
+    CHECK(cuMemGetInfo_v2(&f, &t), FGT_CONTEXT_IS_DESTROYED);
+    CHECK(cuCtxPopCurrent_v2(&cur), CUDA_SUCCESS);
+    EXPECT(cur == b);
     /* Primary contexts: one handle, reference counted; release frees memory. */
     CHECK(cuDevicePrimaryCtxRetain(&prim, 0), CUDA_SUCCESS);
     CHECK(cuDevicePrimaryCtxRetain(&prim2, 0), CUDA_SUCCESS);
@@ -138,7 +150,8 @@ int scenario_ctx(int argc, char **argv)
     CHECK(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
     EXPECT_EQ(fgt_used(), base + 10 * MiB);
     CHECK(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
-    CHECK(cuMemAlloc_v2(&p, 1), CUDA_ERROR_INVALID_CONTEXT); /* inactive primary is current */
+    CHECK(cuMemAlloc_v2(&p, 1), FGT_CONTEXT_IS_DESTROYED); /* inactive primary is current */
+    CHECK(cuCtxGetDevice(&d), FGT_CONTEXT_IS_DESTROYED);
     CHECK(cuDevicePrimaryCtxRelease_v2(0), CUDA_ERROR_INVALID_CONTEXT);
     CHECK(cuCtxPopCurrent_v2(NULL), CUDA_SUCCESS);
     EXPECT_EQ(fgt_used(), base);
