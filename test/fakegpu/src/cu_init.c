@@ -92,7 +92,7 @@ FG_API CUresult cuDriverGetVersion(int *driverVersion)
 {
     if (!driverVersion)
         return CUDA_ERROR_INVALID_VALUE;
-    *driverVersion = 12080;
+    *driverVersion = FG_DRIVER_CUDA_VERSION;
     return CUDA_SUCCESS;
 }
 

@@ -116,6 +116,10 @@ static inline struct CUctx_st *fg_current(void)
     return atomic_load_explicit(&c->alive, memory_order_relaxed) ? c : NULL;
 }
 
+/* The CUDA version of the simulated driver (cuDriverGetVersion); cuGetProcAddress
+ * refuses a newer one. */
+#define FG_DRIVER_CUDA_VERSION 12080
+
 /* Not in the hook's cuda_driver.h; the value of NVIDIA's cuda.h. */
 #define FG_ERROR_CONTEXT_IS_DESTROYED ((CUresult)709)
 
