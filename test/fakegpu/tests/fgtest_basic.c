@@ -139,6 +139,21 @@ int scenario_ctx(int argc, char **argv)
     CHECK(cuMemGetInfo_v2(&f, &t), FGT_CONTEXT_IS_DESTROYED);
     CHECK(cuCtxPopCurrent_v2(&cur), CUDA_SUCCESS);
     EXPECT(cur == b);
+    /* Stream-ordered and VMM memory belongs to no context: destroying one keeps it
+     * (NVIDIA: cuCtxDestroy does not free cuMemCreate/cuMemAllocAsync memory). */
+    base = fgt_used();
+    CHECK(cuCtxCreate_v2(&b, 0, 0), CUDA_SUCCESS);
+    CHECK(cuMemAllocAsync(&p, MiB, NULL), CUDA_SUCCESS);
+    CUmemAllocationProp vp = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                              .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    CUmemGenericAllocationHandle vh;
+    CHECK(cuMemCreate(&vh, 2 * MiB, &vp, 0), CUDA_SUCCESS);
+    CHECK(cuCtxDestroy_v2(b), CUDA_SUCCESS);
+    EXPECT_EQ(fgt_used(), base + 34 * MiB);
+    CHECK(cuMemFreeAsync(p, NULL), CUDA_SUCCESS);
+    CHECK(cuMemRelease(vh), CUDA_SUCCESS);
+    CHECK(cuCtxSynchronize(), CUDA_SUCCESS);
+    EXPECT_EQ(fgt_used(), base);
     /* Primary contexts: one handle, reference counted; release frees memory. */
     CHECK(cuDevicePrimaryCtxRetain(&prim, 0), CUDA_SUCCESS);
     CHECK(cuDevicePrimaryCtxRetain(&prim2, 0), CUDA_SUCCESS);
