@@ -116,13 +116,25 @@ static inline struct CUctx_st *fg_current(void)
     return atomic_load_explicit(&c->alive, memory_order_relaxed) ? c : NULL;
 }
 
-/* init + current context, the preamble of most calls. */
+/* The CUDA version of the simulated driver (cuDriverGetVersion); cuGetProcAddress
+ * refuses a newer one. */
+#define FG_DRIVER_CUDA_VERSION 12080
+
+/* Not in the hook's cuda_driver.h; the value of NVIDIA's cuda.h. */
+#define FG_ERROR_CONTEXT_IS_DESTROYED ((CUresult)709)
+
+/* init + current context, the preamble of most calls. No context at all is
+ * INVALID_CONTEXT; a current one that was destroyed (or an inactive primary) is
+ * CONTEXT_IS_DESTROYED, as the real driver reports it. */
 static inline CUresult fg_enter(struct CUctx_st **ctx)
 {
     if (!fg_ready())
         return CUDA_ERROR_NOT_INITIALIZED;
     *ctx = fg_current();
-    return *ctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    if (*ctx)
+        return CUDA_SUCCESS;
+    struct fg_tls *t = &fg_tls;
+    return t->gen == fg.gen && t->depth > 0 ? FG_ERROR_CONTEXT_IS_DESTROYED : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 static inline int fg_valid_dev(CUdevice d)

@@ -133,6 +133,8 @@ FG_API CUresult cuMemFree_v2(CUdeviceptr dptr)
     CUresult r = fg_enter(&ctx);
     if (r != CUDA_SUCCESS)
         return r;
+    if (dptr == 0) /* the real driver treats it like free(NULL) */
+        return CUDA_SUCCESS;
     struct fg_entry e;
     if (fg_table_remove(dptr, FG_LINEAR_KINDS, &e) != 0)
         return CUDA_ERROR_INVALID_VALUE;

@@ -28,6 +28,7 @@ struct CUmemPoolHandle_st {
     int is_default;
     int destroyed;
     pthread_mutex_t mu;
+    uint64_t max_size; /* CUmemPoolProps.maxSize; 0: no limit but the device */
     uint64_t threshold, reserved, reserved_high, used, used_high;
     int reuse[3]; /* CU_MEMPOOL_ATTR_REUSE_* (1..3) */
     struct fg_chunk *chunks;
@@ -117,7 +118,18 @@ void fg_pools_sync(int dev)
 
 static struct fg_chunk *reserve_chunk(struct CUmemPoolHandle_st *p, uint64_t n, CUresult *r)
 {
-    uint64_t size = n <= FG_POOL_CHUNK ? FG_POOL_CHUNK : (n + FG_POOL_ROUND - 1) & ~(FG_POOL_ROUND - 1);
+    uint64_t need = (n + FG_POOL_ROUND - 1) & ~(FG_POOL_ROUND - 1);
+    uint64_t size = need < FG_POOL_CHUNK ? FG_POOL_CHUNK : need;
+    if (p->max_size) {
+        /* The pool may never reserve more than maxSize: shrink the chunk to the request, or fail. */
+        uint64_t room = p->reserved < p->max_size ? p->max_size - p->reserved : 0;
+        if (size > room)
+            size = need;
+        if (need < n || size > room) {
+            *r = CUDA_ERROR_OUT_OF_MEMORY;
+            return NULL;
+        }
+    }
     struct fg_chunk *c = calloc(1, sizeof *c);
     if (!c) {
         *r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -263,6 +275,7 @@ FG_API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolPr
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pool_setup(p, poolProps->location.id, 0);
+    p->max_size = poolProps->maxSize;
     pthread_mutex_lock(&pools_mu);
     p->next = created;
     created = p;

@@ -84,10 +84,12 @@ static const struct fg_proc procs[] = {
     {"cuEventDestroy", 4000, (void *)cuEventDestroy_v2, NULL},
 };
 
+/* Looks symbol up for cudaVersion. A symbol that is missing or too new for the caller
+ * gives CUDA_ERROR_NOT_FOUND; the callers turn that into their documented result. */
 static CUresult resolve(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                         CUdriverProcAddressQueryResult *status)
 {
-    if (!symbol || !pfn)
+    if (!symbol || !pfn || cudaVersion > FG_DRIVER_CUDA_VERSION)
         return CUDA_ERROR_INVALID_VALUE;
     if (flags & ~(cuuint64_t)(CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM))
         return CUDA_ERROR_INVALID_VALUE;
@@ -118,8 +120,11 @@ FG_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion
     return resolve(symbol, pfn, cudaVersion, flags, NULL);
 }
 
+/* 12.x semantics: a symbol that is not found (or not for this version) is not an
+ * error — CUDA_SUCCESS with *pfn = NULL, and symbolStatus says why. */
 FG_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                                     CUdriverProcAddressQueryResult *symbolStatus)
 {
-    return resolve(symbol, pfn, cudaVersion, flags, symbolStatus);
+    CUresult r = resolve(symbol, pfn, cudaVersion, flags, symbolStatus);
+    return r == CUDA_ERROR_NOT_FOUND ? CUDA_SUCCESS : r;
 }

@@ -203,7 +203,8 @@ FG_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGener
 {
     if (!fg_ready())
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (flags != 0 || size == 0 || size % FG_VMM_GRANULARITY != 0 || ptr % FG_VMM_GRANULARITY != 0)
+    if (flags != 0 || size == 0 || size % FG_VMM_GRANULARITY != 0 || ptr % FG_VMM_GRANULARITY != 0 ||
+        offset % FG_VMM_GRANULARITY != 0)
         return CUDA_ERROR_INVALID_VALUE;
     struct fg_entry e;
     CUresult r = CUDA_SUCCESS;

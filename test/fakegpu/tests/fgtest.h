@@ -35,6 +35,8 @@ unsigned long long fgt_used(void);
 double fgt_now_ms(void);
 
 #define MiB (1ull << 20)
+/* Not declared by the hook's cuda_driver.h; value from NVIDIA's cuda.h. */
+#define FGT_CONTEXT_IS_DESTROYED ((CUresult)709)
 
 /* Scenarios: return 0, failures are counted in fg_failures. */
 int scenario_errors(int argc, char **argv);

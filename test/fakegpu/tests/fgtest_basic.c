@@ -67,7 +67,7 @@ int scenario_errors(int argc, char **argv)
     fgt_setup(0);
     CHECK(cuMemAlloc_v2(&p, 0), CUDA_ERROR_INVALID_VALUE);
     CHECK(cuMemAlloc_v2(NULL, 1), CUDA_ERROR_INVALID_VALUE);
-    CHECK(cuMemFree_v2(0), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuMemFree_v2(0), CUDA_SUCCESS); /* free(NULL) semantics, as the real driver */
     CHECK(cuMemFree_v2(0x1234), CUDA_ERROR_INVALID_VALUE);
     CHECK(cuMemGetInfo_v2(NULL, &t), CUDA_ERROR_INVALID_VALUE);
     CHECK(cuStreamDestroy_v2(NULL), CUDA_ERROR_INVALID_HANDLE);
@@ -100,6 +100,7 @@ int scenario_ctx(int argc, char **argv)
     CUcontext a, b, cur, prim, prim2;
     CUdevice d;
     CUdeviceptr p;
+    size_t f, t;
     CHECK(cuInit(0), CUDA_SUCCESS);
     CHECK(cuCtxPopCurrent_v2(&cur), CUDA_ERROR_INVALID_CONTEXT);
     CHECK(cuCtxCreate_v2(&a, 0, 0), CUDA_SUCCESS);
@@ -127,6 +128,32 @@ int scenario_ctx(int argc, char **argv)
     CHECK(cuCtxCreate_v2(&b, 0, 1), CUDA_SUCCESS);
     EXPECT_EQ(fgt_used(), 0);
     CHECK(cuCtxDestroy_v2(b), CUDA_SUCCESS);
+    /* A destroyed context that is still on the stack (it was not current when destroyed)
+     * gives CONTEXT_IS_DESTROYED once it is current again, not INVALID_CONTEXT. */
+    CHECK(cuCtxCreate_v2(&b, 0, 1), CUDA_SUCCESS);
+    CHECK(cuCtxPushCurrent_v2(a), CUDA_SUCCESS);
+    CHECK(cuCtxDestroy_v2(b), CUDA_SUCCESS);
+    CHECK(cuCtxPopCurrent_v2(&cur), CUDA_SUCCESS);
+    EXPECT(cur == a);
+    CHECK(cuMemAlloc_v2(&p, 1), FGT_CONTEXT_IS_DESTROYED);
+    CHECK(cuMemGetInfo_v2(&f, &t), FGT_CONTEXT_IS_DESTROYED);
+    CHECK(cuCtxPopCurrent_v2(&cur), CUDA_SUCCESS);
+    EXPECT(cur == b);
+    /* Stream-ordered and VMM memory belongs to no context: destroying one keeps it
+     * (NVIDIA: cuCtxDestroy does not free cuMemCreate/cuMemAllocAsync memory). */
+    base = fgt_used();
+    CHECK(cuCtxCreate_v2(&b, 0, 0), CUDA_SUCCESS);
+    CHECK(cuMemAllocAsync(&p, MiB, NULL), CUDA_SUCCESS);
+    CUmemAllocationProp vp = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                              .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    CUmemGenericAllocationHandle vh;
+    CHECK(cuMemCreate(&vh, 2 * MiB, &vp, 0), CUDA_SUCCESS);
+    CHECK(cuCtxDestroy_v2(b), CUDA_SUCCESS);
+    EXPECT_EQ(fgt_used(), base + 34 * MiB);
+    CHECK(cuMemFreeAsync(p, NULL), CUDA_SUCCESS);
+    CHECK(cuMemRelease(vh), CUDA_SUCCESS);
+    CHECK(cuCtxSynchronize(), CUDA_SUCCESS);
+    EXPECT_EQ(fgt_used(), base);
     /* Primary contexts: one handle, reference counted; release frees memory. */
     CHECK(cuDevicePrimaryCtxRetain(&prim, 0), CUDA_SUCCESS);
     CHECK(cuDevicePrimaryCtxRetain(&prim2, 0), CUDA_SUCCESS);
@@ -138,7 +165,8 @@ int scenario_ctx(int argc, char **argv)
     CHECK(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
     EXPECT_EQ(fgt_used(), base + 10 * MiB);
     CHECK(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
-    CHECK(cuMemAlloc_v2(&p, 1), CUDA_ERROR_INVALID_CONTEXT); /* inactive primary is current */
+    CHECK(cuMemAlloc_v2(&p, 1), FGT_CONTEXT_IS_DESTROYED); /* inactive primary is current */
+    CHECK(cuCtxGetDevice(&d), FGT_CONTEXT_IS_DESTROYED);
     CHECK(cuDevicePrimaryCtxRelease_v2(0), CUDA_ERROR_INVALID_CONTEXT);
     CHECK(cuCtxPopCurrent_v2(NULL), CUDA_SUCCESS);
     EXPECT_EQ(fgt_used(), base);
@@ -194,7 +222,7 @@ struct proc_case {
     int version;
     cuuint64_t flags;
     void *want;
-    CUresult rc;
+    CUresult rc; /* of cuGetProcAddress (11.x); _v2 returns CUDA_SUCCESS and reports through status */
     CUdriverProcAddressQueryResult status;
 };
 
@@ -242,7 +270,7 @@ int scenario_procaddr(int argc, char **argv)
         void *fn = (void *)1;
         CUdriverProcAddressQueryResult st = (CUdriverProcAddressQueryResult)-1;
         CUresult rc = cuGetProcAddress_v2(cases[i].sym, &fn, cases[i].version, cases[i].flags, &st);
-        if (rc != cases[i].rc || fn != cases[i].want || st != cases[i].status) {
+        if (rc != CUDA_SUCCESS || fn != cases[i].want || st != cases[i].status) {
             printf("FAIL procaddr %s@%d flags %llu: rc %d fn %p status %d\n", cases[i].sym, cases[i].version,
                    (unsigned long long)cases[i].flags, rc, fn, st);
             fg_failures++;
@@ -255,6 +283,9 @@ int scenario_procaddr(int argc, char **argv)
     CHECK(cuGetProcAddress_v2(NULL, &fn, 12080, 0, NULL), CUDA_ERROR_INVALID_VALUE);
     CHECK(cuGetProcAddress_v2("cuInit", NULL, 12080, 0, NULL), CUDA_ERROR_INVALID_VALUE);
     CHECK(cuGetProcAddress_v2("cuInit", &fn, 12080, 4, NULL), CUDA_ERROR_INVALID_VALUE);
+    /* A version newer than the driver's (12.8) is refused, by both entry points. */
+    CHECK(cuGetProcAddress_v2("cuInit", &fn, 12090, 0, NULL), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuGetProcAddress("cuInit", &fn, 13000, 0), CUDA_ERROR_INVALID_VALUE);
     return 0;
 }
 

@@ -157,6 +157,10 @@ int scenario_vmm(int argc, char **argv)
     CHECK(cuMemMap(va + 2 * MiB, 4 * MiB, 0, h, 0), CUDA_SUCCESS);
     CHECK(cuMemMap(va, 4 * MiB, 0, h, 0), CUDA_ERROR_INVALID_VALUE); /* overlaps */
     CHECK(cuMemMap(va + 64 * MiB, 2 * MiB, 0, h, 0), CUDA_ERROR_INVALID_VALUE); /* not reserved */
+    /* offset, like ptr and size, must be a multiple of the minimum granularity. */
+    CHECK(cuMemMap(va, 2 * MiB, 4096, h, 0), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuMemMap(va, 2 * MiB, 2 * MiB, h, 0), CUDA_SUCCESS); /* an aligned offset is fine */
+    CHECK(cuMemUnmap(va, 2 * MiB), CUDA_SUCCESS);
     CUmemAccessDesc acc = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
                            .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     CHECK(cuMemSetAccess(va + 2 * MiB, 4 * MiB, &acc, 1), CUDA_SUCCESS);
@@ -264,6 +268,30 @@ static void pool_created(CUmemoryPool dp)
     CHECK(cuMemPoolCreate(&p, &props), CUDA_ERROR_INVALID_DEVICE);
 }
 
+/* maxSize caps what a created pool may reserve: past it the pool is out of memory
+ * even though the device has room. */
+static void pool_max_size(void)
+{
+    CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                            .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+                            .maxSize = 64 * MiB};
+    CUmemoryPool p;
+    CUdeviceptr a, b, c;
+    CHECK(cuMemPoolCreate(&p, &props), CUDA_SUCCESS);
+    CHECK(cuMemAllocFromPoolAsync(&a, 40 * MiB, p, NULL), CUDA_SUCCESS);
+    CHECK(cuMemAllocFromPoolAsync(&b, 100 * MiB, p, NULL), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK(cuMemAllocFromPoolAsync(&b, 30 * MiB, p, NULL), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK(cuMemAllocFromPoolAsync(&b, 20 * MiB, p, NULL), CUDA_SUCCESS);
+    EXPECT(pool_attr(p, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) <= 64 * MiB);
+    EXPECT(fgt_used() <= 64 * MiB);
+    CHECK(cuMemFreeAsync(a, NULL), CUDA_SUCCESS);
+    CHECK(cuMemAllocFromPoolAsync(&c, 30 * MiB, p, NULL), CUDA_SUCCESS); /* reuses the freed chunk */
+    CHECK(cuMemFreeAsync(b, NULL), CUDA_SUCCESS);
+    CHECK(cuMemFreeAsync(c, NULL), CUDA_SUCCESS);
+    CHECK(cuMemPoolDestroy(p), CUDA_SUCCESS);
+    EXPECT_EQ(fgt_used(), 0);
+}
+
 static void pool_capacity(CUmemoryPool dp)
 {
     CUdeviceptr a, b;
@@ -296,6 +324,7 @@ int scenario_pool(int argc, char **argv)
     pool_defaults(dp);
     pool_threshold_and_trim(dp);
     pool_created(dp);
+    pool_max_size();
     pool_capacity(dp);
     return 0;
 }
