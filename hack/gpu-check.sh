@@ -21,20 +21,10 @@ HOOK=$PWD/lib/libtessera-hook.so
 UUID=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0 | tr -d ' ')
 [[ $UUID == GPU-* ]] || { echo "gpu-check: no NVIDIA GPU found (nvidia-smi said: $UUID)" >&2; exit 2; }
 
-# The limits file and the region, laid out as in shim/cuda-hook/include/tessera_abi.h
-# (the sizes are asserted; internal/region holds the Go mirror of the same layout).
-"$PY" - "$work" "$UUID" "$CAP_GIB" <<'PYEOF'
-import struct, sys
-work, uuid, cap_gib = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
-dev = uuid.ljust(96, b"\0") + struct.pack("<QIi", cap_gib << 30, 0, 0) + b"\0" * 48
-assert len(dev) == 160
-limits = struct.pack("<QIIQII", 0x53544d494c535354, 1, 2656, 1, 1, 0) + b"\0" * 64 + dev + b"\0" * 160 * 15
-assert len(limits) == 2656
-region = struct.pack("<QIIIIII", 0x4e4f494745525354, 1, 197152, 16, 1024, 0, 0)
-region += b"\0" * (197152 - len(region))
-open(f"{work}/limits", "wb").write(limits)
-open(f"{work}/region", "wb").write(region)
-PYEOF
+# The limits file and the region, written from shim/cuda-hook/include/tessera_abi.h itself.
+gcc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Ishim/cuda-hook/include -Ishim/cuda-hook/test \
+	-o "$work/abi_write" shim/cuda-hook/test/abi_write.c
+"$work/abi_write" "$work/region" "$work/limits" "$UUID" $((CAP_GIB << 30))
 
 hooked() {
 	env LD_PRELOAD="$HOOK" TESSERA_REGION="$work/region" TESSERA_LIMITS="$work/limits" \

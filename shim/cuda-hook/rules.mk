@@ -34,6 +34,8 @@ lint-hook:
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I$(HOOK_DIR)/include -fsyntax-only $(HOOK_DIR)/test/cudash.c
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I$(HOOK_DIR)/include -I$(HOOK_DIR)/test -fsyntax-only \
 		$(HOOK_DIR)/bench/bench_hook.c
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I$(HOOK_DIR)/include -I$(HOOK_DIR)/test -fsyntax-only \
+		$(HOOK_DIR)/test/abi_write.c
 
 # C unit tests of the pieces that need no driver (config, region protocol, table, sizes).
 test-hook-unit:
