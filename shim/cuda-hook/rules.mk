@@ -2,6 +2,9 @@
 # Targets: hook (build), test-hook-unit (C unit tests), lint-hook, bench-hook, demo-hook.
 # -Bsymbolic: the hook's own references (its symbol table of wrappers) bind to itself.
 # -O2 is required: dlsym relies on a tail call (see src/interpose.c).
+# glibc baseline GLIBC_2.17 (include/glibc_baseline.h, TestHookNeedsOnlyBaselineGlibc):
+# -ldl -lpthread add nothing on glibc >= 2.34 (the symbols are weak and in libc);
+# on an older build host they provide dlopen@GLIBC_2.2.5 and friends.
 # The Go tests that drive the hook through the simulated GPU live in
 # shim/cuda-hook/hooktest and run with `go test` (make go-test).
 

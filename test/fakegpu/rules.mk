@@ -13,7 +13,7 @@ FAKEGPU_CFLAGS    = -std=c11 -O2 -fPIC -Wall -Wextra -Werror -pthread -D_GNU_SOU
 FAKEGPU_COMMON   := $(addprefix $(FAKEGPU_DIR)/src/,fg_config.c fg_state.c)
 FAKEGPU_CU_SRCS  := $(FAKEGPU_COMMON) $(FAKEGPU_DIR)/src/fg_table.c $(wildcard $(FAKEGPU_DIR)/src/cu_*.c)
 FAKEGPU_NV_SRCS  := $(FAKEGPU_COMMON) $(wildcard $(FAKEGPU_DIR)/src/nvml_*.c)
-FAKEGPU_HDRS     := $(wildcard $(FAKEGPU_DIR)/src/*.h) shim/cuda-hook/include/cuda_driver.h
+FAKEGPU_HDRS     := $(wildcard $(FAKEGPU_DIR)/src/*.h) shim/cuda-hook/include/cuda_driver.h shim/cuda-hook/include/glibc_baseline.h
 FAKEGPU_NVML_STAMP := $(FAKEGPU_BUILD)/go-nvml.stamp
 
 .PHONY: fakegpu fakegpu-ctest fakegpu-lint fakegpu-bench

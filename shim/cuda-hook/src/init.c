@@ -1,16 +1,17 @@
 /* init.c — lazy initialisation, fork and exit handling. Loading the library runs
  * nothing; the first intercepted call parses the environment, opens the real
- * driver and maps the limits and region files, exactly once (pthread_once). */
-#include <dlfcn.h>
+ * driver and maps the limits and region files, exactly once (hook_once). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "accounting.h"
+#include "glibc_baseline.h"
 #include "hook.h"
 #include "interpose.h"
 #include "limiter.h"
 #include "log.h"
+#include "once.h"
 #include "pools.h"
 #include "real.h"
 
@@ -20,8 +21,8 @@ struct hook_config hook_cfg;
 struct cuda_real REAL;
 struct nvml_real REAL_NVML;
 
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static pthread_once_t g_nvml_once = PTHREAD_ONCE_INIT;
+static hook_once_t g_once;
+static hook_once_t g_nvml_once;
 static _Thread_local int t_in_init;
 
 void views_atfork_child(void);
@@ -60,6 +61,15 @@ static void init_once(void)
 {
     char err[512];
     t_in_init = 1;
+    if (!dl_available()) {
+        /* glibc < 2.34 without libdl in the process: no driver can be loaded here
+         * either, so nothing is lost by refusing (glibc_baseline.h). */
+        fail_closed("dlopen is unavailable (glibc older than 2.34 and libdl.so.2 not loaded)");
+        interpose_resolve_cuda(NULL);
+        t_in_init = 0;
+        atomic_store_explicit(&hook_ready, 1, memory_order_release);
+        return;
+    }
     interpose_resolve_dlsym();
     if (config_parse(&hook_cfg, env, err, sizeof err) != 0) {
         fail_closed(err);
@@ -86,11 +96,13 @@ void hook_init_slow(void)
 {
     if (t_in_init)
         return; /* re-entered from inside initialisation (dlopen constructors) */
-    pthread_once(&g_once, init_once);
+    hook_once(&g_once, init_once);
 }
 
 static void nvml_once(void)
 {
+    if (!dl_available())
+        return;
     t_in_init = 1;
     void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_GLOBAL);
     if (nvml == NULL)
@@ -103,7 +115,7 @@ static void nvml_once(void)
 void hook_nvml_init(void)
 {
     if (!t_in_init)
-        pthread_once(&g_nvml_once, nvml_once);
+        hook_once(&g_nvml_once, nvml_once);
 }
 
 /* At exit the driver frees this process's memory: hand the slot back so that the

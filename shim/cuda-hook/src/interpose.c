@@ -8,10 +8,10 @@
  * not recognise (an internal alias), the name and version decide instead. */
 #include "interpose.h"
 
-#include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "glibc_baseline.h"
 #include "hook.h"
 #include "log.h"
 #include "real.h"
@@ -96,7 +96,7 @@ static _Atomic(dlsym_fn) g_real_dlsym;
 
 void interpose_resolve_dlsym(void)
 {
-    if (atomic_load(&g_real_dlsym) != NULL)
+    if (atomic_load(&g_real_dlsym) != NULL || !dl_available())
         return;
     /* glibc >= 2.34 defines dlsym in libc at GLIBC_2.34; older ones at the
      * architecture's base version. Never plain dlsym: that would find us. */

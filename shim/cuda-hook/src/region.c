@@ -3,6 +3,8 @@
  * leave at most a slot that the others recognise as dead and clear. */
 #include "region.h"
 
+#include "glibc_baseline.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -22,7 +24,7 @@ static void *map_file(const char *what, const char *path, size_t size, bool writ
         return NULL;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0) {
+    if (baseline_fstat(fd, &st) != 0) {
         snprintf(err, errlen, "%s %s: stat: %s", what, path, strerror(errno));
         close(fd);
         return NULL;

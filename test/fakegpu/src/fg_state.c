@@ -1,6 +1,8 @@
 /* fg_state.c — the node-wide state file: mapping, slots, charging and reaping. */
 #include "fg_state.h"
 
+#include "glibc_baseline.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -181,7 +183,7 @@ struct fg_state *fg_state_open(const struct fg_config *cfg, char *err, unsigned 
         }
     }
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
+    if (baseline_fstat(fd, &sb) != 0) {
         snprintf(err, errlen, "FAKEGPU_STATE=%s: stat: %s", path, strerror(errno));
         goto out;
     }
