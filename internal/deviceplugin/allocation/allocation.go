@@ -77,6 +77,9 @@ func (b *Builder) Prepare() error {
 	if err := os.MkdirAll(filepath.Join(b.StateDir, "containers"), 0o755); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
+	if err := b.writeHookConf(); err != nil {
+		return err
+	}
 	return writeFileAtomic(b.preloadHostPath(), []byte(b.HookLibrary+"\n"))
 }
 
@@ -182,6 +185,7 @@ func (b *Builder) common(shares []resource.Share) *pluginapi.ContainerAllocateRe
 		Mounts: []*pluginapi.Mount{
 			{HostPath: b.HookLibrary, ContainerPath: b.HookLibrary, ReadOnly: true},
 			{HostPath: b.preloadHostPath(), ContainerPath: PreloadPath, ReadOnly: true},
+			{HostPath: b.hookConfHostPath(), ContainerPath: HookConfPath, ReadOnly: true},
 		},
 		Devices: devs,
 	}
