@@ -1,5 +1,6 @@
-/* config.c — parse the TESSERA_* environment. Every malformed value is an error:
- * the caller fails closed rather than guessing what the node side meant. */
+/* config.c — parse the TESSERA_* environment and the device plugin's hook.conf.
+ * Every malformed value is an error: the caller fails closed rather than guessing
+ * what the node side meant. */
 #include "config.h"
 
 #include <stdio.h>
@@ -88,4 +89,56 @@ int config_parse(struct hook_config *cfg, const char *(*getenv_fn)(const char *)
         return -1;
     }
     return 0;
+}
+
+/* One "key=value" line of hook.conf; the key names the error. */
+static int parse_conf_line(struct hook_config *cfg, const char *line, size_t len, int lineno, char *err, size_t errlen)
+{
+    char buf[128], name[64];
+    if (len >= sizeof buf) {
+        snprintf(err, errlen, "hook.conf line %d: longer than %zu bytes", lineno, sizeof buf - 1);
+        return -1;
+    }
+    memcpy(buf, line, len);
+    buf[len] = '\0';
+    char *eq = strchr(buf, '=');
+    if (eq == NULL) {
+        snprintf(err, errlen, "hook.conf line %d: \"%.40s\" is not key=value", lineno, buf);
+        return -1;
+    }
+    *eq = '\0';
+    snprintf(name, sizeof name, "hook.conf line %d %.20s", lineno, buf);
+    if (strcmp(buf, "log") == 0)
+        return parse_level(name, eq + 1, &cfg->log_level, err, errlen);
+    if (strcmp(buf, "ctx-reserve-mib") == 0)
+        return parse_mib(name, eq + 1, &cfg->ctx_reserve_bytes, err, errlen);
+    snprintf(err, errlen, "hook.conf line %d: unknown key \"%.40s\" (want log or ctx-reserve-mib)", lineno, buf);
+    return -1;
+}
+
+int config_parse_hookconf(struct hook_config *cfg, const char *text, size_t len, char *err, size_t errlen)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->log_level = HOOK_LOG_WARN;
+    err[0] = '\0';
+    if (memchr(text, '\0', len) != NULL) {
+        snprintf(err, errlen, "hook.conf: contains a NUL byte");
+        return -1;
+    }
+    int lineno = 0;
+    for (const char *s = text, *end = text + len; s < end;) {
+        const char *nl = memchr(s, '\n', (size_t)(end - s));
+        size_t n = nl ? (size_t)(nl - s) : (size_t)(end - s);
+        lineno++;
+        if (n > 0 && s[0] != '#' && parse_conf_line(cfg, s, n, lineno, err, errlen) != 0)
+            return -1;
+        s += n + 1;
+    }
+    return 0;
+}
+
+int config_parse_log_env(struct hook_config *cfg, const char *(*getenv_fn)(const char *), char *err, size_t errlen)
+{
+    const char *v = getenv_fn("TESSERA_LOG");
+    return v == NULL ? 0 : parse_level("TESSERA_LOG", v, &cfg->log_level, err, errlen);
 }

@@ -1,5 +1,5 @@
-/* config.h — the TESSERA_* environment, parsed once at initialisation (never on a
- * hot path). See docs/hook.md for the contract. */
+/* config.h — the TESSERA_* environment or the plugin's hook.conf, parsed once at
+ * initialisation (never on a hot path). See docs/hook.md for the contract. */
 #ifndef HOOK_CONFIG_H
 #define HOOK_CONFIG_H
 
@@ -23,5 +23,13 @@ struct hook_config {
  * Returns 0, or -1 with a message naming the variable and the problem in err. A
  * failed parse leaves cfg fully defined (defaults) but must be treated as fatal. */
 int config_parse(struct hook_config *cfg, const char *(*getenv_fn)(const char *), char *err, size_t errlen);
+
+/* Parses the device plugin's hook.conf (len bytes of text): lines "log=<level>" and
+ * "ctx-reserve-mib=<MiB>", blank lines and "#" comments; any other line is an error
+ * naming its number. Resets cfg to defaults first; paths are not set. */
+int config_parse_hookconf(struct hook_config *cfg, const char *text, size_t len, char *err, size_t errlen);
+
+/* Applies TESSERA_LOG alone: what a pod may still set inside a plugin container. */
+int config_parse_log_env(struct hook_config *cfg, const char *(*getenv_fn)(const char *), char *err, size_t errlen);
 
 #endif

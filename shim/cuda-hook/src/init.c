@@ -2,10 +2,12 @@
  * nothing; the first intercepted call parses the environment, opens the real
  * driver and maps the limits and region files, exactly once (hook_once). */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "accounting.h"
+#include "container.h"
 #include "glibc_baseline.h"
 #include "hook.h"
 #include "interpose.h"
@@ -35,6 +37,38 @@ static void fail_closed(const char *why)
 {
     hook_failed_closed = true;
     hook_log(HOOK_LOG_ERROR, "%s; GPU allocations in this process fail with CUDA_ERROR_NOT_INITIALIZED", why);
+}
+
+/* Inside a plugin container these variables come from the pod as much as from
+ * the plugin (the pod's env wins in kubelet): say so when they differ from what
+ * the mounts decided, so a tenant's attempt shows in its own log. */
+static void warn_ignored_env(void)
+{
+    char reserve[24];
+    snprintf(reserve, sizeof reserve, "%llu", (unsigned long long)(hook_cfg.ctx_reserve_bytes >> 20));
+    const char *const vars[][2] = {{"TESSERA_REGION", HOOK_REGION_PATH},
+                                   {"TESSERA_LIMITS", HOOK_LIMITS_PATH},
+                                   {"TESSERA_CORE_LIMITS", HOOK_CORE_LIMITS_PATH},
+                                   {"TESSERA_CTX_RESERVE_MIB", reserve}};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i][0]);
+        if (v != NULL && strcmp(v, vars[i][1]) != 0)
+            hook_log(HOOK_LOG_WARN, "%s=%.200s ignored: in a container of the device plugin only its mounts count",
+                     vars[i][0], v);
+    }
+}
+
+/* The plugin's mounts when this process has them, the environment otherwise. */
+static int load_config(char *err, size_t errlen)
+{
+    int mounted = container_config(&hook_cfg, err, errlen);
+    if (mounted == 0)
+        return config_parse(&hook_cfg, env, err, errlen);
+    if (mounted < 0 || config_parse_log_env(&hook_cfg, env, err, errlen) != 0)
+        return -1;
+    hook_log_threshold = hook_cfg.log_level;
+    warn_ignored_env();
+    return 0;
 }
 
 static void atfork_prepare(void)
@@ -71,7 +105,7 @@ static void init_once(void)
         return;
     }
     interpose_resolve_dlsym();
-    if (config_parse(&hook_cfg, env, err, sizeof err) != 0) {
+    if (load_config(err, sizeof err) != 0) {
         fail_closed(err);
     } else {
         hook_log_threshold = hook_cfg.log_level;

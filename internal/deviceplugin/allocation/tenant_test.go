@@ -1,0 +1,152 @@
+package allocation_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/tessera-gpu/tessera/internal/region"
+)
+
+// runInContainer runs cudash the way a container runtime would run it with
+// resp: in a private mount namespace (unshare -m, needs root) with resp's
+// mounts bind-mounted at their container paths (read-only where resp says
+// so), /etc/ld.so.preload loading the hook, and the environment kubelet
+// builds: resp's Envs overridden by the pod's own podEnv. tenant is shell run
+// after the runtime's mounts: what a pod's volumes stacked over them do.
+func (n *hookNode) runInContainer(t *testing.T, resp *pluginapi.ContainerAllocateResponse, podEnv map[string]string, tenant string) (stdout, stderr string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for unshare -m and bind mounts")
+	}
+	ns := filepath.Join(n.tmp, "ns")
+	for _, d := range []string{"up", "work"} {
+		if err := os.MkdirAll(filepath.Join(ns, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// /etc and /run are the container's own: an overlay lets /etc/ld.so.preload
+	// exist as a mount point without touching the host's /etc.
+	script := []string{"set -e",
+		"mount -t overlay overlay -o lowerdir=/etc,upperdir=" + q(filepath.Join(ns, "up")) + ",workdir=" + q(filepath.Join(ns, "work")) + " /etc",
+		"mount -t tmpfs tmpfs /run"}
+	for _, m := range resp.Mounts {
+		c := q(m.ContainerPath)
+		script = append(script, "mkdir -p $(dirname "+c+")", "[ -e "+c+" ] || touch "+c, "mount --bind "+q(m.HostPath)+" "+c)
+		if m.ReadOnly {
+			script = append(script, "mount -o remount,bind,ro "+c)
+		}
+	}
+	env := map[string]string{}
+	for k, v := range resp.Envs {
+		env[k] = v
+	}
+	for k, v := range podEnv {
+		env[k] = v
+	}
+	for _, kv := range n.driverEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	exe := "exec env -i"
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		exe += " " + q(k+"="+env[k])
+	}
+	script = append(script, tenant, exe+" "+q(n.cudash))
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", strings.Join(script, "\n"))
+	cmd.Stdin = strings.NewReader(capScript)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("container: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
+	}
+	return out.String(), errOut.String()
+}
+
+func q(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// forged writes the files a tenant would point the hook at: 80 GiB on GPU 1.
+func (n *hookNode) forged(t *testing.T) (dir string) {
+	dir = filepath.Join(n.tmp, "forged")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := region.WriteLimits(filepath.Join(dir, "limits"), []region.DeviceLimit{{UUID: n.gpus[1].UUID, MemLimitBytes: 80 << 30}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := region.CreateRegion(filepath.Join(dir, "region")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hook.conf"), []byte("ctx-reserve-mib=0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestPodEnvCannotRedirectHook: kubelet lets a pod's env override the
+// plugin's, so a pod setting TESSERA_LIMITS and TESSERA_REGION to files it
+// owns must still get the cap its device IDs imply. TESSERA_LOG is the one
+// variable a pod may set.
+func TestPodEnvCannotRedirectHook(t *testing.T) {
+	n := newHookNode(t)
+	f := n.forged(t)
+	pod := map[string]string{
+		"TESSERA_LIMITS":          filepath.Join(f, "limits"),
+		"TESSERA_REGION":          filepath.Join(f, "region"),
+		"TESSERA_CORE_LIMITS":     filepath.Join(f, "limits"),
+		"TESSERA_CTX_RESERVE_MIB": "0",
+		"TESSERA_LOG":             "info",
+	}
+	out, stderr := n.runInContainer(t, n.allocate4GiB(t), pod, "")
+	n.wantCap(t, out)
+	if !strings.Contains(stderr, "TESSERA_LIMITS="+pod["TESSERA_LIMITS"]+" ignored") {
+		t.Errorf("no warning that the pod's TESSERA_LIMITS is ignored; stderr:\n%s", stderr)
+	}
+	if !strings.Contains(stderr, "initialised: limits /run/tessera/limits") {
+		t.Errorf("the pod's TESSERA_LOG=info did not apply, or the limits are not the mounted ones; stderr:\n%s", stderr)
+	}
+}
+
+// TestVolumeStackedOverPluginMountsFailsClosed: a pod volume mounted over
+// /run/tessera or one of its files (as a runtime that orders mounts
+// differently, or a subPath volume, would do) must not take the cap: the
+// hook refuses every allocation instead.
+func TestVolumeStackedOverPluginMountsFailsClosed(t *testing.T) {
+	n := newHookNode(t)
+	f := n.forged(t)
+	for _, c := range []struct{ name, tenant, want string }{
+		{"forged files in a volume over /run/tessera",
+			"mount -t tmpfs tmpfs /run/tessera && cp " + q(f) + "/* /run/tessera/", "resolves to a mount at /run/tessera"},
+		{"empty volume over /run/tessera",
+			"mount -t tmpfs tmpfs /run/tessera", "hidden by another mount"},
+		{"read-only volume over the limits file",
+			"mount --bind " + q(filepath.Join(f, "limits")) + " /run/tessera/limits && mount -o remount,bind,ro /run/tessera/limits",
+			"not from the device plugin's"},
+		{"read-only volume over hook.conf",
+			"mount --bind " + q(filepath.Join(f, "hook.conf")) + " /run/tessera/hook.conf && mount -o remount,bind,ro /run/tessera/hook.conf",
+			"not from the device plugin's"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, stderr := n.runInContainer(t, n.allocate4GiB(t), nil, c.tenant)
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			// capScript's fifth command is the 3 GiB allocation.
+			if len(lines) < 5 || !strings.HasPrefix(lines[4], "err 3") {
+				t.Errorf("3 GiB allocation: want err 3 (CUDA_ERROR_NOT_INITIALIZED: failed closed); stdout:\n%s\nstderr:\n%s", out, stderr)
+			}
+			if !strings.Contains(stderr, c.want) {
+				t.Errorf("stderr lacks %q:\n%s", c.want, stderr)
+			}
+		})
+	}
+}

@@ -1,0 +1,201 @@
+/* container.c — trust anchored on /etc/ld.so.preload: the plugin mounts it
+ * read-only from its state directory, and a container that replaces it does not
+ * load the hook at all, so it proves nothing to forge the rest. Every other file
+ * must be a mount of exactly its fixed path from that same directory, on the same
+ * filesystem: a pod volume stacked over /run/tessera or one of its files comes from
+ * kubelet's pod directories and is refused, as is a hidden mount. Runs once, at
+ * initialisation; static buffers keep the large entries off small thread stacks. */
+#include "container.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mountinfo.h"
+
+#define MOUNTINFO_MAX (4u << 20) /* a node with tens of thousands of mounts */
+#define HOOK_CONF_MAX 4096
+
+static const char *const plugin_paths[] = {HOOK_PRELOAD_PATH, HOOK_CONF_PATH, HOOK_REGION_PATH, HOOK_LIMITS_PATH,
+                                           HOOK_CORE_LIMITS_PATH};
+
+static struct mount_entry g_anchor, g_entry;
+static char g_dir[PATH_MAX];
+
+/* Reads a whole file into a NUL-terminated malloc'd buffer; NULL on error. */
+static char *read_file(const char *path, size_t max, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return NULL;
+    size_t cap = 16384, n = 0;
+    char *buf = malloc(cap);
+    while (buf != NULL) {
+        if (n + 1 == cap) {
+            char *more = cap < max ? realloc(buf, cap * 2) : NULL;
+            if (more == NULL) {
+                free(buf);
+                buf = NULL;
+                errno = EFBIG;
+                break;
+            }
+            buf = more;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, buf + n, cap - n - 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            free(buf);
+            buf = NULL;
+        } else if (r == 0) {
+            buf[n] = '\0';
+            break;
+        } else {
+            n += (size_t)r;
+        }
+    }
+    int e = errno;
+    close(fd);
+    errno = e;
+    if (len != NULL)
+        *len = n;
+    return buf;
+}
+
+/* The ID of the mount path resolves to, from /proc/self/fdinfo (Linux >= 3.15). */
+static int mount_id_of(const char *path)
+{
+    int fd = open(path, O_PATH | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    char info[64];
+    snprintf(info, sizeof info, "/proc/self/fdinfo/%d", fd);
+    char *text = read_file(info, 65536, NULL);
+    close(fd);
+    if (text == NULL)
+        return -1;
+    const char *m = strstr(text, "\nmnt_id:");
+    int id = m != NULL ? atoi(m + 8) : -1;
+    free(text);
+    return id > 0 ? id : -1;
+}
+
+/* A file replaced on the host after it was mounted shows as "<path>//deleted". */
+static void strip_deleted(char *root)
+{
+    size_t n = strlen(root);
+    if (n > 9 && strcmp(root + n - 9, "//deleted") == 0)
+        root[n - 9] = '\0';
+}
+
+/* Finds the mount path resolves to and checks that it is a mount of exactly path,
+ * read-only unless writable. */
+static int visible_mount(const char *text, const char *path, bool writable, struct mount_entry *e, char *err,
+                         size_t errlen)
+{
+    int id = mount_id_of(path);
+    if (id < 0) {
+        snprintf(err, errlen, "%s: the device plugin mounted it but it cannot be opened (%s): hidden by another mount?",
+                 path, strerror(errno));
+        return -1;
+    }
+    if (mountinfo_find_id(text, id, e) != 0) {
+        snprintf(err, errlen, "%s: its mount %d is not in /proc/self/mountinfo", path, id);
+        return -1;
+    }
+    if (strcmp(e->point, path) != 0) {
+        snprintf(err, errlen, "%s: resolves to a mount at %s, not to the device plugin's: a volume stacked over it?",
+                 path, e->point);
+        return -1;
+    }
+    if (!writable && !e->read_only) {
+        snprintf(err, errlen, "%s: mounted writable; the device plugin mounts it read-only", path);
+        return -1;
+    }
+    strip_deleted(e->root);
+    return 0;
+}
+
+/* path's mount must come from the anchor's directory (g_dir) on its filesystem. */
+static int from_plugin(const char *path, const struct mount_entry *e, char *err, size_t errlen)
+{
+    size_t n = strlen(g_dir);
+    if (e->major != g_anchor.major || e->minor != g_anchor.minor || strncmp(e->root, g_dir, n) != 0 ||
+        e->root[n] != '/') {
+        snprintf(err, errlen, "%s: mounted from %s on %u:%u, not from the device plugin's %s on %u:%u", path, e->root,
+                 e->major, e->minor, g_dir, g_anchor.major, g_anchor.minor);
+        return -1;
+    }
+    return 0;
+}
+
+static int read_hook_conf(struct hook_config *cfg, char *err, size_t errlen)
+{
+    size_t len;
+    char *text = read_file(HOOK_CONF_PATH, HOOK_CONF_MAX, &len);
+    if (text == NULL) {
+        snprintf(err, errlen, "%s: %s", HOOK_CONF_PATH, strerror(errno));
+        return -1;
+    }
+    int r = config_parse_hookconf(cfg, text, len, err, errlen);
+    free(text);
+    return r;
+}
+
+/* An optional file: used when the plugin mounted it, refused when tampered with. */
+static int plugin_file(const char *text, const char *path, bool writable, char *out, bool *present, char *err,
+                       size_t errlen)
+{
+    *present = false;
+    if (!mountinfo_has_point(text, path))
+        return 0;
+    if (visible_mount(text, path, writable, &g_entry, err, errlen) != 0 || from_plugin(path, &g_entry, err, errlen) != 0)
+        return -1;
+    snprintf(out, PATH_MAX, "%s", path);
+    *present = true;
+    return 0;
+}
+
+static int check_mounts(const char *text, struct hook_config *cfg, char *err, size_t errlen)
+{
+    if (visible_mount(text, HOOK_PRELOAD_PATH, false, &g_anchor, err, errlen) != 0)
+        return -1;
+    snprintf(g_dir, sizeof g_dir, "%s", g_anchor.root);
+    char *slash = strrchr(g_dir, '/');
+    *slash = '\0'; /* root starts with '/': "/ld.so.preload" leaves "" (the filesystem's root) */
+    if (visible_mount(text, HOOK_CONF_PATH, false, &g_entry, err, errlen) != 0 ||
+        from_plugin(HOOK_CONF_PATH, &g_entry, err, errlen) != 0 || read_hook_conf(cfg, err, errlen) != 0)
+        return -1;
+    if (plugin_file(text, HOOK_REGION_PATH, true, cfg->region_path, &cfg->has_region, err, errlen) != 0 ||
+        plugin_file(text, HOOK_LIMITS_PATH, false, cfg->limits_path, &cfg->has_limits, err, errlen) != 0 ||
+        plugin_file(text, HOOK_CORE_LIMITS_PATH, false, cfg->core_limits_path, &cfg->has_core_limits, err,
+                    errlen) != 0)
+        return -1;
+    if (cfg->has_limits && !cfg->has_region) {
+        snprintf(err, errlen, "%s is mounted but %s is not: there is nowhere to account usage", HOOK_LIMITS_PATH,
+                 HOOK_REGION_PATH);
+        return -1;
+    }
+    return 0;
+}
+
+int container_config(struct hook_config *cfg, char *err, size_t errlen)
+{
+    char *text = read_file("/proc/self/mountinfo", MOUNTINFO_MAX, NULL);
+    if (text == NULL) {
+        if (access("/run/tessera", F_OK) != 0)
+            return 0; /* no /proc and nothing of ours: not a container of the plugin */
+        snprintf(err, errlen, "/proc/self/mountinfo: %s; cannot check the device plugin's mounts", strerror(errno));
+        return -1;
+    }
+    bool ours = false;
+    for (size_t i = 0; i < sizeof plugin_paths / sizeof plugin_paths[0] && !ours; i++)
+        ours = mountinfo_has_point(text, plugin_paths[i]);
+    int r = ours ? (check_mounts(text, cfg, err, errlen) == 0 ? 1 : -1) : 0;
+    free(text);
+    return r;
+}
