@@ -99,8 +99,7 @@ static int parse_conf_line(struct hook_config *cfg, const char *line, size_t len
         snprintf(err, errlen, "hook.conf line %d: longer than %zu bytes", lineno, sizeof buf - 1);
         return -1;
     }
-    memcpy(buf, line, len);
-    buf[len] = '\0';
+    snprintf(buf, sizeof buf, "%.*s", (int)len, line); /* not memcpy: GLIBC_2.14 (glibc_baseline.h) */
     char *eq = strchr(buf, '=');
     if (eq == NULL) {
         snprintf(err, errlen, "hook.conf line %d: \"%.40s\" is not key=value", lineno, buf);
