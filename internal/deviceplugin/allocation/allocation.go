@@ -60,6 +60,9 @@ type Builder struct {
 	StateDir          string
 	ContextReserveMiB int
 	HookLogLevel      string
+	// AllowGPUSpill accepts gpu-mem and gpu-core IDs on more GPUs than the
+	// container requested (config allowGPUSpill); see CheckSpan.
+	AllowGPUSpill bool
 	// ProcRoot is where the host's /proc is seen (default /proc): MIG
 	// capability minors are read from its driver/nvidia-caps/mig-minors.
 	ProcRoot string
