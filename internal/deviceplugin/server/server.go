@@ -49,11 +49,18 @@ type Server struct {
 	socket   string
 	log      *slog.Logger
 
-	mu     sync.Mutex
+	life   sync.Mutex // serialises Start and Stop
+	mu     sync.Mutex // guards the fields below; handlers read stop
 	grpc   *grpc.Server
-	stop   chan struct{}
+	stop   chan struct{} // closed by Stop: streams end cleanly
 	served chan struct{} // closed when Serve has returned
 }
+
+// StopGrace bounds how long Stop waits for RPCs in flight. Streams end as
+// soon as Stop closes them; only a stream whose client stopped reading
+// (its Send blocked by flow control) or a slow Allocate can take longer,
+// and is then cut off.
+const StopGrace = 2 * time.Second
 
 // New creates the server of res whose socket lives in kubelet's socket dir.
 func New(res, dir string, deps Deps) *Server {
@@ -69,6 +76,8 @@ func (s *Server) Socket() string { return s.socket }
 
 // Start listens on the socket, replacing a stale one.
 func (s *Server) Start() error {
+	s.life.Lock()
+	defer s.life.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.grpc != nil {
@@ -95,19 +104,42 @@ func (s *Server) Start() error {
 	return nil
 }
 
-// Stop closes the socket and ends every stream; it returns once the
-// server has stopped serving.
+// Stop ends every ListAndWatch stream cleanly (the handler returns, so
+// kubelet's Recv reads io.EOF rather than a transport error), lets RPCs in
+// flight finish for up to StopGrace, closes the socket, and returns once
+// the server has stopped serving.
 func (s *Server) Stop() {
+	s.life.Lock()
+	defer s.life.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.grpc == nil {
+	g, stop, served := s.grpc, s.stop, s.served
+	s.grpc = nil
+	s.mu.Unlock()
+	if g == nil {
 		return
 	}
-	close(s.stop)
-	s.grpc.Stop()
-	<-s.served
-	s.grpc = nil
+	close(stop)
+	stopWithin(g, StopGrace)
+	<-served
 	_ = os.Remove(s.socket)
+}
+
+// stopWithin stops g gracefully (no new RPCs, wait for those in flight),
+// and forcibly once grace has passed.
+func stopWithin(g *grpc.Server, grace time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.GracefulStop()
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		g.Stop()
+		<-done
+	}
 }
 
 // Register announces the resource to kubelet at kubeletSocket.
@@ -137,6 +169,8 @@ func (s *Server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 }
 
 // ListAndWatch sends the device list, then a fresh one on every change.
+// It returns nil when the server stops, which ends the stream with an OK
+// status: the client reads io.EOF.
 func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
 	changed, cancel := s.deps.Manager.Watch(s.resource)
 	defer cancel()
