@@ -21,8 +21,10 @@ func (emptyPodResources) List(context.Context) (*podresourcesapi.ListPodResource
 
 // simulatedEnvironment runs the real plugin code on go-nvml's mock of a DGX
 // node with an in-memory API server: for benchmarks and demos without a GPU.
+// The GPU UUIDs follow the node name, so a restarted plugin advertises the
+// same devices and kubelet does not count them twice.
 func simulatedEnvironment(model string, cfg *configv1.Config) (*environment, error) {
-	node, err := gputest.New(model)
+	node, err := gputest.NewForNode(model, cfg.NodeName)
 	if err != nil {
 		return nil, err
 	}

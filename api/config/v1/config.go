@@ -54,8 +54,16 @@ type Config struct {
 	// ReservedMemory is kept back on each GPU (driver, monitoring) and not advertised.
 	ReservedMemory resource.Quantity `json:"reservedMemory"`
 	// Placement decides where requests without an assignment go.
-	Placement   string `json:"placement"`
-	MIGStrategy string `json:"migStrategy"`
+	Placement string `json:"placement"`
+	// AllowGPUSpill lets a container whose tessera.io/gpu-mem or
+	// tessera.io/gpu-core request no single GPU can hold receive units of
+	// several GPUs (more GPUs than its tessera.io/gpu: N, or more than one
+	// without it). Off by default: a program written for one GPU would see
+	// two, with its memory cap split between them, so Allocate refuses the
+	// request instead (kubelet reports the refusal as the pod's admission
+	// error).
+	AllowGPUSpill bool   `json:"allowGPUSpill"`
+	MIGStrategy   string `json:"migStrategy"`
 	// RediscoverInterval is how often the GPUs' MIG layout is read again;
 	// a change is advertised without a restart. 0 disables it.
 	RediscoverInterval Duration `json:"rediscoverInterval"`
@@ -133,6 +141,7 @@ func Default() *Config {
 		MemoryUnit:         resource.MustParse("1Gi"),
 		ReservedMemory:     resource.MustParse("0"),
 		Placement:          PlacementBinpack,
+		AllowGPUSpill:      false,
 		MIGStrategy:        MIGStrategyMixed,
 		RediscoverInterval: Duration{time.Minute},
 		ProcRoot:           "/proc",

@@ -124,6 +124,7 @@ func TestRejects(t *testing.T) {
 		"unknown MIG":     {"version: v1\nnodeName: n\nmigStrategy: all\n", []string{}, `migStrategy: "all" (want "none" or "mixed")`},
 		"rediscover 10ms": {"version: v1\nnodeName: n\n", []string{"--rediscover-interval", "10ms"}, "rediscoverInterval: 10ms below 1s"},
 		"relative proc":   {"version: v1\nnodeName: n\nprocRoot: proc\n", nil, `procRoot: "proc" is not an absolute path`},
+		"bad flag spill":  {"version: v1\nnodeName: n\n", []string{"--allow-gpu-spill", "sometimes"}, `--allow-gpu-spill: not true or false: "sometimes"`},
 		"relative dev":    {"version: v1\nnodeName: n\n", []string{"--dev-root", "dev"}, `devRoot: "dev" is not an absolute path`},
 	}
 	for name, tc := range cases {
@@ -176,11 +177,30 @@ func TestFileValueErrorsNameTheField(t *testing.T) {
 		"memoryUnit: lots\n":             "memoryUnit",
 		"reservedMemory: 2 Gi\n":         "reservedMemory",
 		"splitCount: ten\n":              "splitCount",
+		"allowGPUSpill: maybe\n":         "allowGPUSpill",
 		"health:\n  ignoredXids: [-1]\n": "health.ignoredXids",
 	} {
 		_, err := resolve(t, "version: v1\nnodeName: n\n"+body)
 		if err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("%q: error %v does not name %s", body, err, field)
 		}
+	}
+}
+
+// TestGPUSpillIsOffUnlessChosen: spreading a single-GPU request over GPUs
+// is an explicit choice, in the file or by flag, and the flag wins.
+func TestGPUSpillIsOffUnlessChosen(t *testing.T) {
+	c, err := resolve(t, "", "--node-name", "n")
+	if err != nil || c.AllowGPUSpill {
+		t.Fatalf("default allowGPUSpill = %v (err %v), want false", c != nil && c.AllowGPUSpill, err)
+	}
+	if c, err = resolve(t, "version: v1\nnodeName: n\nallowGPUSpill: true\n"); err != nil || !c.AllowGPUSpill {
+		t.Fatalf("file allowGPUSpill: true not applied (err %v)", err)
+	}
+	if c, err = resolve(t, "version: v1\nnodeName: n\nallowGPUSpill: true\n", "--allow-gpu-spill=false"); err != nil || c.AllowGPUSpill {
+		t.Fatalf("--allow-gpu-spill=false did not override the file (err %v)", err)
+	}
+	if c, err = resolve(t, "", "--node-name", "n", "--allow-gpu-spill", "true"); err != nil || !c.AllowGPUSpill {
+		t.Fatalf("--allow-gpu-spill true not applied (err %v)", err)
 	}
 }

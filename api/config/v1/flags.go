@@ -28,6 +28,7 @@ var flagFields = map[string]struct {
 	"memory-unit":          {"gpu-mem unit, e.g. 1Gi (config memoryUnit)", func(c *Config, v string) error { return setQuantity(&c.MemoryUnit, v) }},
 	"reserved-memory":      {"memory kept back per GPU (config reservedMemory)", func(c *Config, v string) error { return setQuantity(&c.ReservedMemory, v) }},
 	"placement":            {"binpack or spread (config placement)", func(c *Config, v string) error { c.Placement = v; return nil }},
+	"allow-gpu-spill":      {"true lets a container's gpu-mem/gpu-core span more GPUs than it requested (config allowGPUSpill)", func(c *Config, v string) error { return setBool(&c.AllowGPUSpill, v) }},
 	"mig-strategy":         {"none or mixed (config migStrategy)", func(c *Config, v string) error { c.MIGStrategy = v; return nil }},
 	"hook-library":         {"host path of the CUDA hook (config hookLibrary)", func(c *Config, v string) error { c.HookLibrary = v; return nil }},
 	"state-dir":            {"state directory (config stateDir)", func(c *Config, v string) error { c.StateDir = v; return nil }},
@@ -84,6 +85,15 @@ func setInt(dst *int, v string) error {
 		return fmt.Errorf("not an integer: %q", v)
 	}
 	*dst = n
+	return nil
+}
+
+func setBool(dst *bool, v string) error {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return fmt.Errorf("not true or false: %q", v)
+	}
+	*dst = b
 	return nil
 }
 

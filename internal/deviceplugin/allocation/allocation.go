@@ -6,6 +6,7 @@
 package allocation
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -60,6 +61,9 @@ type Builder struct {
 	StateDir          string
 	ContextReserveMiB int
 	HookLogLevel      string
+	// AllowGPUSpill accepts gpu-mem and gpu-core IDs on more GPUs than the
+	// container requested (config allowGPUSpill); see CheckSpan.
+	AllowGPUSpill bool
 	// ProcRoot is where the host's /proc is seen (default /proc): MIG
 	// capability minors are read from its driver/nvidia-caps/mig-minors.
 	ProcRoot string
@@ -80,7 +84,10 @@ func (b *Builder) Prepare() error {
 	if err := b.writeHookConf(); err != nil {
 		return err
 	}
-	return writeFileAtomic(b.preloadHostPath(), []byte(b.HookLibrary+"\n"))
+	if err := ensureFile(b.preloadHostPath(), []byte(b.HookLibrary+"\n")); err != nil {
+		return fmt.Errorf("ld.so.preload: %w", err)
+	}
+	return nil
 }
 
 func (b *Builder) preloadHostPath() string { return filepath.Join(b.StateDir, "ld.so.preload") }
@@ -358,6 +365,36 @@ func recreateIfInvalid(path string, create func() error) error {
 		return fmt.Errorf("%w (and removing it: %v)", err, rmErr)
 	}
 	return create()
+}
+
+// ensureFile makes path a regular file holding data, readable by all, and
+// writes it only when its content differs. Every running container has
+// the file's inode bind-mounted: kept, it stays the file they see (a wrong
+// mode is fixed in place). New content goes to a new inode renamed over
+// the old one, so containers started earlier keep the content that names
+// the hook path mounted into them, and only new containers get the new
+// one. An empty directory at path (a runtime creates one for a missing
+// bind-mount source) is replaced; anything else in a directory there is
+// reported, not deleted.
+func ensureFile(path string, data []byte) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return err
+	case fi.Mode().IsRegular():
+		if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, data) {
+			if fi.Mode().Perm() == readableByAll {
+				return nil
+			}
+			return os.Chmod(path, readableByAll)
+		}
+	case fi.IsDir():
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("%s is a directory, not the file to mount: %w", path, err)
+		}
+	}
+	return writeFileAtomic(path, data)
 }
 
 func writeFileAtomic(path string, data []byte) error {

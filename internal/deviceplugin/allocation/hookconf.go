@@ -3,7 +3,6 @@ package allocation
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 )
 
@@ -35,11 +34,7 @@ func (b *Builder) hookConf() []byte {
 // containers keep the inode they mounted, and an unchanged file keeps it
 // the current one.
 func (b *Builder) writeHookConf() error {
-	want := b.hookConf()
-	if have, err := os.ReadFile(b.hookConfHostPath()); err == nil && bytes.Equal(have, want) {
-		return os.Chmod(b.hookConfHostPath(), readableByAll)
-	}
-	if err := writeFileAtomic(b.hookConfHostPath(), want); err != nil {
+	if err := ensureFile(b.hookConfHostPath(), b.hookConf()); err != nil {
 		return fmt.Errorf("hook.conf: %w", err)
 	}
 	return nil

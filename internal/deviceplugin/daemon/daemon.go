@@ -80,10 +80,10 @@ func New(cfg *configv1.Config, lib nvml.Interface, client kube.Client, podResour
 	d := &Daemon{Config: cfg, Manager: mgr, Ledger: ledger.New(), Pods: pods.NewInformer(client, cfg.NodeName), Registry: prometheus.NewRegistry(), Log: log, lib: lib}
 	warn := eventWarner(client, cfg.NodeName, log)
 	d.Chooser = &preferred.Chooser{Manager: mgr, Pods: d.Pods, Ledger: d.Ledger, Policy: cfg.Placement, Topology: topo, Log: log, Warn: warn,
-		AwaitPod: AwaitPod}
+		AllowGPUSpill: cfg.AllowGPUSpill, AwaitPod: AwaitPod}
 	d.Builder = &allocation.Builder{Manager: mgr, HookLibrary: cfg.HookLibrary, StateDir: cfg.StateDir,
 		ContextReserveMiB: cfg.ContextReserveMiB, HookLogLevel: cfg.HookLogLevel, ProcRoot: cfg.ProcRoot, DevRoot: cfg.DevRoot,
-		LocateMIG: func(u string) (mig.Location, error) { return mig.Locate(lib, u) }}
+		AllowGPUSpill: cfg.AllowGPUSpill, LocateMIG: func(u string) (mig.Location, error) { return mig.Locate(lib, u) }}
 	d.Reconciler = &reconcile.Reconciler{PodResources: podResources, Pods: d.Pods, Client: client, Manager: mgr, Ledger: d.Ledger,
 		Builder: d.Builder, Metrics: reconcile.NewMetrics(d.Registry), Log: log, Warn: warn, GCGrace: 10 * time.Minute}
 	d.Inventory = &inventory.Publisher{Client: client, Node: cfg.NodeName, Manager: mgr, Log: log}

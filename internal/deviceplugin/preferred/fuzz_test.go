@@ -12,7 +12,8 @@ import (
 // IDs, any size, mustInclude outside the available list), the answer is
 // at most max(size, len(mustInclude)) distinct known IDs of the resource,
 // and
-// nothing panics.
+// nothing panics; gpu-mem and gpu-core answers for a container not known
+// to want several GPUs lie on one GPU.
 func FuzzPreferred(f *testing.F) {
 	fx := newFixture(&testing.T{}, configv1.PlacementBinpack, true)
 	g0, g1 := fx.gpus[0].UUID, fx.gpus[1].UUID
@@ -40,6 +41,9 @@ func FuzzPreferred(f *testing.F) {
 				t.Fatalf("%s answered twice: %v", id, ids)
 			}
 			seen[id] = true
+		}
+		if (res == resource.Memory || res == resource.Core) && len(split(must)) == 0 && len(resource.GPUsOf(ids)) > 1 {
+			t.Fatalf("spread over %d GPUs: %v", len(resource.GPUsOf(ids)), ids)
 		}
 	})
 }

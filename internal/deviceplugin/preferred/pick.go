@@ -116,8 +116,8 @@ func pickLocal(kind resource.Kind, p *pool, must []resource.ID, size int, policy
 			return p.take(g, size, must)
 		}
 	}
-	// Nothing fits on one GPU: spill in rank order so kubelet still gets a
-	// best answer; Allocate derives per-GPU caps from the IDs.
+	// Nothing fits on one GPU: spill in rank order. The caller drops the
+	// answer when the container may not use that many GPUs.
 	return pickSpill(p, ranked, must, size)
 }
 

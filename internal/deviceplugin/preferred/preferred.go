@@ -40,6 +40,9 @@ type Chooser struct {
 	Topology gpuallocator.DeviceList
 	Log      *slog.Logger
 	Warn     Warner
+	// AllowGPUSpill lets gpu-mem and gpu-core answers lie on more GPUs
+	// than the container requested (config allowGPUSpill).
+	AllowGPUSpill bool
 	// AwaitPod is how long to wait for the informer to deliver the pod
 	// kubelet is admitting when no pending container matches a request.
 	AwaitPod time.Duration
@@ -61,7 +64,14 @@ func (c *Chooser) Preferred(res string, available, mustInclude []string, size in
 	pool := c.pool(res, available)
 	must := c.Manager.Known(res, mustInclude)
 	cand := c.Candidate(res, size)
-	ids := keepMust(c.choose(res, kind, cand, pool, must, size), must, size)
+	ids := c.choose(res, kind, cand, pool, must, size)
+	if limit := c.spanLimit(kind, cand); limit > 0 && len(resource.GPUsOf(ids)) > limit {
+		// Kubelet fills a short answer with any free IDs, and Allocate
+		// refuses them with the reason; proposing the spread would hide it.
+		c.Log.Info("request fits on no GPU the container may use; proposing nothing", "resource", res, "size", size, "gpus", limit)
+		ids = nil
+	}
+	ids = keepMust(ids, must, size)
 	if cand != nil && len(ids) > 0 {
 		c.Ledger.Propose(res, cand.Ref, len(ids))
 	}
@@ -114,6 +124,19 @@ func (c *Chooser) choose(res string, kind resource.Kind, cand *Candidate, pool *
 		log.Debug("preferred allocation by local policy", "held", c.siblingGPUs(cand.Ref, res), "available", len(pool.order))
 	}
 	return pickLocal(kind, pool, must, size, c.Policy, c.Topology)
+}
+
+// spanLimit is how many GPUs a gpu-mem or gpu-core answer may lie on: the
+// container's tessera.io/gpu request, or one GPU without it or when the
+// container is not known. 0 means any number.
+func (c *Chooser) spanLimit(kind resource.Kind, cand *Candidate) int {
+	if c.AllowGPUSpill || (kind != resource.KindMem && kind != resource.KindCore) {
+		return 0
+	}
+	if cand == nil {
+		return 1
+	}
+	return max(1, int(pods.Request(cand.Container, resource.GPU)))
 }
 
 func (c *Chooser) warn(p *corev1.Pod, reason, msg string) {

@@ -9,6 +9,10 @@ import (
 
 	"github.com/NVIDIA/go-gpuallocator/gpuallocator"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	corev1 "k8s.io/api/core/v1"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/ledger"
@@ -70,16 +74,81 @@ func TestLocalBinpackAndSpread(t *testing.T) {
 	}
 }
 
-func TestLocalSpillsWhenNoGPUFits(t *testing.T) {
-	f := newFixture(t, configv1.PlacementBinpack, false)
+// tenFreePerGPU leaves 10 free gpu-mem units on each GPU.
+func (f *fixture) tenFreePerGPU() []string {
 	taken := map[int]int{}
 	for i := 0; i < 8; i++ {
-		taken[i] = 70 // 10 free units each
+		taken[i] = 70
 	}
-	ids := f.c.Preferred(resource.Memory, f.available(resource.Memory, taken), nil, 15)
+	return f.available(resource.Memory, taken)
+}
+
+// TestNoSpreadForASingleGPUContainer: when no GPU has room for a gpu-mem
+// request, the answer is not a spread over GPUs (which kubelet would
+// allocate and a single-GPU program would then see) but nothing, whether
+// the container is known (no tessera.io/gpu) or not.
+func TestNoSpreadForASingleGPUContainer(t *testing.T) {
+	f := newFixture(t, configv1.PlacementBinpack, false)
+	if ids := f.c.Preferred(resource.Memory, f.tenFreePerGPU(), nil, 15); len(ids) != 0 {
+		t.Fatalf("unknown container: proposed %d IDs on %d GPUs", len(ids), len(resource.GPUsOf(ids)))
+	}
+	f.c.Pods = staticSource{pendingPod("p", "c", map[string]int64{resource.Memory: 15})}
+	if ids := f.c.Preferred(resource.Memory, f.tenFreePerGPU(), nil, 15); len(ids) != 0 {
+		t.Fatalf("single-GPU container: proposed %d IDs on %d GPUs", len(ids), len(resource.GPUsOf(ids)))
+	}
+	// What fits on one GPU is still placed.
+	if ids := f.c.Preferred(resource.Memory, f.tenFreePerGPU(), nil, 10); len(ids) != 10 || len(resource.GPUsOf(ids)) != 1 {
+		t.Fatalf("10 units on %d GPUs: %v", len(resource.GPUsOf(ids)), ids)
+	}
+}
+
+// TestSpreadWithinRequestedGPUs: a container with tessera.io/gpu: 2 may get
+// its memory from two GPUs, not three.
+func TestSpreadWithinRequestedGPUs(t *testing.T) {
+	f := newFixture(t, configv1.PlacementBinpack, false)
+	f.c.Pods = staticSource{pendingPod("p", "c", map[string]int64{resource.GPU: 2, resource.Memory: 15})}
+	if ids := f.c.Preferred(resource.Memory, f.tenFreePerGPU(), nil, 15); len(ids) != 15 || len(resource.GPUsOf(ids)) != 2 {
+		t.Fatalf("gpu: 2 container: %d IDs on %d GPUs", len(ids), len(resource.GPUsOf(ids)))
+	}
+	f.c.Pods = staticSource{pendingPod("p", "c", map[string]int64{resource.GPU: 2, resource.Memory: 25})}
+	if ids := f.c.Preferred(resource.Memory, f.tenFreePerGPU(), nil, 25); len(ids) != 0 {
+		t.Fatalf("gpu: 2 container: proposed %d IDs on %d GPUs", len(ids), len(resource.GPUsOf(ids)))
+	}
+}
+
+// TestSpillWhenAllowed: with allowGPUSpill the request is spread over as
+// few GPUs as the binpack order gives.
+func TestSpillWhenAllowed(t *testing.T) {
+	f := newFixture(t, configv1.PlacementBinpack, false)
+	f.c.AllowGPUSpill = true
+	ids := f.c.Preferred(resource.Memory, f.tenFreePerGPU(), nil, 15)
 	if len(ids) != 15 || len(resource.GPUsOf(ids)) != 2 {
 		t.Fatalf("spill gave %d IDs on %d GPUs", len(ids), len(resource.GPUsOf(ids)))
 	}
+}
+
+// staticSource is an informer holding fixed pending pods.
+type staticSource []*corev1.Pod
+
+func (s staticSource) Pending() []*corev1.Pod { return s }
+
+func (s staticSource) Get(namespace, name string) *corev1.Pod {
+	for _, p := range s {
+		if p.Namespace == namespace && p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+func pendingPod(name, container string, limits map[string]int64) *corev1.Pod {
+	l := corev1.ResourceList{}
+	for r, n := range limits {
+		l[corev1.ResourceName(r)] = *apiresource.NewQuantity(n, apiresource.DecimalSI)
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)},
+		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: container, Resources: corev1.ResourceRequirements{Limits: l}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending}}
 }
 
 func TestMustIncludeKeepsItsGPU(t *testing.T) {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/allocation"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/ledger"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/pods"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/preferred"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
 )
@@ -48,11 +49,18 @@ type Server struct {
 	socket   string
 	log      *slog.Logger
 
-	mu     sync.Mutex
+	life   sync.Mutex // serialises Start and Stop
+	mu     sync.Mutex // guards the fields below; handlers read stop
 	grpc   *grpc.Server
-	stop   chan struct{}
+	stop   chan struct{} // closed by Stop: streams end cleanly
 	served chan struct{} // closed when Serve has returned
 }
+
+// StopGrace bounds how long Stop waits for RPCs in flight. Streams end as
+// soon as Stop closes them; only a stream whose client stopped reading
+// (its Send blocked by flow control) or a slow Allocate can take longer,
+// and is then cut off.
+const StopGrace = 2 * time.Second
 
 // New creates the server of res whose socket lives in kubelet's socket dir.
 func New(res, dir string, deps Deps) *Server {
@@ -68,6 +76,8 @@ func (s *Server) Socket() string { return s.socket }
 
 // Start listens on the socket, replacing a stale one.
 func (s *Server) Start() error {
+	s.life.Lock()
+	defer s.life.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.grpc != nil {
@@ -94,19 +104,42 @@ func (s *Server) Start() error {
 	return nil
 }
 
-// Stop closes the socket and ends every stream; it returns once the
-// server has stopped serving.
+// Stop ends every ListAndWatch stream cleanly (the handler returns, so
+// kubelet's Recv reads io.EOF rather than a transport error), lets RPCs in
+// flight finish for up to StopGrace, closes the socket, and returns once
+// the server has stopped serving.
 func (s *Server) Stop() {
+	s.life.Lock()
+	defer s.life.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.grpc == nil {
+	g, stop, served := s.grpc, s.stop, s.served
+	s.grpc = nil
+	s.mu.Unlock()
+	if g == nil {
 		return
 	}
-	close(s.stop)
-	s.grpc.Stop()
-	<-s.served
-	s.grpc = nil
+	close(stop)
+	stopWithin(g, StopGrace)
+	<-served
 	_ = os.Remove(s.socket)
+}
+
+// stopWithin stops g gracefully (no new RPCs, wait for those in flight),
+// and forcibly once grace has passed.
+func stopWithin(g *grpc.Server, grace time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.GracefulStop()
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		g.Stop()
+		<-done
+	}
 }
 
 // Register announces the resource to kubelet at kubeletSocket.
@@ -136,6 +169,8 @@ func (s *Server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 }
 
 // ListAndWatch sends the device list, then a fresh one on every change.
+// It returns nil when the server stops, which ends the stream with an OK
+// status: the client reads io.EOF.
 func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
 	changed, cancel := s.deps.Manager.Watch(s.resource)
 	defer cancel()
@@ -169,16 +204,24 @@ func (s *Server) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 // Allocate implements the DevicePlugin API. Each container's IDs are
 // attributed to the container GetPreferredAllocation chose (or, without a
 // preceding call, to the first matching pending container) for the
-// realized-allocation ledger; PodResources read-backs correct it.
+// realized-allocation ledger; PodResources read-backs correct it. That
+// container's tessera.io/gpu request also bounds how many GPUs its
+// gpu-mem and gpu-core IDs may lie on.
 func (s *Server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp := &pluginapi.AllocateResponse{}
 	for _, cr := range req.ContainerRequests {
+		who := sync.OnceValue(func() claimant { return s.claimant(len(cr.DevicesIds)) })
+		if err := s.deps.Builder.CheckSpan(s.resource, cr.DevicesIds, func() int { return who().gpus }); err != nil {
+			c := who()
+			s.log.Error("allocate refused", "ids", len(cr.DevicesIds), "pod", c.ref.Namespace+"/"+c.ref.Pod, "container", c.ref.Container, "err", err)
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
 		r, err := s.deps.Builder.Container(s.resource, cr.DevicesIds)
 		if err != nil {
 			s.log.Error("allocate refused", "ids", len(cr.DevicesIds), "err", err)
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
-		s.attribute(cr.DevicesIds)
+		s.record(who(), cr.DevicesIds)
 		if s.deps.OnAllocate != nil {
 			s.deps.OnAllocate(s.resource, cr.DevicesIds)
 		}
@@ -187,18 +230,50 @@ func (s *Server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 	return resp, nil
 }
 
-func (s *Server) attribute(ids []string) {
-	ref, ok := s.deps.Ledger.TakeProposal(s.resource, len(ids))
-	if !ok {
-		c := s.deps.Chooser.Candidate(s.resource, len(ids))
-		if c == nil {
-			s.log.Info("allocation not attributed to a pod yet; PodResources will tell", "ids", len(ids))
-			return
-		}
-		ref = c.Ref
+// claimant is the container an Allocate of n IDs is believed to serve.
+type claimant struct {
+	ref   ledger.ContainerRef
+	known bool
+	gpus  int // its tessera.io/gpu request; 0 when none or unknown
+}
+
+func (s *Server) claimant(n int) claimant {
+	ref, ok := s.deps.Ledger.TakeProposal(s.resource, n)
+	if ok {
+		return claimant{ref: ref, known: true, gpus: s.requestedGPUs(ref)}
 	}
-	s.deps.Ledger.Record(ref, s.resource, ids)
-	s.log.Info("allocated", "pod", ref.Namespace+"/"+ref.Pod, "container", ref.Container, "ids", len(ids))
+	cand := s.deps.Chooser.Candidate(s.resource, n)
+	if cand == nil {
+		return claimant{}
+	}
+	return claimant{ref: cand.Ref, known: true, gpus: int(pods.Request(cand.Container, resource.GPU))}
+}
+
+// requestedGPUs is the tessera.io/gpu request of ref's container, 0 when
+// the pod is no longer known.
+func (s *Server) requestedGPUs(ref ledger.ContainerRef) int {
+	if s.deps.Chooser.Pods == nil {
+		return 0
+	}
+	p := s.deps.Chooser.Pods.Get(ref.Namespace, ref.Pod)
+	if p == nil || string(p.UID) != ref.PodUID {
+		return 0
+	}
+	for _, c := range pods.Containers(p) {
+		if c.Name == ref.Container {
+			return int(pods.Request(&c, resource.GPU))
+		}
+	}
+	return 0
+}
+
+func (s *Server) record(c claimant, ids []string) {
+	if !c.known {
+		s.log.Info("allocation not attributed to a pod yet; PodResources will tell", "ids", len(ids))
+		return
+	}
+	s.deps.Ledger.Record(c.ref, s.resource, ids)
+	s.log.Info("allocated", "pod", c.ref.Namespace+"/"+c.ref.Pod, "container", c.ref.Container, "ids", len(ids))
 }
 
 // PreStartContainer implements the DevicePlugin API (not requested).

@@ -14,6 +14,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"github.com/google/uuid"
 )
 
 // Node is a simulated GPU node.
@@ -23,10 +24,9 @@ type Node struct {
 	// creates (tests inject Xid errors through it).
 	Events chan nvml.EventData
 
-	mu       sync.Mutex
-	sms      int
-	migUUIDs int
-	migs     map[int][]nvml.Device // GPU index → MIG device handles
+	mu   sync.Mutex
+	sms  int
+	migs map[int][]nvml.Device // GPU index → MIG device handles
 }
 
 // Models the simulated nodes can have.
@@ -37,8 +37,35 @@ const (
 )
 
 // New returns an 8-GPU node of the given model with every GPU NVLinked to
-// every other (NVSwitch), GPUs 0-3 on NUMA node 0 and 4-7 on node 1.
+// every other (NVSwitch), GPUs 0-3 on NUMA node 0 and 4-7 on node 1. Its
+// GPU UUIDs are random (go-nvml's mock draws them), so every call is a
+// different machine.
 func New(model string) (*Node, error) {
+	return newNode(model, "")
+}
+
+// NewForNode is New for the node called name: its GPU UUIDs (and the MIG
+// UUIDs of the instances later created on them) are derived from the name
+// and the GPU's index, so a simulated plugin restarted on the same node
+// advertises the same devices, as a real node's GPUs keep their UUIDs.
+func NewForNode(model, name string) (*Node, error) {
+	if name == "" {
+		return nil, fmt.Errorf("simulated node: empty name")
+	}
+	return newNode(model, name)
+}
+
+// simulatedUUIDs is the name space of the UUIDs of simulated GPUs and MIG
+// devices (a fixed random UUID; RFC 9562 name-based UUIDs).
+var simulatedUUIDs = uuid.MustParse("ffbb688d-7155-4523-a096-69d6dfc87552")
+
+// simulatedUUID formats a name-based UUID the way NVML writes GPU
+// ("GPU-") and MIG ("MIG-") UUIDs.
+func simulatedUUID(prefix, name string) string {
+	return prefix + uuid.NewSHA1(simulatedUUIDs, []byte(name)).String()
+}
+
+func newNode(model, name string) (*Node, error) {
 	var s *server.Server
 	sms := 0
 	switch model {
@@ -61,6 +88,9 @@ func New(model string) (*Node, error) {
 		return byUUID(uuid)
 	}
 	for i, d := range s.Devices {
+		if name != "" {
+			d.(*server.Device).UUID = simulatedUUID("GPU-", fmt.Sprintf("node/%s/gpu/%d", name, i))
+		}
 		n.completeDevice(d.(*server.Device), i)
 	}
 	return n, nil

@@ -167,11 +167,11 @@ func (n *Node) createMIGDevice(d *server.Device, giProfile int) (nvml.Device, st
 		}
 		return nil, nvml.ERROR_NOT_FOUND
 	}
-	n.mu.Lock()
-	n.migUUIDs++
-	uuid := fmt.Sprintf("MIG-%08d-0000-4000-8000-%012d", n.migUUIDs, d.Index)
-	n.mu.Unlock()
 	giID, ciID := int(sgi.Info.Id), int(ci.(*server.ComputeInstance).Info.Id)
+	// GPU instance IDs are not reused on a GPU (the mock counts them up),
+	// so the parent and the instance IDs name one MIG device, and the same
+	// layout created again on the same node gets the same UUIDs.
+	uuid := simulatedUUID("MIG-", fmt.Sprintf("%s/gi/%d/ci/%d", d.UUID, giID, ciID))
 	mem := giInfo.MemorySizeMB
 	m := &mock.Device{
 		GetUUIDFunc:                            func() (string, nvml.Return) { return uuid, nvml.SUCCESS },
