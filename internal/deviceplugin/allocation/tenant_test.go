@@ -22,6 +22,14 @@ import (
 // after the runtime's mounts: what a pod's volumes stacked over them do.
 func (n *hookNode) runInContainer(t *testing.T, resp *pluginapi.ContainerAllocateResponse, podEnv map[string]string, tenant string) (stdout, stderr string) {
 	t.Helper()
+	return n.runInImage(t, resp, podEnv, "", tenant)
+}
+
+// runInImage is runInContainer with image, shell run before the runtime's
+// mounts: what the container image itself holds (symlinks the runtime
+// follows when it mounts).
+func (n *hookNode) runInImage(t *testing.T, resp *pluginapi.ContainerAllocateResponse, podEnv map[string]string, image, tenant string) (stdout, stderr string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for unshare -m and bind mounts")
 	}
@@ -35,7 +43,7 @@ func (n *hookNode) runInContainer(t *testing.T, resp *pluginapi.ContainerAllocat
 	// exist as a mount point without touching the host's /etc.
 	script := []string{"set -e",
 		"mount -t overlay overlay -o lowerdir=/etc,upperdir=" + q(filepath.Join(ns, "up")) + ",workdir=" + q(filepath.Join(ns, "work")) + " /etc",
-		"mount -t tmpfs tmpfs /run"}
+		"mount -t tmpfs tmpfs /run", image}
 	for _, m := range resp.Mounts {
 		c := q(m.ContainerPath)
 		script = append(script, "mkdir -p $(dirname "+c+")", "[ -e "+c+" ] || touch "+c, "mount --bind "+q(m.HostPath)+" "+c)
@@ -146,6 +154,38 @@ func TestVolumeStackedOverPluginMountsFailsClosed(t *testing.T) {
 			}
 			if !strings.Contains(stderr, c.want) {
 				t.Errorf("stderr lacks %q:\n%s", c.want, stderr)
+			}
+		})
+	}
+}
+
+// TestImageSymlinksCannotHidePluginMounts: a runtime follows the image's
+// symlinks when it mounts (runc resolves them inside the rootfs), so an image
+// whose /run/tessera/limits or /etc/ld.so.preload is a symlink gets the
+// plugin's file mounted somewhere else, and can re-point or remove the
+// symlink once running. Neither may leave the hook uncapped or let it fall
+// back to the pod's TESSERA_LIMITS: it must fail closed.
+func TestImageSymlinksCannotHidePluginMounts(t *testing.T) {
+	n := newHookNode(t)
+	f := n.forged(t)
+	pod := map[string]string{"TESSERA_LIMITS": filepath.Join(f, "limits"), "TESSERA_REGION": filepath.Join(f, "region")}
+	for _, c := range []struct{ name, image, tenant string }{
+		{"limits and region are symlinks",
+			"mkdir -p /run/tessera /run/x && ln -s /run/x/limits /run/tessera/limits && ln -s /run/x/region /run/tessera/region", ""},
+		{"limits symlink removed after the mounts",
+			"mkdir -p /run/tessera /run/x && ln -s /run/x/limits /run/tessera/limits", "rm /run/tessera/limits"},
+		{"/etc/ld.so.preload and /run/tessera are symlinks, pod env set",
+			"rm -f /etc/ld.so.preload && mkdir -p /run/x && ln -s /run/x/preload /etc/ld.so.preload && ln -s /run/x /run/tessera", ""},
+		{"ld.so.preload symlink re-pointed to the tenant's own file",
+			"rm -f /etc/ld.so.preload && mkdir -p /run/x && ln -s /run/x/preload /etc/ld.so.preload",
+			"cp /run/x/preload /run/own && ln -sf /run/own /etc/ld.so.preload"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, stderr := n.runInImage(t, n.allocate4GiB(t), pod, c.image, c.tenant)
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			// capScript's fifth command is the 3 GiB allocation.
+			if len(lines) < 5 || !strings.HasPrefix(lines[4], "err 3") {
+				t.Errorf("3 GiB allocation: want err 3 (CUDA_ERROR_NOT_INITIALIZED: failed closed); stdout:\n%s\nstderr:\n%s", out, stderr)
 			}
 		})
 	}

@@ -146,12 +146,17 @@ static int read_hook_conf(struct hook_config *cfg, char *err, size_t errlen)
     return r;
 }
 
-/* An optional file: used when the plugin mounted it, refused when tampered with. */
+/* An optional file: used when the plugin mounted it, refused when tampered with.
+ * A runtime follows the image's symlinks when it mounts (runc resolves them in the
+ * rootfs), so the plugin's mount of path may sit elsewhere and the symlink be
+ * re-pointed or removed later: whether the plugin mounted it is told by the mount's
+ * source (a file of that name from the anchor's directory), not by its point. */
 static int plugin_file(const char *text, const char *path, bool writable, char *out, bool *present, char *err,
                        size_t errlen)
 {
     *present = false;
-    if (!mountinfo_has_point(text, path))
+    if (!mountinfo_has_point(text, path) &&
+        !mountinfo_has_root(text, g_dir, g_anchor.major, g_anchor.minor, strrchr(path, '/') + 1))
         return 0;
     if (visible_mount(text, path, writable, &g_entry, err, errlen) != 0 || from_plugin(path, &g_entry, err, errlen) != 0)
         return -1;
@@ -192,7 +197,10 @@ int container_config(struct hook_config *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "/proc/self/mountinfo: %s; cannot check the device plugin's mounts", strerror(errno));
         return -1;
     }
-    bool ours = false;
+    /* The plugin's ld.so.preload mounted anywhere counts too: an image symlink at
+     * /etc/ld.so.preload or /run/tessera moves the runtime's mounts off the fixed
+     * paths, which must not turn the pod's environment back on. */
+    bool ours = mountinfo_has_root(text, NULL, 0, 0, "ld.so.preload");
     for (size_t i = 0; i < sizeof plugin_paths / sizeof plugin_paths[0] && !ours; i++)
         ours = mountinfo_has_point(text, plugin_paths[i]);
     int r = ours ? (check_mounts(text, cfg, err, errlen) == 0 ? 1 : -1) : 0;

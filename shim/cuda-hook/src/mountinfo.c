@@ -130,3 +130,31 @@ bool mountinfo_has_point(const char *text, const char *point)
     struct mount_entry e;
     return each_line(text, point_matches, point, &e);
 }
+
+struct root_query {
+    const char *dir, *name;
+    unsigned major, minor;
+};
+
+static bool root_matches(const char *line, size_t len, const void *arg, struct mount_entry *e)
+{
+    const struct root_query *q = arg;
+    if (mountinfo_parse_line(line, len, e) != 0)
+        return false;
+    size_t n = strlen(e->root), m = strlen(q->name);
+    if (n > 9 && strcmp(e->root + n - 9, "//deleted") == 0)
+        e->root[n -= 9] = '\0';
+    if (n <= m || e->root[n - m - 1] != '/' || strcmp(e->root + n - m, q->name) != 0)
+        return false;
+    if (q->dir == NULL)
+        return true;
+    size_t d = strlen(q->dir);
+    return e->major == q->major && e->minor == q->minor && strncmp(e->root, q->dir, d) == 0 && e->root[d] == '/';
+}
+
+bool mountinfo_has_root(const char *text, const char *dir, unsigned major, unsigned minor, const char *name)
+{
+    struct mount_entry e;
+    const struct root_query q = {dir, name, major, minor};
+    return each_line(text, root_matches, &q, &e);
+}

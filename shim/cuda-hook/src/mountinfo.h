@@ -27,4 +27,9 @@ int mountinfo_find_id(const char *text, int id, struct mount_entry *e);
 /* Whether any entry of the text is mounted at point (hidden ones included). */
 bool mountinfo_has_point(const char *text, const char *point);
 
+/* Whether any entry mounts a path whose last component is name (a "//deleted"
+ * suffix ignored) from below dir ("" is the filesystem's root) on major:minor,
+ * wherever it is mounted; dir NULL matches any directory on any filesystem. */
+bool mountinfo_has_root(const char *text, const char *dir, unsigned major, unsigned minor, const char *name);
+
 #endif

@@ -144,3 +144,17 @@ func MountinfoHasPoint(text, point string) bool {
 	defer C.free(unsafe.Pointer(cp))
 	return bool(C.mountinfo_has_point(ct, cp))
 }
+
+// MountinfoHasRoot reports whether text mounts a path named name from below dir
+// on major:minor (anyDir: from anywhere).
+func MountinfoHasRoot(text, dir string, anyDir bool, major, minor uint, name string) bool {
+	ct, cn := C.CString(text), C.CString(name)
+	defer C.free(unsafe.Pointer(ct))
+	defer C.free(unsafe.Pointer(cn))
+	var cd *C.char
+	if !anyDir {
+		cd = C.CString(dir)
+		defer C.free(unsafe.Pointer(cd))
+	}
+	return bool(C.mountinfo_has_root(ct, cd, C.uint(major), C.uint(minor), cn))
+}

@@ -215,3 +215,34 @@ func FuzzHookConf(f *testing.F) {
 		}
 	})
 }
+
+// TestMountinfoHasRoot: the hook tells the plugin's mounts by their source
+// wherever an image symlink made the runtime put them.
+func TestMountinfoHasRoot(t *testing.T) {
+	text := "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n" +
+		"40 1 8:2 /lib/tessera/ld.so.preload /run/x/preload ro - ext4 /dev/sda2 rw\n" +
+		"41 1 8:2 /lib/tessera/containers/mem-1/limits//deleted /run/x/limits ro - ext4 /dev/sda2 rw\n" +
+		"42 1 0:5 /run/tessera/region /run/tessera/region rw - tmpfs tmpfs rw\n" +
+		"43 1 8:3 /region /srv/region rw - ext4 /dev/sda3 rw\n"
+	for _, c := range []struct {
+		dir          string
+		anyDir       bool
+		major, minor uint
+		name         string
+		want         bool
+	}{
+		{"", true, 0, 0, "ld.so.preload", true},
+		{"", true, 0, 0, "preload", false},
+		{"/lib/tessera", false, 8, 2, "limits", true}, // "//deleted" ignored
+		{"/lib/tessera", false, 8, 2, "core-limits", false},
+		{"/lib/tessera", false, 8, 3, "limits", false}, // another filesystem
+		{"/lib/tess", false, 8, 2, "limits", false},    // a prefix that is not a directory
+		{"/lib/tessera", false, 0, 5, "region", false}, // tmpfs: not the anchor's
+		{"", false, 8, 3, "region", true},              // the anchor at the filesystem's root
+		{"/lib/tessera", false, 8, 2, "ld.so.preload", true},
+	} {
+		if got := MountinfoHasRoot(text, c.dir, c.anyDir, c.major, c.minor, c.name); got != c.want {
+			t.Errorf("has root %q under %q (any %v) on %d:%d = %v, want %v", c.name, c.dir, c.anyDir, c.major, c.minor, got, c.want)
+		}
+	}
+}
