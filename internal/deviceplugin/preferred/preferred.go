@@ -162,10 +162,34 @@ func (c *Chooser) withContainer(cand *Candidate, res string, kind resource.Kind,
 	}
 	room := c.roomFor(cand, res, pool, span)
 	if kind == resource.KindSlot || span == 1 {
+		if reuse := reusedUpTo(cand, res, size); kind != resource.KindSlot && reuse > size {
+			if wide := room.atLeast(reuse); len(wide.order) > 0 {
+				room = wide
+			}
+		}
 		return pickLocal(kind, room, must, size, c.Policy, c.Topology)
 	}
 	gpus := chooseGPUs(room.atLeast((size+span-1)/span), gpuSet(must), span, c.Policy, c.Topology)
 	return takeEven(pool.only(gpus), gpus, size, must)
+}
+
+// reusedUpTo is how many IDs of res the GPU of an init container's IDs
+// should have free: kubelet hands a regular init container's IDs on to the
+// pod's later containers (as mustInclude), so the largest later request of
+// res must fit beside them, or a single-GPU container would be spread over
+// two GPUs and refused. size for any other container.
+func reusedUpTo(cand *Candidate, res string, size int) int {
+	for i, ic := range cand.Pod.Spec.InitContainers {
+		if ic.Name != cand.Ref.Container {
+			continue
+		}
+		need := size
+		for _, later := range pods.Containers(cand.Pod)[i+1:] {
+			need = max(need, int(pods.Request(&later, res)))
+		}
+		return need
+	}
+	return size
 }
 
 // roomFor restricts the pool to GPUs where the container's other tessera

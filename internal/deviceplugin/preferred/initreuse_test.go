@@ -1,0 +1,47 @@
+package preferred
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
+
+	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
+)
+
+// TestInitContainerPlacedWhereItsAppContainerFits: kubelet hands a regular
+// init container's IDs on to the pod's app container (mustInclude), so an
+// init container binpacked onto a GPU with room for itself but not for the
+// app container leaves the app container a spread over two GPUs, which a
+// single-GPU container is refused (allowGPUSpill off) although another GPU
+// had room for both: the pod fails admission on a node that fits it.
+func TestInitContainerPlacedWhereItsAppContainerFits(t *testing.T) {
+	f := newFixture(t, configv1.PlacementBinpack, false)
+	pod := pendingPod("p", "app", map[string]int64{resource.Memory: 8})
+	pod.Spec.InitContainers = []corev1.Container{{Name: "init", Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{resource.Memory: *apiresource.NewQuantity(4, apiresource.DecimalSI)}}}}
+	f.c.Pods = staticSource{pod}
+	// GPU 0 has 6 units free (the fullest that fits 4), the others all 80.
+	avail := f.available(resource.Memory, map[int]int{0: 74})
+
+	// Kubelet allocates the init container, then the app container with the
+	// init container's IDs as mustInclude and the rest from what is left.
+	initIDs := f.c.Preferred(resource.Memory, avail, nil, 4)
+	if len(initIDs) != 4 {
+		t.Fatalf("init container: proposed %v", initIDs)
+	}
+	ref, _ := f.c.Ledger.TakeProposal(resource.Memory, 4)
+	f.c.Ledger.Record(ref, resource.Memory, initIDs)
+	var rest []string
+	for _, id := range avail {
+		if !contains(initIDs, id) {
+			rest = append(rest, id)
+		}
+	}
+	appIDs := f.c.Preferred(resource.Memory, append(rest, initIDs...), initIDs, 8)
+	if len(appIDs) != 8 || len(resource.GPUsOf(appIDs)) != 1 {
+		t.Fatalf("app container (8 units, reusing the init container's 4 on %v): proposed %d IDs on GPUs %v; "+
+			"another GPU had room for both", resource.GPUsOf(initIDs), len(appIDs), resource.GPUsOf(appIDs))
+	}
+}
