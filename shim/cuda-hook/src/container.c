@@ -173,7 +173,14 @@ static int check_mounts(const char *text, struct hook_config *cfg, char *err, si
     char *slash = strrchr(g_dir, '/');
     *slash = '\0'; /* root starts with '/': "/ld.so.preload" leaves "" (the filesystem's root) */
     if (visible_mount(text, HOOK_CONF_PATH, false, &g_entry, err, errlen) != 0 ||
-        from_plugin(HOOK_CONF_PATH, &g_entry, err, errlen) != 0 || read_hook_conf(cfg, err, errlen) != 0)
+        from_plugin(HOOK_CONF_PATH, &g_entry, err, errlen) != 0)
+        return -1;
+    if (strchr(g_entry.root + strlen(g_dir) + 1, '/') != NULL) {
+        snprintf(err, errlen, "%s: mounted from %s, not from beside the device plugin's ld.so.preload in %s",
+                 HOOK_CONF_PATH, g_entry.root, g_dir);
+        return -1;
+    }
+    if (read_hook_conf(cfg, err, errlen) != 0)
         return -1;
     if (plugin_file(text, HOOK_REGION_PATH, true, cfg->region_path, &cfg->has_region, err, errlen) != 0 ||
         plugin_file(text, HOOK_LIMITS_PATH, false, cfg->limits_path, &cfg->has_limits, err, errlen) != 0 ||

@@ -66,7 +66,12 @@ int mountinfo_parse_line(const char *line, size_t len, struct mount_entry *e)
     const char *p = line, *end = line + len;
     char field[PATH_MAX];
     unsigned long id, parent, major, minor;
-    memset(e, 0, sizeof *e);
+    /* Not memset: the paths are most of the entry, and every line of every scan
+     * comes through here. */
+    e->id = 0;
+    e->major = e->minor = 0;
+    e->read_only = false;
+    e->root[0] = e->point[0] = '\0';
     if (next_field(&p, end, field, sizeof field, false) < 0 || !parse_uint(field, field + strlen(field), INT_MAX, &id) ||
         next_field(&p, end, field, sizeof field, false) < 0 ||
         !parse_uint(field, field + strlen(field), INT_MAX, &parent))

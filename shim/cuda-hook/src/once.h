@@ -2,10 +2,9 @@
 #ifndef HOOK_ONCE_H
 #define HOOK_ONCE_H
 
-typedef struct {
-    _Atomic int state; /* zero-initialised: not run yet */
-    _Atomic int pid;   /* the process whose thread is running it */
-} hook_once_t;
+/* 0: not run; -1: done; otherwise the pid of the process one of whose threads is
+ * running it. Zero-initialised. */
+typedef _Atomic int hook_once_t;
 
 /* Runs fn on the first call; every other caller waits until it has returned. A
  * child forked while another thread ran fn runs it again, as pthread_once does.

@@ -2,6 +2,7 @@
  * environment parser, the region protocol (claim, charge, reap), the per-object
  * table and the array size rule. Run by `make test-hook-unit`. */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "config.h"
 #include "limiter.h"
 #include "log.h"
+#include "once.h"
 #include "region.h"
 
 static int failures;
@@ -25,6 +27,57 @@ static int failures;
             failures++;                                                                                            \
         }                                                                                                          \
     } while (0)
+
+/* ---- hook_once ---- */
+
+static hook_once_t g_once;
+static _Atomic int g_once_runs, g_once_done, g_once_release;
+
+static void slow_once(void)
+{
+    atomic_fetch_add(&g_once_runs, 1);
+    while (!atomic_load(&g_once_release))
+        usleep(1000);
+    atomic_store(&g_once_done, 1);
+}
+
+static void *call_once(void *seen_done)
+{
+    hook_once(&g_once, slow_once);
+    *(int *)seen_done = atomic_load(&g_once_done);
+    return NULL;
+}
+
+/* 8 threads: one runs the function, every one returns only after it has finished.
+ * A child forked while it runs does not wait for a thread it does not have: it runs
+ * the function itself, as with pthread_once. */
+static void test_once(void)
+{
+    pthread_t th[8];
+    int seen[8] = {0};
+    for (int i = 0; i < 8; i++)
+        pthread_create(&th[i], NULL, call_once, &seen[i]);
+    while (atomic_load(&g_once_runs) == 0) /* until one of them is inside slow_once */
+        usleep(1000);
+    usleep(20 * 1000); /* the others are waiting */
+    pid_t child = fork();
+    if (child == 0) {
+        int done = 0;
+        atomic_store(&g_once_release, 1);
+        call_once(&done);
+        _exit(done && atomic_load(&g_once_runs) == 2 ? 0 : 1);
+    }
+    atomic_store(&g_once_release, 1);
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(seen[i] == 1);
+    }
+    CHECK(atomic_load(&g_once_runs) == 1);
+    int status = -1;
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    hook_once(&g_once, slow_once);
+    CHECK(atomic_load(&g_once_runs) == 1);
+}
 
 /* ---- config ---- */
 
@@ -295,6 +348,7 @@ int main(void)
     if (mkdtemp(g_dir) == NULL)
         return 2;
     hook_log_threshold = -1; /* the tests provoke errors on purpose */
+    test_once();
     test_config();
     test_bad_files();
     test_proc_identity();
