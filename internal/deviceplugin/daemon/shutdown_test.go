@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -48,8 +50,9 @@ func TestShutdownEndsListAndWatchCleanly(t *testing.T) {
 	}
 }
 
-// TestKubeletRestartEndsStreamsCleanly: when kubelet restarts, the plugin
-// restarts its servers; the streams of the old kubelet end cleanly too.
+// TestKubeletRestartEndsStreamsCleanly: a restarting kubelet wipes the
+// plugin sockets; the plugin restarts those servers, and streams still
+// open on them end cleanly too.
 func TestKubeletRestartEndsStreamsCleanly(t *testing.T) {
 	e := newEnv(t, gputest.DGXH100)
 	e.start()
@@ -57,7 +60,12 @@ func TestKubeletRestartEndsStreamsCleanly(t *testing.T) {
 	defer cancel()
 	streams := e.openStreams(ctx)
 	e.kubelet.srv.Stop()
-	e.kubelet = startKubelet(t, e.d.Config.KubeletSocketDir)
+	dir := e.d.Config.KubeletSocketDir
+	entries, _ := os.ReadDir(dir)
+	for _, en := range entries {
+		os.Remove(filepath.Join(dir, en.Name()))
+	}
+	e.kubelet = startKubelet(t, dir)
 	e.kubelet.awaitRegistrations(t, len(streams))
 	for res, stream := range streams {
 		if _, err := stream.Recv(); !errors.Is(err, io.EOF) {

@@ -1,7 +1,8 @@
 // Package plugin runs one gRPC server per tessera resource and keeps them
 // registered with kubelet: it watches kubelet's socket directory and, when
 // kubelet restarts (its socket is recreated and ours are wiped), restarts
-// the servers and registers again within about a second.
+// the servers whose socket is gone and registers again within about a
+// second.
 package plugin
 
 import (
@@ -122,8 +123,8 @@ func (p *Plugin) Run(ctx context.Context) error {
 			return nil
 		case ev := <-w.Events:
 			if ev.Name == p.KubeletSocket() && ev.Has(fsnotify.Create) {
-				p.Log.Info("kubelet socket recreated; restarting and re-registering")
-				p.restartAll()
+				p.Log.Info("kubelet socket recreated; registering again")
+				p.restartMissing()
 				registered = p.register(ctx)
 			} else if ev.Has(fsnotify.Remove) && p.ours(ev.Name) {
 				registered = false
@@ -142,10 +143,10 @@ func (p *Plugin) Run(ctx context.Context) error {
 		case err := <-w.Errors:
 			p.Log.Warn("socket directory watch error", "err", err)
 		case <-tick.C:
-			if p.socketsMissing() {
-				p.Log.Info("plugin socket gone; restarting servers")
-				p.restartAll()
-				registered = false
+			if restarted := p.restartMissing(); len(restarted) > 0 && registered {
+				// No removal was seen (a server added while running, or a
+				// missed event): the others are registered and serving.
+				registered = p.registerServers(ctx, restarted)
 			}
 			if !registered {
 				registered = p.register(ctx)
@@ -155,11 +156,15 @@ func (p *Plugin) Run(ctx context.Context) error {
 }
 
 func (p *Plugin) register(ctx context.Context) bool {
+	return p.registerServers(ctx, p.servers())
+}
+
+func (p *Plugin) registerServers(ctx context.Context, servers []*server.Server) bool {
 	if _, err := os.Stat(p.KubeletSocket()); err != nil {
 		return false
 	}
 	var errs []error
-	for _, s := range p.servers() {
+	for _, s := range servers {
 		if err := s.Register(ctx, p.KubeletSocket()); err != nil {
 			errs = append(errs, err)
 		}
@@ -168,7 +173,7 @@ func (p *Plugin) register(ctx context.Context) bool {
 		p.Log.Warn("registration failed; will retry", "err", err)
 		return false
 	}
-	p.Log.Info("registered with kubelet", "resources", len(p.servers()))
+	p.Log.Info("registered with kubelet", "resources", len(servers))
 	p.signalRegistered()
 	return true
 }
@@ -191,22 +196,25 @@ func (p *Plugin) ours(path string) bool {
 	return false
 }
 
-func (p *Plugin) socketsMissing() bool {
+// restartMissing restarts the servers whose socket is gone (kubelet wipes
+// its socket directory when it starts) and returns them. Servers whose
+// socket is there keep serving: restarting them would only end their
+// streams, and a kubelet that connects meanwhile would find no socket.
+func (p *Plugin) restartMissing() []*server.Server {
+	var restarted []*server.Server
 	for _, s := range p.servers() {
-		if _, err := os.Stat(s.Socket()); err != nil {
-			return true
+		if _, err := os.Stat(s.Socket()); err == nil {
+			continue
 		}
-	}
-	return false
-}
-
-func (p *Plugin) restartAll() {
-	for _, s := range p.servers() {
+		p.Log.Info("plugin socket gone; restarting its server", "resource", s.Resource())
 		s.Stop()
 		if err := s.Start(); err != nil {
 			p.Log.Error("restart server", "resource", s.Resource(), "err", err)
+			continue
 		}
+		restarted = append(restarted, s)
 	}
+	return restarted
 }
 
 func (p *Plugin) stopAll() {
