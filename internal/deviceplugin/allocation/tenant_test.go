@@ -11,6 +11,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/allocation"
 	"github.com/tessera-gpu/tessera/internal/region"
 )
 
@@ -188,5 +189,29 @@ func TestImageSymlinksCannotHidePluginMounts(t *testing.T) {
 				t.Errorf("3 GiB allocation: want err 3 (CUDA_ERROR_NOT_INITIALIZED: failed closed); stdout:\n%s\nstderr:\n%s", out, stderr)
 			}
 		})
+	}
+}
+
+// TestResponseFromBeforeHookConfKeepsItsCap: kubelet keeps a pod's Allocate
+// responses for the pod's lifetime and reuses them when a container
+// restarts, so after an upgrade a container restarts with a response from a
+// plugin that did not mount hook.conf yet. Its limits are still the
+// plugin's mounts: the cap must hold (with hook.conf's defaults), neither
+// fail closed for every such pod nor fall back to the pod's env.
+func TestResponseFromBeforeHookConfKeepsItsCap(t *testing.T) {
+	n := newHookNode(t)
+	f := n.forged(t)
+	resp := n.allocate4GiB(t)
+	var mounts []*pluginapi.Mount
+	for _, m := range resp.Mounts {
+		if m.ContainerPath != allocation.HookConfPath {
+			mounts = append(mounts, m)
+		}
+	}
+	resp.Mounts = mounts
+	out, stderr := n.runInContainer(t, resp, map[string]string{"TESSERA_LIMITS": filepath.Join(f, "limits")}, "")
+	n.wantCap(t, out)
+	if t.Failed() {
+		t.Logf("stderr:\n%s", stderr)
 	}
 }

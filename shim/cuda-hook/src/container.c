@@ -165,13 +165,16 @@ static int plugin_file(const char *text, const char *path, bool writable, char *
     return 0;
 }
 
-static int check_mounts(const char *text, struct hook_config *cfg, char *err, size_t errlen)
+/* hook.conf: a read-only mount from beside the anchor. A container whose Allocate
+ * response predates hook.conf (kubelet keeps a pod's responses for the pod's
+ * lifetime and reuses them when a container restarts, so after an upgrade) has no
+ * mount of it at all, not even a hidden or moved one: it gets hook.conf's defaults,
+ * and its region and limits files are checked as in any container. */
+static int plugin_conf(const char *text, struct hook_config *cfg, char *err, size_t errlen)
 {
-    if (visible_mount(text, HOOK_PRELOAD_PATH, false, &g_anchor, err, errlen) != 0)
-        return -1;
-    snprintf(g_dir, sizeof g_dir, "%s", g_anchor.root);
-    char *slash = strrchr(g_dir, '/');
-    *slash = '\0'; /* root starts with '/': "/ld.so.preload" leaves "" (the filesystem's root) */
+    if (!mountinfo_has_point(text, HOOK_CONF_PATH) &&
+        !mountinfo_has_root(text, g_dir, g_anchor.major, g_anchor.minor, "hook.conf"))
+        return config_parse_hookconf(cfg, "", 0, err, errlen);
     if (visible_mount(text, HOOK_CONF_PATH, false, &g_entry, err, errlen) != 0 ||
         from_plugin(HOOK_CONF_PATH, &g_entry, err, errlen) != 0)
         return -1;
@@ -180,7 +183,17 @@ static int check_mounts(const char *text, struct hook_config *cfg, char *err, si
                  HOOK_CONF_PATH, g_entry.root, g_dir);
         return -1;
     }
-    if (read_hook_conf(cfg, err, errlen) != 0)
+    return read_hook_conf(cfg, err, errlen);
+}
+
+static int check_mounts(const char *text, struct hook_config *cfg, char *err, size_t errlen)
+{
+    if (visible_mount(text, HOOK_PRELOAD_PATH, false, &g_anchor, err, errlen) != 0)
+        return -1;
+    snprintf(g_dir, sizeof g_dir, "%s", g_anchor.root);
+    char *slash = strrchr(g_dir, '/');
+    *slash = '\0'; /* root starts with '/': "/ld.so.preload" leaves "" (the filesystem's root) */
+    if (plugin_conf(text, cfg, err, errlen) != 0)
         return -1;
     if (plugin_file(text, HOOK_REGION_PATH, true, cfg->region_path, &cfg->has_region, err, errlen) != 0 ||
         plugin_file(text, HOOK_LIMITS_PATH, false, cfg->limits_path, &cfg->has_limits, err, errlen) != 0 ||
