@@ -215,3 +215,27 @@ func TestResponseFromBeforeHookConfKeepsItsCap(t *testing.T) {
 		t.Logf("stderr:\n%s", stderr)
 	}
 }
+
+// TestOnlyPreloadMountedUsesEnvironment: a container with the hook's
+// ld.so.preload mounted and nothing else of the plugin's (a runtime outside
+// Kubernetes, or a pre-hook.conf plugin's response for whole GPUs) has no cap
+// the environment could lift: the environment configures the hook, as it did
+// before hook.conf existed, rather than being ignored.
+func TestOnlyPreloadMountedUsesEnvironment(t *testing.T) {
+	n := newHookNode(t)
+	full := n.allocate4GiB(t)
+	host := map[string]string{}
+	resp := &pluginapi.ContainerAllocateResponse{}
+	for _, m := range full.Mounts {
+		host[m.ContainerPath] = m.HostPath
+		if m.ContainerPath == allocation.PreloadPath || m.ContainerPath == n.builder.HookLibrary {
+			resp.Mounts = append(resp.Mounts, m)
+		}
+	}
+	env := map[string]string{"TESSERA_LIMITS": host[allocation.LimitsPath], "TESSERA_REGION": host[allocation.RegionPath]}
+	out, stderr := n.runInContainer(t, resp, env, "")
+	n.wantCap(t, out)
+	if t.Failed() {
+		t.Logf("stderr:\n%s", stderr)
+	}
+}

@@ -168,12 +168,13 @@ static int plugin_file(const char *text, const char *path, bool writable, char *
 /* hook.conf: a read-only mount from beside the anchor. A container whose Allocate
  * response predates hook.conf (kubelet keeps a pod's responses for the pod's
  * lifetime and reuses them when a container restarts, so after an upgrade) has no
- * mount of it at all, not even a hidden or moved one: it gets hook.conf's defaults,
- * and its region and limits files are checked as in any container. */
-static int plugin_conf(const char *text, struct hook_config *cfg, char *err, size_t errlen)
+ * mount of it at all, not even a hidden or moved one: *present is false and cfg
+ * gets hook.conf's defaults. */
+static int plugin_conf(const char *text, struct hook_config *cfg, bool *present, char *err, size_t errlen)
 {
-    if (!mountinfo_has_point(text, HOOK_CONF_PATH) &&
-        !mountinfo_has_root(text, g_dir, g_anchor.major, g_anchor.minor, "hook.conf"))
+    *present = mountinfo_has_point(text, HOOK_CONF_PATH) ||
+               mountinfo_has_root(text, g_dir, g_anchor.major, g_anchor.minor, "hook.conf");
+    if (!*present)
         return config_parse_hookconf(cfg, "", 0, err, errlen);
     if (visible_mount(text, HOOK_CONF_PATH, false, &g_entry, err, errlen) != 0 ||
         from_plugin(HOOK_CONF_PATH, &g_entry, err, errlen) != 0)
@@ -186,14 +187,19 @@ static int plugin_conf(const char *text, struct hook_config *cfg, char *err, siz
     return read_hook_conf(cfg, err, errlen);
 }
 
+/* 1 when the mounts are the plugin's and fill cfg, 0 when only ld.so.preload is
+ * (no hook.conf, region or limits: a plugin from before hook.conf gave a container
+ * of whole GPUs nothing else, and outside Kubernetes a runtime may mount just that;
+ * neither has a cap the environment could lift), -1 when they do not check out. */
 static int check_mounts(const char *text, struct hook_config *cfg, char *err, size_t errlen)
 {
+    bool conf;
     if (visible_mount(text, HOOK_PRELOAD_PATH, false, &g_anchor, err, errlen) != 0)
         return -1;
     snprintf(g_dir, sizeof g_dir, "%s", g_anchor.root);
     char *slash = strrchr(g_dir, '/');
     *slash = '\0'; /* root starts with '/': "/ld.so.preload" leaves "" (the filesystem's root) */
-    if (plugin_conf(text, cfg, err, errlen) != 0)
+    if (plugin_conf(text, cfg, &conf, err, errlen) != 0)
         return -1;
     if (plugin_file(text, HOOK_REGION_PATH, true, cfg->region_path, &cfg->has_region, err, errlen) != 0 ||
         plugin_file(text, HOOK_LIMITS_PATH, false, cfg->limits_path, &cfg->has_limits, err, errlen) != 0 ||
@@ -205,7 +211,7 @@ static int check_mounts(const char *text, struct hook_config *cfg, char *err, si
                  HOOK_REGION_PATH);
         return -1;
     }
-    return 0;
+    return conf || cfg->has_region || cfg->has_limits || cfg->has_core_limits ? 1 : 0;
 }
 
 int container_config(struct hook_config *cfg, char *err, size_t errlen)
@@ -223,7 +229,7 @@ int container_config(struct hook_config *cfg, char *err, size_t errlen)
     bool ours = mountinfo_has_root(text, NULL, 0, 0, "ld.so.preload");
     for (size_t i = 0; i < sizeof plugin_paths / sizeof plugin_paths[0] && !ours; i++)
         ours = mountinfo_has_point(text, plugin_paths[i]);
-    int r = ours ? (check_mounts(text, cfg, err, errlen) == 0 ? 1 : -1) : 0;
+    int r = ours ? check_mounts(text, cfg, err, errlen) : 0;
     free(text);
     return r;
 }
