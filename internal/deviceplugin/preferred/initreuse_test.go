@@ -45,3 +45,18 @@ func TestInitContainerPlacedWhereItsAppContainerFits(t *testing.T) {
 			"another GPU had room for both", resource.GPUsOf(initIDs), len(appIDs), resource.GPUsOf(appIDs))
 	}
 }
+
+// TestSidecarPlacedByItsOwnSize: a sidecar (an init container that keeps
+// running) hands nothing on, so it is binpacked by its own request.
+func TestSidecarPlacedByItsOwnSize(t *testing.T) {
+	f := newFixture(t, configv1.PlacementBinpack, false)
+	pod := pendingPod("p", "app", map[string]int64{resource.Memory: 8})
+	always := corev1.ContainerRestartPolicyAlways
+	pod.Spec.InitContainers = []corev1.Container{{Name: "sidecar", RestartPolicy: &always, Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{resource.Memory: *apiresource.NewQuantity(4, apiresource.DecimalSI)}}}}
+	f.c.Pods = staticSource{pod}
+	ids := f.c.Preferred(resource.Memory, f.available(resource.Memory, map[int]int{0: 74}), nil, 4)
+	if g := resource.GPUsOf(ids); len(ids) != 4 || len(g) != 1 || g[0] != f.gpus[0].UUID {
+		t.Fatalf("sidecar: proposed %d IDs on %v, want 4 on the fullest GPU that fits, %s", len(ids), g, f.gpus[0].UUID)
+	}
+}

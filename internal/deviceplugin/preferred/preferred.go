@@ -177,11 +177,14 @@ func (c *Chooser) withContainer(cand *Candidate, res string, kind resource.Kind,
 // should have free: kubelet hands a regular init container's IDs on to the
 // pod's later containers (as mustInclude), so the largest later request of
 // res must fit beside them, or a single-GPU container would be spread over
-// two GPUs and refused. size for any other container.
+// two GPUs and refused. size for any other container, sidecars included.
 func reusedUpTo(cand *Candidate, res string, size int) int {
 	for i, ic := range cand.Pod.Spec.InitContainers {
 		if ic.Name != cand.Ref.Container {
 			continue
+		}
+		if ic.RestartPolicy != nil && *ic.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			return size // a sidecar keeps its IDs for itself
 		}
 		need := size
 		for _, later := range pods.Containers(cand.Pod)[i+1:] {
