@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/tessera-gpu/tessera/internal/gpu/gputest"
 )
@@ -31,4 +32,23 @@ func preloadInode(t *testing.T, path string) uint64 {
 		t.Fatal(err)
 	}
 	return st.Sys().(*syscall.Stat_t).Ino
+}
+
+// TestNoSecondRegistrationWhileConnected: kubelet v1.37 refuses to
+// register a socket it is connected to ("device plugin already
+// connected"). After one server lost its socket, only that server
+// registers again, once; the others do not.
+func TestNoSecondRegistrationWhileConnected(t *testing.T) {
+	e := newEnv(t, gputest.DGXH100)
+	e.start()
+	os.Remove(e.d.Plugin.Server("tessera.io/gpu-mem").Socket())
+	if regs := e.kubelet.awaitRegistrations(t, 1); regs["tessera.io/gpu-mem"] == nil {
+		t.Fatalf("registrations after the socket loss: %v", regs)
+	}
+	// Several registration periods (50 ms in tests) pass without another.
+	select {
+	case r := <-e.kubelet.regs:
+		t.Fatalf("%s registered again while kubelet is connected to it", r.ResourceName)
+	case <-time.After(400 * time.Millisecond):
+	}
 }

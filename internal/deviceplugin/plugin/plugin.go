@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -114,7 +115,18 @@ func (p *Plugin) Run(ctx context.Context) error {
 	if err := w.Add(p.Dir); err != nil {
 		return fmt.Errorf("watch %s: %w", p.Dir, err)
 	}
-	registered := p.register(ctx)
+	// resource → the kubelet instance it is registered with. Kubelet
+	// v1.37 refuses a second registration of a socket it is connected to
+	// ("device plugin already connected"), so only servers that are new
+	// to the current kubelet register.
+	regs := map[string]kubeletInstance{}
+	refresh := func() {
+		for _, s := range p.restartMissing() {
+			delete(regs, s.Resource())
+		}
+		p.registerNew(ctx, regs)
+	}
+	refresh()
 	tick := time.NewTicker(p.Retry)
 	defer tick.Stop()
 	for {
@@ -124,58 +136,71 @@ func (p *Plugin) Run(ctx context.Context) error {
 		case ev := <-w.Events:
 			if ev.Name == p.KubeletSocket() && ev.Has(fsnotify.Create) {
 				p.Log.Info("kubelet socket recreated; registering again")
-				p.restartMissing()
-				registered = p.register(ctx)
-			} else if ev.Has(fsnotify.Remove) && p.ours(ev.Name) {
-				registered = false
+				refresh()
 			}
 		case s := <-added:
 			if err := s.Start(); err != nil {
 				p.Log.Error("start server", "resource", s.Resource(), "err", err)
 			}
-			if err := s.Register(ctx, p.KubeletSocket()); err != nil {
-				p.Log.Warn("registration failed; will retry", "resource", s.Resource(), "err", err)
-				registered = false
-			} else {
-				p.Log.Info("registered new resource with kubelet", "resource", s.Resource())
-				p.signalRegistered()
-			}
+			refresh()
 		case err := <-w.Errors:
 			p.Log.Warn("socket directory watch error", "err", err)
 		case <-tick.C:
-			if restarted := p.restartMissing(); len(restarted) > 0 && registered {
-				// No removal was seen (a server added while running, or a
-				// missed event): the others are registered and serving.
-				registered = p.registerServers(ctx, restarted)
-			}
-			if !registered {
-				registered = p.register(ctx)
-			}
+			refresh()
 		}
 	}
 }
 
-func (p *Plugin) register(ctx context.Context) bool {
-	return p.registerServers(ctx, p.servers())
+// kubeletInstance tells one kubelet from the next: its registration
+// socket's inode and creation time (a restarted kubelet creates a new
+// socket, whose inode number may be reused).
+type kubeletInstance struct {
+	ino     uint64
+	created int64
 }
 
-func (p *Plugin) registerServers(ctx context.Context, servers []*server.Server) bool {
-	if _, err := os.Stat(p.KubeletSocket()); err != nil {
-		return false
+func (p *Plugin) kubelet() (kubeletInstance, bool) {
+	st, err := os.Stat(p.KubeletSocket())
+	if err != nil {
+		return kubeletInstance{}, false
 	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return kubeletInstance{created: st.ModTime().UnixNano()}, true
+	}
+	return kubeletInstance{ino: sys.Ino, created: st.ModTime().UnixNano()}, true
+}
+
+// registerNew registers the servers the current kubelet does not know
+// (all of them after a kubelet restart, a restarted or added server
+// otherwise) and records them in regs.
+func (p *Plugin) registerNew(ctx context.Context, regs map[string]kubeletInstance) {
+	k, ok := p.kubelet()
+	if !ok {
+		return
+	}
+	var done []string
 	var errs []error
-	for _, s := range servers {
+	for _, s := range p.servers() {
+		if have, ok := regs[s.Resource()]; ok && have == k {
+			continue
+		}
 		if err := s.Register(ctx, p.KubeletSocket()); err != nil {
 			errs = append(errs, err)
+			continue
 		}
+		regs[s.Resource()] = k
+		done = append(done, s.Resource())
 	}
 	if err := errors.Join(errs...); err != nil {
 		p.Log.Warn("registration failed; will retry", "err", err)
-		return false
 	}
-	p.Log.Info("registered with kubelet", "resources", len(servers))
-	p.signalRegistered()
-	return true
+	if len(done) > 0 {
+		p.Log.Info("registered with kubelet", "resources", done)
+		if len(errs) == 0 {
+			p.signalRegistered()
+		}
+	}
 }
 
 func (p *Plugin) signalRegistered() {
@@ -185,15 +210,6 @@ func (p *Plugin) signalRegistered() {
 		default:
 		}
 	}
-}
-
-func (p *Plugin) ours(path string) bool {
-	for _, s := range p.servers() {
-		if s.Socket() == path {
-			return true
-		}
-	}
-	return false
 }
 
 // restartMissing restarts the servers whose socket is gone (kubelet wipes
