@@ -397,13 +397,45 @@ func ensureFile(path string, data []byte) error {
 	return writeFileAtomic(path, data)
 }
 
+// syncFile flushes a file or directory to disk; a variable so that a test
+// can make it fail.
+var syncFile = (*os.File).Sync
+
+// writeFileAtomic replaces path with data: written and flushed to a
+// temporary file, renamed over path, then the directory flushed. A crash or
+// power loss leaves the old content or the new one, never an empty or
+// partial file, which containers restarted before the plugin would mount
+// (an empty ld.so.preload loads no hook). On error path is left as it was.
 func writeFileAtomic(path string, data []byte) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, readableByAll); err != nil {
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, readableByAll)
+	if err != nil {
 		return err
 	}
-	if err := os.Chmod(tmp, readableByAll); err != nil {
+	_, err = f.Write(data)
+	if err == nil {
+		err = syncFile(f)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, readableByAll)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
 		return err
 	}
-	return os.Rename(tmp, path)
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("flush the directory of %s: %w", path, err)
+	}
+	defer dir.Close()
+	if err := syncFile(dir); err != nil {
+		return fmt.Errorf("flush the directory of %s: %w", path, err)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package allocation
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,5 +108,41 @@ func TestPreloadFileRepaired(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(path, "keep")); err != nil {
 		t.Fatalf("directory content lost: %v", err)
+	}
+}
+
+// TestPreloadFileFlushedBeforeReplace: the new content reaches the disk
+// before it is renamed over the old file. Without the flush a power loss can
+// leave an empty ld.so.preload, which containers restarted before the plugin
+// mount: no hook, no cap. A failed flush must leave the old file in place.
+func TestPreloadFileFlushedBeforeReplace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ld.so.preload")
+	if err := ensureFile(path, []byte("/old/libtessera-hook.so\n")); err != nil {
+		t.Fatal(err)
+	}
+	synced := map[string]bool{}
+	defer func(orig func(*os.File) error) { syncFile = orig }(syncFile)
+	syncFile = func(f *os.File) error {
+		synced[f.Name()] = true
+		return errors.New("EIO")
+	}
+	if err := ensureFile(path, []byte("/new/libtessera-hook.so\n")); err == nil {
+		t.Error("a failed flush was not reported")
+	}
+	if !synced[path+".tmp"] {
+		t.Errorf("the new content was not flushed before the rename (flushed: %v)", synced)
+	}
+	if got := readString(t, path); got != "/old/libtessera-hook.so\n" {
+		t.Errorf("after a failed flush the file holds %q, want the old content", got)
+	}
+	if _, err := os.Stat(path + ".tmp"); !os.IsNotExist(err) {
+		t.Errorf("temporary file left behind: %v", err)
+	}
+	syncFile = func(f *os.File) error { synced[f.Name()] = true; return nil }
+	if err := ensureFile(path, []byte("/new/libtessera-hook.so\n")); err != nil {
+		t.Fatal(err)
+	}
+	if !synced[filepath.Dir(path)] {
+		t.Errorf("the directory was not flushed after the rename (flushed: %v)", synced)
 	}
 }
