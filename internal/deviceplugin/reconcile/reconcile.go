@@ -12,8 +12,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -29,6 +27,8 @@ import (
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/ledger"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/pods"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
+	"github.com/tessera-gpu/tessera/internal/hostproc"
+	"github.com/tessera-gpu/tessera/internal/statedir"
 )
 
 // Lister is the part of the PodResources API used here.
@@ -72,9 +72,9 @@ type Reconciler struct {
 	// gap between Allocate and the container showing up in PodResources.
 	GCGrace time.Duration
 
-	mu       sync.Mutex
-	reported map[string]string    // pod/container/resource → mismatch already counted
-	missing  map[string]time.Time // state dir key → first read-back without it
+	mu        sync.Mutex
+	reported  map[string]string // pod/container/resource → mismatch already counted
+	collector *statedir.Collector
 }
 
 // Run reconciles every interval until ctx ends.
@@ -336,39 +336,25 @@ func Mismatched(want *annotations.ContainerAssignment, got *annotations.Containe
 	return out
 }
 
-// collectGarbage removes state directories that no container has
-// referenced for the whole grace period, across read-backs, and that are
-// older than it (a fresh Allocate may not be in PodResources yet; a kubelet
-// restarting may briefly report no pods).
+// collectGarbage removes the state directories of containers that no longer
+// exist, by the node's one collection rule (statedir.Collector): unreferenced
+// for the whole grace period, older than it, and no live process in the region.
 func (r *Reconciler) collectGarbage(live map[string]bool) {
-	dir := filepath.Join(r.Builder.StateDir, "containers")
-	entries, err := os.ReadDir(dir)
+	r.mu.Lock()
+	if r.collector == nil {
+		r.collector = &statedir.Collector{StateDir: r.Builder.StateDir, Grace: r.GCGrace, Log: r.Log}
+	}
+	c := r.collector
+	r.mu.Unlock()
+	c.Grace = r.GCGrace
+	procRoot := r.Builder.ProcRoot
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	procs, err := hostproc.Scan(procRoot)
 	if err != nil {
+		r.Log.Warn("state directory collection skipped: process table unreadable", "err", err)
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.missing == nil {
-		r.missing = map[string]time.Time{}
-	}
-	now := time.Now()
-	for _, e := range entries {
-		if live[e.Name()] {
-			delete(r.missing, e.Name())
-			continue
-		}
-		since, seen := r.missing[e.Name()]
-		if !seen {
-			r.missing[e.Name()] = now
-			since = now
-		}
-		info, err := e.Info()
-		if err != nil || now.Sub(info.ModTime()) < r.GCGrace || now.Sub(since) < r.GCGrace {
-			continue
-		}
-		delete(r.missing, e.Name())
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err == nil {
-			r.Log.Info("removed state of a finished container", "key", e.Name())
-		}
-	}
+	c.Collect(live, procs.Alive)
 }
