@@ -32,7 +32,7 @@ type Watcher struct {
 	// OnXid, when set, sees every Xid event, ignored ones included, with the
 	// physical GPU it happened on ("" when the driver did not say).
 	OnXid func(uuid string, xid uint64)
-	now    func() time.Time
+	now   func() time.Time
 }
 
 const watchedEvents = nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError

@@ -37,7 +37,9 @@ type Agent struct {
 	Reader   *accounting.Reader
 	Reaper   *reaper.Reaper
 	// Enforcer runs the out-of-band check (nil: off).
-	Enforcer interface{ Run(ctx context.Context, interval time.Duration) }
+	Enforcer interface {
+		Run(ctx context.Context, interval time.Duration)
+	}
 }
 
 // New builds an agent from a validated configuration.

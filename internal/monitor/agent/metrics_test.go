@@ -61,7 +61,7 @@ func TestMetricsForSeveralContainers(t *testing.T) {
 	watching := make(chan struct{})
 	go func() { ag.HealthWatcher().Run(ctx); close(watching) }()
 	t.Cleanup(func() { cancel(); <-watching }) // before NVML shuts down
-	time.Sleep(300 * time.Millisecond) // the watcher registers its events
+	time.Sleep(300 * time.Millisecond)         // the watcher registers its events
 	if err := fakegpu.InjectXid(filepath.Join(n.dir, "fakegpu.state"), 1, 79); err != nil {
 		t.Fatal(err)
 	}
