@@ -57,12 +57,11 @@ type EnforcementConfig struct {
 	// slot yet; a container's usage may pass its cap by a context briefly).
 	Grace Duration `json:"grace"`
 	// ToleranceMiB is added to every cap before comparing it with what the
-	// driver says a container holds (contexts and modules the hook does not
-	// charge unless contextReserveMiB is set).
+	// driver says a container holds, and is what a process outside any
+	// region may hold (contexts and modules, which the hook does not charge
+	// unless the plugin's contextReserveMiB is set; a hooked process holds a
+	// context before its first charge claims a slot).
 	ToleranceMiB int `json:"toleranceMiB"`
-	// HookLibrary is the file name of the hook; a process that maps it is
-	// not counted as bypassing before it has claimed a slot.
-	HookLibrary string `json:"hookLibrary"`
 	// Events posts a Warning Event on the pod when the in-cluster API
 	// configuration is available.
 	Events bool `json:"events"`
@@ -84,7 +83,6 @@ func DefaultMonitor() *MonitorConfig {
 			Interval:     Duration{2 * time.Second},
 			Grace:        Duration{30 * time.Second},
 			ToleranceMiB: 0,
-			HookLibrary:  "libtessera-hook.so",
 			Events:       true,
 		},
 		Health: HealthConfig{Enabled: true, IgnoredXids: append([]uint64(nil), DefaultIgnoredXids...)},
@@ -161,9 +159,6 @@ func (c *MonitorConfig) Validate() error {
 	}
 	if c.Enforcement.ToleranceMiB < 0 {
 		bad("enforcement.toleranceMiB", "negative %d", c.Enforcement.ToleranceMiB)
-	}
-	if c.Enforcement.HookLibrary == "" || strings.Contains(c.Enforcement.HookLibrary, "/") {
-		bad("enforcement.hookLibrary", "%q must be a file name (no directory)", c.Enforcement.HookLibrary)
 	}
 	if c.Health.RecoverAfter.Duration < 0 {
 		bad("health.recoverAfter", "negative %s", c.Health.RecoverAfter.Duration)

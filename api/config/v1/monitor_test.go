@@ -35,10 +35,10 @@ func TestMonitorConfigErrorsNameTheField(t *testing.T) {
 	c.NodeName = ""
 	c.StateDir = "rel"
 	c.Enforcement.Policy = "shoot"
-	c.Enforcement.HookLibrary = "/a/b.so"
+	c.Enforcement.ToleranceMiB = -1
 	c.ReapInterval = Duration{}
 	err := c.Validate()
-	for _, field := range []string{"nodeName", "stateDir", "enforcement.policy", "enforcement.hookLibrary", "reapInterval"} {
+	for _, field := range []string{"nodeName", "stateDir", "enforcement.policy", "enforcement.toleranceMiB", "reapInterval"} {
 		if err == nil || !strings.Contains(err.Error(), field+":") {
 			t.Errorf("Validate: %v, want %s named", err, field)
 		}

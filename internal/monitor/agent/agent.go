@@ -19,7 +19,9 @@ import (
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/health"
+	"github.com/tessera-gpu/tessera/internal/hostproc"
 	"github.com/tessera-gpu/tessera/internal/monitor/accounting"
+	"github.com/tessera-gpu/tessera/internal/monitor/enforce"
 	"github.com/tessera-gpu/tessera/internal/monitor/gpus"
 	"github.com/tessera-gpu/tessera/internal/monitor/identity"
 	"github.com/tessera-gpu/tessera/internal/monitor/metrics"
@@ -55,6 +57,14 @@ func New(cfg *configv1.MonitorConfig, log *slog.Logger, source identity.Source, 
 		counters.ReapedSlots.Add(float64(procs))
 		counters.ReapedBytes.Add(float64(bytes))
 	}}
+	if node != nil {
+		a.Enforcer = &enforce.Enforcer{Config: cfg.Enforcement, ProcRoot: cfg.ProcRoot, GPUs: node, Owner: a.Identity.Owner, Log: log,
+			// Its own reader: the scrape's reader counts the skips.
+			Reader:   &accounting.Reader{StateDir: cfg.StateDir, Log: log},
+			OnDetect: func(v enforce.Violation) { counters.Bypass.WithLabelValues(v.Kind).Inc() },
+			OnKill:   func(hostproc.Process) { counters.Kills.Inc() },
+		}
+	}
 	c := &metrics.Collector{Node: cfg.NodeName, Reader: a.Reader, Owner: a.Identity.Owner}
 	if node != nil {
 		c.GPUs = node

@@ -210,13 +210,16 @@ func mkdir(t *testing.T, dir string) {
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // agentFor builds an agent over the node (identity from the node's listing).
-func (n *node) agentFor(log *slog.Logger, g *gpus.Node) *Agent {
+func (n *node) agentFor(log *slog.Logger, g *gpus.Node, configure ...func(*configv1.MonitorConfig)) *Agent {
 	cfg := configv1.DefaultMonitor()
 	cfg.NodeName = "node-a"
 	cfg.StateDir = n.stateDir
 	cfg.ListenAddress = "127.0.0.1:0"
 	cfg.ReapInterval = configv1.Duration{Duration: 20 * time.Millisecond}
 	cfg.IdentityInterval = configv1.Duration{Duration: 20 * time.Millisecond}
+	for _, f := range configure {
+		f(cfg)
+	}
 	a := New(cfg, log, n.source, g)
 	if err := a.Identity.Refresh(n.t.Context()); err != nil {
 		n.t.Fatal(err)

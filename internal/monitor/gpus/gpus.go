@@ -113,6 +113,21 @@ func (n *Node) Sample(d Device) Sample {
 	return s
 }
 
+// Processes lists the compute processes the driver sees on a GPU, with the
+// device memory each holds. It reads nothing else (NVML's utilisation is
+// computed between one caller's reads, which the scrape owns).
+func (n *Node) Processes(d Device) ([]Process, error) {
+	ps, ret := d.handle.GetComputeRunningProcesses()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("GPU %s running processes: %v", d.UUID, ret)
+	}
+	out := make([]Process, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, Process{PID: p.Pid, UsedBytes: p.UsedGpuMemory})
+	}
+	return out, nil
+}
+
 // SetHealth records a health change (health.Target).
 func (n *Node) SetHealth(uuid string, healthy bool, _ string) bool {
 	n.mu.Lock()
