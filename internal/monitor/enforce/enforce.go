@@ -199,6 +199,13 @@ func (e *Enforcer) Check() ([]Violation, error) {
 			if !known {
 				hp = hostproc.Process{PID: p.PID}
 			}
+			if acc.contested[p.PID] {
+				// Slots of two regions claim it: one was forged by a
+				// container to pull another's process into its account.
+				// Judge neither, never kill it; the log says so.
+				e.Log.Warn("a process is claimed by the slots of two containers' regions; not judged", "pid", p.PID, "gpu", d.UUID)
+				continue
+			}
 			key, hooked := acc.hooked[p.PID]
 			if !hooked && known && acc.linkable(hp.Cgroup) {
 				key = acc.byCgroup[hp.Cgroup]
@@ -252,16 +259,18 @@ func (e *Enforcer) overCap(uuid string, usage map[string]*Violation, acc *attrib
 
 // attribution links host processes to the state directories that account for them.
 type attribution struct {
-	hooked   map[uint32]string            // host pid → key of the region with its slot
-	byCgroup map[string]string            // cgroup of a hooked process → its key
-	caps     map[string]map[string]uint64 // key → GPU → cap
-	managed  map[string]bool              // GPUs some allocation names
-	ownGroup string
+	hooked    map[uint32]string            // host pid → key of the region with its slot
+	contested map[uint32]bool              // host pids with slots in two regions
+	byCgroup  map[string]string            // cgroup of a hooked process → its key
+	caps      map[string]map[string]uint64 // key → GPU → cap
+	managed   map[string]bool              // GPUs some allocation names
+	ownGroup  string
 }
 
 func newAttribution(tab *hostproc.Table, allocs []accounting.Allocation, ownCgroup string) *attribution {
-	a := &attribution{hooked: map[uint32]string{}, byCgroup: map[string]string{}, caps: map[string]map[string]uint64{},
-		managed: map[string]bool{}, ownGroup: ownCgroup}
+	a := &attribution{hooked: map[uint32]string{}, contested: map[uint32]bool{}, byCgroup: map[string]string{},
+		caps: map[string]map[string]uint64{}, managed: map[string]bool{}, ownGroup: ownCgroup}
+	claims := map[uint32]map[string]bool{} // host pid → keys whose slots match it
 	for _, al := range allocs {
 		for _, g := range al.GPUs {
 			a.managed[g.UUID] = true
@@ -274,11 +283,37 @@ func newAttribution(tab *hostproc.Table, allocs []accounting.Allocation, ownCgro
 			a.caps[al.Entry.Key][g.UUID] = g.MemLimitBytes
 		}
 		for _, slot := range al.Procs {
+			// Pids are per namespace: one slot can match processes of
+			// several containers (the same pid and start tick). All are
+			// claimed; a process claimed twice is contested below.
 			for _, hp := range tab.Match(slot.PID, slot.StartTime) {
-				a.hooked[hp.PID] = al.Entry.Key
-				if a.linkable(hp.Cgroup) {
-					a.byCgroup[hp.Cgroup] = al.Entry.Key
+				if claims[hp.PID] == nil {
+					claims[hp.PID] = map[string]bool{}
 				}
+				claims[hp.PID][al.Entry.Key] = true
+			}
+		}
+	}
+	groups := map[string]map[string]bool{} // cgroup → keys of its uncontested hooked processes
+	for pid, keys := range claims {
+		if len(keys) > 1 {
+			a.contested[pid] = true
+			continue
+		}
+		for key := range keys {
+			a.hooked[pid] = key
+			if hp, ok := tab.Get(pid); ok && a.linkable(hp.Cgroup) {
+				if groups[hp.Cgroup] == nil {
+					groups[hp.Cgroup] = map[string]bool{}
+				}
+				groups[hp.Cgroup][key] = true
+			}
+		}
+	}
+	for cg, keys := range groups {
+		if len(keys) == 1 { // a cgroup two regions claim stands for neither
+			for key := range keys {
+				a.byCgroup[cg] = key
 			}
 		}
 	}
