@@ -25,3 +25,10 @@ func Guard(path string, f func()) (err error) {
 	f()
 	return nil
 }
+
+// Check validates the header of an open region again: the container can
+// rewrite it while it is mapped. Call it under Guard.
+func (r *Region) Check() error { return r.validate() }
+
+// Check validates the header of an open limits file again. Call it under Guard.
+func (l *Limits) Check() error { return l.validate() }

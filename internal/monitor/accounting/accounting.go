@@ -86,10 +86,16 @@ type Reader struct {
 
 	mu     sync.Mutex
 	logged map[string]string // key/file → reason last logged
+	maps   mappings
+	// reading serialises whole reads: one read must not unmap a file
+	// another is reading.
+	reading sync.Mutex
 }
 
 // ReadAll reads every entry; entries whose files are unusable are left out.
 func (r *Reader) ReadAll() ([]Allocation, error) {
+	r.reading.Lock()
+	defer r.reading.Unlock()
 	entries, err := statedir.List(r.StateDir)
 	if err != nil {
 		return nil, err
@@ -102,6 +108,7 @@ func (r *Reader) ReadAll() ([]Allocation, error) {
 		}
 	}
 	r.forget(entries)
+	r.maps.keepOnly(entries)
 	return out, nil
 }
 
@@ -125,18 +132,25 @@ func (r *Reader) Read(e statedir.Entry) (Allocation, bool) {
 }
 
 func (r *Reader) readMemory(a *Allocation) error {
-	limits, err := readLimits(a.Entry.Limits())
+	limits, err := r.readLimits(a.Entry.Limits())
 	if err != nil {
 		return r.skip(a.Entry.Key, statedir.LimitsFile, err)
 	}
 	var u region.Usage
 	path := a.Entry.Region()
-	reg, err := region.OpenRegion(path)
+	reg, err := r.maps.region(path)
 	if err != nil {
 		return r.skip(a.Entry.Key, statedir.RegionFile, err)
 	}
-	defer reg.Close()
-	if err := region.Guard(path, func() { u = reg.Usage() }); err != nil {
+	if err := region.Guard(path, func() {
+		if err = reg.Check(); err == nil {
+			u = reg.Usage()
+		}
+	}); err != nil {
+		r.maps.drop(path)
+		return r.skip(a.Entry.Key, statedir.RegionFile, err)
+	}
+	if err != nil {
 		return r.skip(a.Entry.Key, statedir.RegionFile, err)
 	}
 	for i, l := range limits {
@@ -151,7 +165,7 @@ func (r *Reader) readMemory(a *Allocation) error {
 }
 
 func (r *Reader) readCore(a *Allocation) error {
-	limits, err := readLimits(a.Entry.CoreLimits())
+	limits, err := r.readLimits(a.Entry.CoreLimits())
 	if err != nil {
 		return r.skip(a.Entry.Key, statedir.CoreLimitsFile, err)
 	}
@@ -162,14 +176,21 @@ func (r *Reader) readCore(a *Allocation) error {
 }
 
 // readLimits reads a limits file under Guard.
-func readLimits(path string) ([]region.DeviceLimit, error) {
-	l, err := region.OpenLimits(path)
+func (r *Reader) readLimits(path string) ([]region.DeviceLimit, error) {
+	l, err := r.maps.limits(path)
 	if err != nil {
 		return nil, err
 	}
-	defer l.Close()
 	var devs []region.DeviceLimit
-	if err := region.Guard(path, func() { devs = l.Devices() }); err != nil {
+	if gerr := region.Guard(path, func() {
+		if err = l.Check(); err == nil {
+			devs = l.Devices()
+		}
+	}); gerr != nil {
+		r.maps.drop(path)
+		return nil, gerr
+	}
+	if err != nil {
 		return nil, err
 	}
 	for i, d := range devs {

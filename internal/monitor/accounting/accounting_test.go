@@ -94,6 +94,30 @@ func TestBadFilesAreSkippedWithALogLineAndACount(t *testing.T) {
 	}
 }
 
+// A container shrinks its region while the monitor keeps it mapped: the next
+// read faults, which costs one skipped file, not the monitor.
+func TestRegionShrunkWhileMappedIsSkipped(t *testing.T) {
+	state := t.TempDir()
+	e := validEntry(t, state, "mem-0000000000000003")
+	var skips []Skip
+	r := &Reader{StateDir: state, Log: slog.New(slog.NewTextHandler(discard{}, nil)), OnSkip: func(s Skip) { skips = append(skips, s) }}
+	if allocs, _ := r.ReadAll(); len(allocs) != 1 {
+		t.Fatal("the valid entry did not read")
+	}
+	if err := os.Truncate(e.Region(), 4096); err != nil {
+		t.Fatal(err)
+	}
+	if allocs, _ := r.ReadAll(); len(allocs) != 0 || len(skips) != 1 || skips[0].Reason != SkipTruncated {
+		t.Fatalf("after shrinking: %d allocations, skips %+v", len(allocs), skips)
+	}
+	// Restored (the plugin recreates it): read again.
+	os.Remove(e.Region())
+	validEntry(t, state, "mem-0000000000000003")
+	if allocs, _ := r.ReadAll(); len(allocs) != 1 {
+		t.Fatalf("a recreated region is not read: skips %+v", skips)
+	}
+}
+
 // FuzzReadRegion overlays arbitrary bytes on the start of a valid region (its
 // header and first slots), optionally cut short, and reads it the way a scrape
 // does: it must be skipped with a reason or read, never crash, and a file

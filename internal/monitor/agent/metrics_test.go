@@ -99,6 +99,7 @@ func TestMetricsForSeveralContainers(t *testing.T) {
 		{"tessera_gpu_processes", map[string]string{"gpu_uuid": u0}, 2},
 		{"tessera_gpu_processes", map[string]string{"gpu_uuid": u1}, 2},
 		{"tessera_gpu_healthy", map[string]string{"gpu_uuid": u0}, 1},
+		{"tessera_gpu_info", map[string]string{"gpu_uuid": u1, "gpu_index": "1", "model": "GPU Beta", "node": "node-a"}, 1},
 		{"tessera_monitor_allocations", map[string]string{"owned": "true"}, 3},
 		{"tessera_monitor_allocations", map[string]string{"owned": "false"}, 1},
 	}
