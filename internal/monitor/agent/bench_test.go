@@ -141,7 +141,9 @@ func TestBenchReapLatency(t *testing.T) {
 		p.ok("init")
 		p.ok("ctx 0")
 		p.ok("alloc x 67108864")
-		time.Sleep(time.Duration(len(ms)*137%1000) * time.Millisecond) // spread the kills over the interval
+		// A process that has lived past one reap pass (any real one): the
+		// reaper watches it. Kills are spread over the interval.
+		time.Sleep(time.Second + time.Duration(len(ms)*137%1000)*time.Millisecond)
 		began := time.Now()
 		p.cmd.Process.Kill()
 		p.cmd.Wait()
