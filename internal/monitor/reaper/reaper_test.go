@@ -69,7 +69,7 @@ func TestCorruptRegionIsSkipped(t *testing.T) {
 	state := t.TempDir()
 	path := mkRegion(t, state, regiontest.Slot{PID: 41, StartTime: 5, UsedBytes: map[int]uint64{0: 7}})
 	os.Truncate(path, 1000)
-	r := &Reaper{StateDir: state, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	r := &Reaper{StateDir: state, ProcRoot: "/proc", Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if procs, _, err := r.Once(); procs != 0 || err != nil {
 		t.Fatalf("%d, %v", procs, err)
 	}
