@@ -5,8 +5,10 @@ package agent
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -19,6 +21,7 @@ import (
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
 	"github.com/tessera-gpu/tessera/internal/hostproc"
 	"github.com/tessera-gpu/tessera/internal/monitor/identity"
+	"github.com/tessera-gpu/tessera/internal/monitor/identity/identitytest"
 	"github.com/tessera-gpu/tessera/internal/region"
 	"github.com/tessera-gpu/tessera/internal/region/regiontest"
 	"github.com/tessera-gpu/tessera/internal/statedir"
@@ -156,4 +159,60 @@ func TestBenchReapLatency(t *testing.T) {
 		ms = append(ms, float64(time.Since(began).Microseconds())/1000)
 	}
 	bench("monitor.reap_latency_ms", median(ms), "ms")
+}
+
+// TestBenchRSS runs the real binary (TESSERA_MONITOR_BIN) on the 100 × 8 node
+// with PodResources over a socket, scrapes it, and reports its peak RSS.
+func TestBenchRSS(t *testing.T) {
+	bin := os.Getenv("TESSERA_MONITOR_BIN")
+	if bin == "" {
+		t.Fatal("TESSERA_MONITOR_BIN must name the vgpu-monitor binary (make bench-monitor sets it)")
+	}
+	n := newNode(t)
+	n.devices = eightGPUs
+	t.Setenv("FAKEGPU_DEVICES", eightGPUs)
+	fillNode(t, n, 100)
+	socket := filepath.Join(n.dir, "kubelet.sock")
+	identitytest.Serve(t, socket, n.listing)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(bin, "--node-name", "bench", "--state-dir", n.stateDir, "--pod-resources-socket", socket,
+		"--listen-address", addr, "--nvml-library", filepath.Join(libDir, "fakegpu", "libnvidia-ml.so.1"))
+	cmd.Env = append(os.Environ(), "FAKEGPU_DEVICES="+eightGPUs)
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+	url := "http://" + addr
+	eventually(t, 20*time.Second, "the binary ready", func() bool {
+		resp, err := http.Get(url + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	for range 20 {
+		if got := len(scrape(t, url)["tessera_container_gpu_memory_used_bytes"].GetMetric()); got != 800 {
+			t.Fatalf("%d container-GPU series from the binary, want 800", got)
+		}
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb float64
+			fmt.Sscanf(strings.TrimSpace(rest), "%f", &kb)
+			bench("monitor.rss_mib", kb/1024, "MiB")
+			return
+		}
+	}
+	t.Fatal("no VmHWM in /proc/<pid>/status")
 }
