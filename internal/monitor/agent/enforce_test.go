@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
 	"github.com/tessera-gpu/tessera/internal/hostproc"
+	"github.com/tessera-gpu/tessera/internal/monitor/identity"
 	"github.com/tessera-gpu/tessera/internal/region/regiontest"
 )
 
@@ -128,11 +130,23 @@ func TestUnderReportingRegionIsCaughtByTheDriversCount(t *testing.T) {
 	g := n.openGPUs()
 	var log syncLog
 	ag := n.agentFor(slog.New(slog.NewTextHandler(&log, nil)), g, enforcing(configv1.PolicyReport))
+	events := make(chan string, 4)
+	ag.Enforcer.Event = func(_ context.Context, o identity.Owner, reason, msg string) {
+		events <- o.String() + " " + reason + ": " + msg
+	}
 	url := start(t, ag)
 	eventually(t, 10*time.Second, "over_cap reported", func() bool {
 		v, _ := value(scrape(t, url), "tessera_monitor_bypass_detections_total", map[string]string{"kind": "over_cap"})
 		return v == 1
 	})
+	select {
+	case ev := <-events:
+		if !strings.HasPrefix(ev, "ns/sly/c TesseraGPUMemoryViolation: ") {
+			t.Errorf("event %q", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("no Event for the pod")
+	}
 	if !strings.Contains(log.String(), "ns/sly/c holds 419430400 bytes") {
 		t.Errorf("log does not name the container and the driver's count:\n%s", log.String())
 	}
