@@ -38,10 +38,8 @@ type Agent struct {
 	Counters *metrics.Agent
 	Reader   *accounting.Reader
 	Reaper   *reaper.Reaper
-	// Enforcer runs the out-of-band check (nil: off).
-	Enforcer interface {
-		Run(ctx context.Context, interval time.Duration)
-	}
+	// Enforcer is the out-of-band check (nil without NVML).
+	Enforcer *enforce.Enforcer
 }
 
 // New builds an agent from a validated configuration.
