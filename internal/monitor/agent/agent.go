@@ -63,7 +63,7 @@ func New(cfg *configv1.MonitorConfig, log *slog.Logger, source identity.Source, 
 			OnKill:   func(hostproc.Process) { counters.Kills.Inc() },
 		}
 	}
-	c := &metrics.Collector{Node: cfg.NodeName, Reader: a.Reader, Owner: a.Identity.Owner}
+	c := &metrics.Collector{Node: cfg.NodeName, Reader: a.Reader, Owner: a.Identity.Owner, Processes: a.Reaper.Owners}
 	if node != nil {
 		c.GPUs = node
 	}

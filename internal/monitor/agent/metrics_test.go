@@ -37,6 +37,7 @@ func TestMetricsForSeveralContainers(t *testing.T) {
 	pa.ok("init")
 	pa.ok("ctx 0")
 	pa.ok("alloc x 67108864") // 64 MiB
+	pa.ok("launch 1 300000000") // one 300 ms kernel
 	pb1 := n.run(b.env, true)
 	pb1.ok("init")
 	pb1.ok("ctx 1")
@@ -63,6 +64,9 @@ func TestMetricsForSeveralContainers(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-watching }) // before NVML shuts down
 	time.Sleep(300 * time.Millisecond)         // the watcher registers its events
 	if err := fakegpu.InjectXid(filepath.Join(n.dir, "fakegpu.state"), 1, 79); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ag.Reaper.Once(); err != nil { // learns the slot owners' host pids
 		t.Fatal(err)
 	}
 	url := serve(t, ag)
@@ -103,7 +107,14 @@ func TestMetricsForSeveralContainers(t *testing.T) {
 		{"tessera_monitor_allocations", map[string]string{"owned": "true"}, 3},
 		{"tessera_monitor_allocations", map[string]string{"owned": "false"}, 1},
 	}
-	var fams = scrape(t, url)
+	// Utilisation is per interval between scrapes: the first one sees the kernel.
+	fams := scrape(t, url)
+	if v, ok := value(fams, "tessera_container_gpu_utilization_ratio", lbl(a.owner, u0)); !ok || v <= 0 || v > 1 {
+		t.Errorf("utilisation of the container that ran a kernel: %v (%v)", v, ok)
+	}
+	if v, ok := value(fams, "tessera_container_gpu_utilization_ratio", lbl(b.owner, u0)); !ok || v != 0 {
+		t.Errorf("utilisation of a container that ran none: %v (%v)", v, ok)
+	}
 	eventually(t, 5*time.Second, "Xid 79 counted on GPU 1", func() bool {
 		fams = scrape(t, url)
 		v, ok := value(fams, "tessera_gpu_xid_errors_total", map[string]string{"gpu_uuid": u1, "xid": "79"})

@@ -33,6 +33,10 @@ type Sample struct {
 	UtilOK            bool
 	Processes         []Process
 	ProcessesOK       bool
+	// SMUtil is each process's share of the SMs (percent) since the previous
+	// sample (NVML process utilisation), by host pid.
+	SMUtil   map[uint32]uint32
+	SMUtilOK bool
 }
 
 // Node holds the GPUs and their health.
@@ -40,9 +44,10 @@ type Node struct {
 	lib  nvml.Interface
 	devs []Device
 
-	mu      sync.Mutex
-	healthy map[string]bool
-	xids    map[string]map[uint64]uint64 // uuid → xid → count
+	mu       sync.Mutex
+	lastSeen map[string]uint64 // GPU → newest process utilisation timestamp read
+	healthy  map[string]bool
+	xids     map[string]map[uint64]uint64 // uuid → xid → count
 }
 
 // Open enumerates the GPUs (NVML must be initialised).
@@ -110,7 +115,37 @@ func (n *Node) Sample(d Device) Sample {
 			s.Processes = append(s.Processes, Process{PID: p.Pid, UsedBytes: p.UsedGpuMemory})
 		}
 	}
+	s.SMUtil, s.SMUtilOK = n.processUtilization(d)
 	return s
+}
+
+// processUtilization reads the per-process SM utilisation since the previous
+// read of this GPU. NOT_FOUND means no process ran: all zero, still valid.
+func (n *Node) processUtilization(d Device) (map[uint32]uint32, bool) {
+	n.mu.Lock()
+	since := n.lastSeen[d.UUID]
+	n.mu.Unlock()
+	samples, ret := d.handle.GetProcessUtilization(since)
+	switch ret {
+	case nvml.SUCCESS:
+	case nvml.ERROR_NOT_FOUND:
+		return map[uint32]uint32{}, true
+	default:
+		return nil, false
+	}
+	out := make(map[uint32]uint32, len(samples))
+	newest := since
+	for _, u := range samples {
+		out[u.Pid] += u.SmUtil
+		newest = max(newest, u.TimeStamp)
+	}
+	n.mu.Lock()
+	if n.lastSeen == nil {
+		n.lastSeen = map[string]uint64{}
+	}
+	n.lastSeen[d.UUID] = newest
+	n.mu.Unlock()
+	return out, true
 }
 
 // Processes lists the compute processes the driver sees on a GPU, with the

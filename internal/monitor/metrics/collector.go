@@ -29,6 +29,10 @@ type Collector struct {
 	Reader *accounting.Reader
 	Owner  func(key string) (identity.Owner, bool)
 	GPUs   GPUSource // nil: no per-GPU series (NVML unavailable)
+	// Processes maps host pids of hooked processes to their state
+	// directory key (the reaper's last pass); nil: no per-container
+	// utilisation.
+	Processes func() map[uint32]string
 }
 
 var (
@@ -52,6 +56,8 @@ var (
 		"The container's priority on the GPU (limits files; reserved for compute arbitration).", containerGPULabels, nil)
 	descProcs = prometheus.NewDesc("tessera_container_gpu_processes",
 		"Processes of the container holding memory on the GPU (region slots with bytes on it).", containerGPULabels, nil)
+	descCUtil = prometheus.NewDesc("tessera_container_gpu_utilization_ratio",
+		"Sum of the container's hooked processes' SM utilisation on the GPU since the previous scrape (NVML process utilisation), 0..1 per GPU.", containerGPULabels, nil)
 	descSlots = prometheus.NewDesc("tessera_container_processes",
 		"Region slots in use: the container's processes that use CUDA through the hook.", containerLabels, nil)
 	descCReaped = prometheus.NewDesc("tessera_container_reaped_processes_total",
@@ -84,7 +90,7 @@ var (
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUsed, descLimit, descPeak, descRefused, descCore, descPriority, descProcs,
 		descSlots, descCReaped, descCReapedBytes, descGPUTotal, descGPUUsed, descPromised, descUtil, descTenants,
-		descHealthy, descXid, descGPUProcs, descRegions, descScrape, descGPUInfo} {
+		descHealthy, descXid, descGPUProcs, descRegions, descScrape, descGPUInfo, descCUtil} {
 		ch <- d
 	}
 }
@@ -102,8 +108,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if c.GPUs != nil {
 		devs = c.GPUs.Devices()
 	}
+	samples := make(map[string]gpus.Sample, len(devs))
+	for _, d := range devs {
+		samples[d.UUID] = c.GPUs.Sample(d)
+	}
+	util := c.containerUtil(samples)
 	allocs, _ := c.Reader.ReadAll()
 	shares, owned, unowned := c.shares(allocs, ch)
+	keyOf := map[identity.Owner]string{}
+	for _, a := range allocs {
+		if o, ok := c.Owner(a.Entry.Key); ok && a.Entry.Kind == "mem" {
+			keyOf[o] = a.Entry.Key
+		}
+	}
 	ch <- prometheus.MustNewConstMetric(descRegions, prometheus.GaugeValue, float64(owned), "true", c.Node)
 	ch <- prometheus.MustNewConstMetric(descRegions, prometheus.GaugeValue, float64(unowned), "false", c.Node)
 	promised := map[string]uint64{}
@@ -119,6 +136,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descPeak, prometheus.GaugeValue, float64(s.gpu.PeakBytes), lv...)
 			ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(s.gpu.Refused), lv...)
 			ch <- prometheus.MustNewConstMetric(descProcs, prometheus.GaugeValue, float64(s.procs), lv...)
+			if smp, ok := samples[s.gpu.UUID]; ok && smp.SMUtilOK && c.Processes != nil {
+				pct := min(util[utilKey{keyOf[s.owner], s.gpu.UUID}], 100)
+				ch <- prometheus.MustNewConstMetric(descCUtil, prometheus.GaugeValue, float64(pct)/100, lv...)
+			}
 			if s.gpu.MemLimitBytes > 0 {
 				ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(s.gpu.MemLimitBytes), lv...)
 				promised[s.gpu.UUID] += s.gpu.MemLimitBytes
@@ -130,7 +151,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descPriority, prometheus.GaugeValue, float64(s.gpu.Priority), lv...)
 	}
 	for _, d := range devs {
-		c.collectGPU(ch, d, promised[d.UUID], len(tenants[d.UUID]))
+		c.collectGPU(ch, d, samples[d.UUID], promised[d.UUID], len(tenants[d.UUID]))
 	}
 	ch <- prometheus.MustNewConstMetric(descScrape, prometheus.GaugeValue, time.Since(start).Seconds(), c.Node)
 }
@@ -187,9 +208,28 @@ func merge(dst *accounting.GPU, g accounting.GPU) {
 	dst.Priority = max(dst.Priority, g.Priority)
 }
 
-func (c *Collector) collectGPU(ch chan<- prometheus.Metric, d gpus.Device, promised uint64, tenants int) {
+type utilKey struct{ key, gpu string }
+
+// containerUtil sums NVML's per-process SM utilisation per state directory
+// and GPU, for the processes the reaper knows as slot owners.
+func (c *Collector) containerUtil(samples map[string]gpus.Sample) map[utilKey]uint32 {
+	out := map[utilKey]uint32{}
+	if c.Processes == nil {
+		return out
+	}
+	owners := c.Processes()
+	for uuid, s := range samples {
+		for pid, pct := range s.SMUtil {
+			if key, ok := owners[pid]; ok {
+				out[utilKey{key, uuid}] += pct
+			}
+		}
+	}
+	return out
+}
+
+func (c *Collector) collectGPU(ch chan<- prometheus.Metric, d gpus.Device, s gpus.Sample, promised uint64, tenants int) {
 	lv := []string{d.UUID, strconv.Itoa(d.Index), d.Model, c.Node}
-	s := c.GPUs.Sample(d)
 	ch <- prometheus.MustNewConstMetric(descGPUInfo, prometheus.GaugeValue, 1, lv...)
 	if s.MemOK {
 		ch <- prometheus.MustNewConstMetric(descGPUTotal, prometheus.GaugeValue, float64(s.MemTotal), lv...)

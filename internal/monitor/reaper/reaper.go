@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -28,6 +29,11 @@ type Reaper struct {
 	OnReap func(key string, procs int, bytes uint64)
 	// scan reads the process table (hostproc.Scan; replaced in tests).
 	scan func(procRoot string) (*hostproc.Table, error)
+	// owners maps the host pid of each live slot owner to its state
+	// directory key, as of the last pass (the collector attributes NVML's
+	// per-process utilisation with it).
+	ownersMu sync.Mutex
+	owners   map[uint32]string
 	// watched holds a pidfd for every live process that owns a slot: Run
 	// wakes as soon as one exits instead of waiting for the next interval.
 	watched map[uint32]int
@@ -43,7 +49,7 @@ func (r *Reaper) Once() (procs int, bytes uint64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	owners := map[uint32]bool{}
+	owners := map[uint32]string{}
 	for _, e := range entries {
 		if e.Kind != "mem" {
 			continue
@@ -54,7 +60,7 @@ func (r *Reaper) Once() (procs int, bytes uint64, err error) {
 		}
 		for _, slot := range left {
 			for _, hp := range table.Match(slot.PID, slot.StartTime) {
-				owners[hp.PID] = true
+				owners[hp.PID] = e.Key
 			}
 		}
 		if p > 0 {
@@ -67,7 +73,18 @@ func (r *Reaper) Once() (procs int, bytes uint64, err error) {
 		bytes += b
 	}
 	r.watch(owners)
+	r.ownersMu.Lock()
+	r.owners = owners
+	r.ownersMu.Unlock()
 	return procs, bytes, nil
+}
+
+// Owners returns the host pids of the live slot owners with their keys, as
+// of the last pass.
+func (r *Reaper) Owners() map[uint32]string {
+	r.ownersMu.Lock()
+	defer r.ownersMu.Unlock()
+	return r.owners
 }
 
 // reapRegion clears a region's dead slots and returns the slots left.
@@ -87,12 +104,12 @@ func reapRegion(path string, alive region.Liveness) (procs int, bytes uint64, le
 // watch keeps a pidfd open for each slot owner (host pids) and closes the
 // others. A process that cannot be opened is simply not watched: the interval
 // still reaps it.
-func (r *Reaper) watch(owners map[uint32]bool) {
+func (r *Reaper) watch(owners map[uint32]string) {
 	if r.watched == nil {
 		r.watched = map[uint32]int{}
 	}
 	for pid, fd := range r.watched {
-		if !owners[pid] {
+		if _, ok := owners[pid]; !ok {
 			unix.Close(fd)
 			delete(r.watched, pid)
 		}
