@@ -36,7 +36,7 @@ func TestMetricsForSeveralContainers(t *testing.T) {
 	pa := n.run(a.env, true)
 	pa.ok("init")
 	pa.ok("ctx 0")
-	pa.ok("alloc x 67108864") // 64 MiB
+	pa.ok("alloc x 67108864")   // 64 MiB
 	pa.ok("launch 1 300000000") // one 300 ms kernel
 	pb1 := n.run(b.env, true)
 	pb1.ok("init")
