@@ -55,6 +55,10 @@ type Violation struct {
 	Key       string         // the state directory (over_cap)
 	Owner     identity.Owner // when PodResources names it
 	Processes []hostproc.Process
+	// Bypassing are the processes no slot accounts for (over_cap: those
+	// of the container outside the hook). The kill policy ends these, or
+	// all Processes when the hook accounts for every one (a forged region).
+	Bypassing []hostproc.Process
 	UsedBytes uint64 // as the driver counts it
 	CapBytes  uint64 // over_cap: the cap
 }
@@ -159,7 +163,17 @@ func (e *Enforcer) act(ctx context.Context, v Violation) {
 	if e.Config.Policy != configv1.PolicyKill {
 		return
 	}
-	for _, p := range v.Processes {
+	victims := v.Bypassing
+	if len(victims) == 0 {
+		victims = v.Processes
+	}
+	for _, p := range victims {
+		if p.StartTime == 0 {
+			// Not in our /proc (another pid namespace?): its identity
+			// cannot be checked, so it is not killed.
+			e.Log.Warn("not killing a process this monitor cannot see in /proc", "pid", p.PID)
+			continue
+		}
 		if err := Kill(e.ProcRoot, p); err != nil {
 			e.Log.Warn("kill failed", "pid", p.PID, "err", err)
 			continue
@@ -214,7 +228,8 @@ func (e *Enforcer) Check() ([]Violation, error) {
 				if p.UsedBytes <= tolerance {
 					continue // a context's worth: a hooked process before its first charge
 				}
-				out = append(out, Violation{Kind: KindNoRegion, GPU: d.UUID, Processes: []hostproc.Process{hp}, UsedBytes: p.UsedBytes})
+				out = append(out, Violation{Kind: KindNoRegion, GPU: d.UUID, Processes: []hostproc.Process{hp},
+					Bypassing: []hostproc.Process{hp}, UsedBytes: p.UsedBytes})
 				continue
 			}
 			v := usage[key]
@@ -223,10 +238,9 @@ func (e *Enforcer) Check() ([]Violation, error) {
 				usage[key] = v
 			}
 			v.UsedBytes += p.UsedBytes
+			v.Processes = append(v.Processes, hp)
 			if !hooked {
-				v.Processes = append([]hostproc.Process{hp}, v.Processes...) // unhooked first
-			} else {
-				v.Processes = append(v.Processes, hp)
+				v.Bypassing = append(v.Bypassing, hp)
 			}
 		}
 		out = append(out, e.overCap(d.UUID, usage, acc)...)
