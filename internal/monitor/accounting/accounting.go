@@ -9,7 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/tessera-gpu/tessera/internal/region"
 	"github.com/tessera-gpu/tessera/internal/statedir"
@@ -194,8 +197,9 @@ func (r *Reader) readLimits(path string) ([]region.DeviceLimit, error) {
 		return nil, err
 	}
 	for i, d := range devs {
-		if d.UUID == "" {
-			return nil, fmt.Errorf("%s: device %d has no UUID: %w", path, i, region.ErrBadSize)
+		// The UUID becomes a label value: it must be printable UTF-8.
+		if d.UUID == "" || !utf8.ValidString(d.UUID) || strings.ContainsFunc(d.UUID, func(r rune) bool { return !unicode.IsPrint(r) }) {
+			return nil, fmt.Errorf("%s: device %d: UUID %q is empty or not printable UTF-8: %w", path, i, d.UUID, region.ErrBadSize)
 		}
 	}
 	return devs, nil

@@ -64,6 +64,7 @@ func TestBadFilesAreSkippedWithALogLineAndACount(t *testing.T) {
 		{"corrupt region slot count", statedir.RegionFile, SkipCorrupt, patch(16, 16|uint64(5)<<32)},
 		{"foreign limits", statedir.LimitsFile, SkipForeign, patch(0, 1)},
 		{"limits with too many devices", statedir.LimitsFile, SkipCorrupt, patch(24, 17)},
+		{"limits with a UUID that is not UTF-8", statedir.LimitsFile, SkipCorrupt, patch(96, 0xfffefdfc)},
 		{"region is a directory", statedir.RegionFile, SkipUnreadable, func(p string) { os.Remove(p); os.Mkdir(p, 0o755) }},
 	}
 	for _, c := range cases {
