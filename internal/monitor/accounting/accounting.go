@@ -101,8 +101,9 @@ func (r *Reader) ReadAll() ([]Allocation, error) {
 	defer r.reading.Unlock()
 	entries, err := statedir.List(r.StateDir)
 	if err != nil {
-		return nil, err
+		return nil, r.skip("", statedir.ContainersDir, err) // counted and logged like a bad file
 	}
+	r.clear("")
 	out := make([]Allocation, 0, len(entries))
 	for _, e := range entries {
 		a, ok := r.Read(e)
@@ -227,7 +228,7 @@ func (r *Reader) skip(key, file string, err error) error {
 func (r *Reader) clear(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, f := range []string{statedir.LimitsFile, statedir.RegionFile, statedir.CoreLimitsFile} {
+	for _, f := range []string{statedir.LimitsFile, statedir.RegionFile, statedir.CoreLimitsFile, statedir.ContainersDir} {
 		delete(r.logged, key+"/"+f)
 	}
 }
@@ -242,7 +243,7 @@ func (r *Reader) forget(entries []statedir.Entry) {
 	defer r.mu.Unlock()
 	for id := range r.logged {
 		key, _, _ := cut(id)
-		if !present[key] {
+		if key != "" && !present[key] {
 			delete(r.logged, id)
 		}
 	}
