@@ -26,9 +26,12 @@ type Process struct {
 	Cgroup    string // the unified (v2) or first v1 cgroup path
 }
 
-// Table is a snapshot of the processes.
+// Table is a snapshot of the processes. Cgroups are read when a process is
+// first looked up with Get (most passes need few of them).
 type Table struct {
-	byPID map[uint32]Process
+	procRoot string
+	byPID    map[uint32]Process
+	cgroupOK map[uint32]bool // Cgroup of byPID[pid] is known
 	// byNSPID indexes by innermost pid; a pid can exist in many namespaces.
 	byNSPID map[uint32][]Process
 	// Incomplete is set when some process could not be read for a reason other
@@ -42,13 +45,14 @@ func Scan(procRoot string) (*Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("process table %s: %w", procRoot, err)
 	}
-	t := &Table{byPID: make(map[uint32]Process, len(entries)), byNSPID: make(map[uint32][]Process, len(entries))}
+	t := &Table{procRoot: procRoot, byPID: make(map[uint32]Process, len(entries)), byNSPID: make(map[uint32][]Process, len(entries)),
+		cgroupOK: map[uint32]bool{}}
 	for _, e := range entries {
 		pid, err := strconv.ParseUint(e.Name(), 10, 32)
 		if err != nil || pid == 0 {
 			continue
 		}
-		p, err := Read(procRoot, uint32(pid))
+		p, err := readIdentity(procRoot, uint32(pid))
 		switch {
 		case gone(err):
 			continue
@@ -64,9 +68,10 @@ func Scan(procRoot string) (*Table, error) {
 // NewTable builds a table from known processes (tests, and callers that
 // already hold them).
 func NewTable(procs ...Process) *Table {
-	t := &Table{byPID: map[uint32]Process{}, byNSPID: map[uint32][]Process{}}
+	t := &Table{byPID: map[uint32]Process{}, byNSPID: map[uint32][]Process{}, cgroupOK: map[uint32]bool{}}
 	for _, p := range procs {
 		t.add(p)
+		t.cgroupOK[p.PID] = true
 	}
 	return t
 }
@@ -79,9 +84,17 @@ func (t *Table) add(p Process) {
 // Len is the number of processes read.
 func (t *Table) Len() int { return len(t.byPID) }
 
-// Get returns the process with this host pid.
+// Get returns the process with this host pid, with its cgroup. Not safe for
+// concurrent use (it fills the cgroup in).
 func (t *Table) Get(pid uint32) (Process, bool) {
 	p, ok := t.byPID[pid]
+	if ok && !t.cgroupOK[pid] {
+		if cg, err := os.ReadFile(filepath.Join(t.procRoot, strconv.FormatUint(uint64(pid), 10), "cgroup")); err == nil {
+			p.Cgroup = ParseCgroup(cg)
+		}
+		t.byPID[pid] = p
+		t.cgroupOK[pid] = true
+	}
 	return p, ok
 }
 
@@ -106,8 +119,20 @@ func (t *Table) Alive(nspid uint32, startTime uint64) bool {
 	return t.Incomplete || len(t.Match(nspid, startTime)) > 0
 }
 
-// Read reads one process.
+// Read reads one process, with its cgroup.
 func Read(procRoot string, pid uint32) (Process, error) {
+	p, err := readIdentity(procRoot, pid)
+	if err != nil {
+		return p, err
+	}
+	if cg, err := os.ReadFile(filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "cgroup")); err == nil {
+		p.Cgroup = ParseCgroup(cg)
+	}
+	return p, nil
+}
+
+// readIdentity reads a process's pids, start time and state.
+func readIdentity(procRoot string, pid uint32) (Process, error) {
 	dir := filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10))
 	stat, err := os.ReadFile(filepath.Join(dir, "stat"))
 	if err != nil {
@@ -125,11 +150,7 @@ func Read(procRoot string, pid uint32) (Process, error) {
 	if err != nil {
 		return Process{}, fmt.Errorf("%s/status: %w", dir, err)
 	}
-	p := Process{PID: pid, NSPID: nspid, StartTime: st.StartTime, Finished: st.Finished()}
-	if cg, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil {
-		p.Cgroup = ParseCgroup(cg)
-	}
-	return p, nil
+	return Process{PID: pid, NSPID: nspid, StartTime: st.StartTime, Finished: st.Finished()}, nil
 }
 
 func gone(err error) bool {
