@@ -122,6 +122,16 @@ func (r *Reaper) watch(owners map[uint32]string) {
 			r.watched[pid] = fd
 		}
 	}
+	// An owner that has exited but whose slot this pass could not clear
+	// (an incomplete process table) would wake every wait at once: leave
+	// it to the interval.
+	for pid, fd := range r.watched {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if n, _ := unix.Poll(fds, 0); n > 0 {
+			unix.Close(fd)
+			delete(r.watched, pid)
+		}
+	}
 }
 
 // wait returns when a watched process exits or after timeout.
