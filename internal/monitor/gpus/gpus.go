@@ -6,6 +6,7 @@ package gpus
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -67,6 +68,8 @@ func Open(lib nvml.Interface) (*Node, error) {
 			return nil, fmt.Errorf("NVML device %d UUID: %v", i, ret)
 		}
 		model, _ := h.GetName()
+		// Both become label values, which must be UTF-8.
+		uuid, model = strings.ToValidUTF8(uuid, "?"), strings.ToValidUTF8(model, "?")
 		node.devs = append(node.devs, Device{UUID: uuid, Index: i, Model: model, handle: h})
 		node.healthy[uuid] = true
 	}
