@@ -19,7 +19,7 @@ import (
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/daemon"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/kube"
-	"github.com/tessera-gpu/tessera/internal/deviceplugin/reconcile"
+	"github.com/tessera-gpu/tessera/internal/podresources"
 )
 
 func main() {
@@ -34,7 +34,7 @@ func main() {
 type environment struct {
 	lib          nvml.Interface
 	client       kube.Client
-	podResources reconcile.Lister
+	podResources podresources.Lister
 }
 
 func run(args []string) error {
@@ -92,7 +92,7 @@ func realEnvironment(cfg *configv1.Config, kubeconfig string) (*environment, err
 	if err != nil {
 		return nil, err
 	}
-	pr, err := reconcile.Dial(cfg.PodResourcesSocket)
+	pr, err := podresources.Dial(cfg.PodResourcesSocket)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ type DeviceLimit struct {
 	UUID          string // "GPU-…", as NVML reports it
 	MemLimitBytes uint64 // 0 = uncapped
 	CoreLimitPct  uint32 // 0 = uncapped; 1..100 = share of one GPU
+	Priority      int32  // reserved for compute arbitration; 0 today
 }
 
 // Limits is an open limits file. The node side is its only writer.
@@ -87,6 +88,7 @@ func (l *Limits) initialise(devs []DeviceLimit) {
 		copy(r.Devices[i].UUID[:], d.UUID)
 		atomic.StoreUint64(&r.Devices[i].MemLimitBytes, d.MemLimitBytes)
 		atomic.StoreUint32(&r.Devices[i].CoreLimitPct, d.CoreLimitPct)
+		atomic.StoreInt32(&r.Devices[i].Priority, d.Priority)
 	}
 	atomic.StoreUint64(&r.Generation, 1)
 	atomic.StoreUint64(&r.Magic, LimitsMagic)
@@ -105,6 +107,7 @@ func (l *Limits) update(devs []DeviceLimit) error {
 	for i, d := range devs {
 		atomic.StoreUint64(&r.Devices[i].MemLimitBytes, d.MemLimitBytes)
 		atomic.StoreUint32(&r.Devices[i].CoreLimitPct, d.CoreLimitPct)
+		atomic.StoreInt32(&r.Devices[i].Priority, d.Priority)
 	}
 	atomic.AddUint64(&r.Generation, 1)
 	return nil
@@ -120,6 +123,7 @@ func (l *Limits) Devices() []DeviceLimit {
 			UUID:          uuidString(d.UUID[:]),
 			MemLimitBytes: atomic.LoadUint64(&d.MemLimitBytes),
 			CoreLimitPct:  atomic.LoadUint32(&d.CoreLimitPct),
+			Priority:      atomic.LoadInt32(&d.Priority),
 		}
 	}
 	return out

@@ -208,3 +208,25 @@ func FuzzOpen(f *testing.F) {
 		}
 	})
 }
+
+func TestGuardTurnsAFaultOnAShrunkFileIntoAnError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "region")
+	if err := CreateRegion(path); err != nil {
+		t.Fatal(err)
+	}
+	r, err := OpenRegion(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	err = Guard(path, func() { _ = r.Usage() })
+	if !errors.Is(err, ErrTruncated) {
+		t.Fatalf("Guard = %v, want ErrTruncated", err)
+	}
+	if err := Guard(path, func() {}); err != nil {
+		t.Fatalf("no fault: %v", err)
+	}
+}

@@ -1,16 +1,15 @@
 package region
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
+
+	"github.com/tessera-gpu/tessera/internal/hostproc"
 )
 
 // Region is an open usage region: the accounting shared by a container's processes.
@@ -173,37 +172,22 @@ func ProcessAlive(pid uint32, startTime uint64) bool {
 	if err != nil {
 		return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ESRCH)
 	}
-	state, start, threads, ok := parseStat(data)
-	if !ok {
+	st, err := hostproc.ParseStat(data)
+	if err != nil {
 		return true
 	}
-	// A thread-group leader that called pthread_exit is a zombie while the
-	// process's other threads (and its device memory) live on.
-	if (state == 'Z' || state == 'X') && threads <= 1 {
+	if st.Finished() {
 		return false
 	}
-	return startTime == 0 || start == startTime
+	return startTime == 0 || st.StartTime == startTime
 }
 
-// parseStat returns the state (field 3), thread count (field 20) and start time
-// (field 22) of a /proc/<pid>/stat line. comm may hold spaces and parentheses:
-// fields are counted from the last ')'.
+// parseStat returns the state (field 3), start time (field 22) and thread
+// count (field 20) of a /proc/<pid>/stat line (hostproc.ParseStat reads it).
 func parseStat(data []byte) (state byte, start, threads uint64, ok bool) {
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 || i+2 >= len(data) {
-		return 0, 0, 0, false
-	}
-	fields := strings.Fields(string(data[i+2:]))
-	if len(fields) < 20 {
-		return 0, 0, 0, false
-	}
-	start, err := strconv.ParseUint(fields[19], 10, 64)
+	st, err := hostproc.ParseStat(data)
 	if err != nil {
 		return 0, 0, 0, false
 	}
-	threads, err = strconv.ParseUint(fields[17], 10, 64)
-	if err != nil {
-		return 0, 0, 0, false
-	}
-	return fields[0][0], start, threads, true
+	return st.State, st.StartTime, st.Threads, true
 }

@@ -22,8 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
-	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
-	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
@@ -36,6 +34,7 @@ import (
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/kube/kubefake"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
 	"github.com/tessera-gpu/tessera/internal/gpu/gputest"
+	"github.com/tessera-gpu/tessera/internal/podresources"
 )
 
 // newManagerImpl is kubelet's device manager constructor that takes the
@@ -53,46 +52,33 @@ type cluster struct {
 	dir    string
 	gpus   *gputest.Node
 	client *kubefake.Client
-	mu     sync.Mutex
-	pods   []*corev1.Pod
-	mgr    *devicemanager.ManagerImpl
 	d      *daemon.Daemon
+	// reconcileEvery and gcGrace shorten the plugin's read-back period
+	// and state collection grace (default: an hour, 10 minutes).
+	reconcileEvery, gcGrace time.Duration
+
+	mu         sync.Mutex
+	pods       []*corev1.Pod
+	mgr        *devicemanager.ManagerImpl
+	restarting bool // kubelet lists no pods and its sources are not ready
 }
 
-// PodResources served from the device manager's own records.
-func (c *cluster) List(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
-	resp := &podresourcesapi.ListPodResourcesResponse{}
-	for _, p := range c.activePods() {
-		pr := &podresourcesapi.PodResources{Name: p.Name, Namespace: p.Namespace}
-		// As kubelet's PodResources server: regular init containers are
-		// not listed, restartable (sidecar) ones are.
-		var ctrs []corev1.Container
-		for _, ctr := range p.Spec.InitContainers {
-			if podutil.IsRestartableInitContainer(&ctr) {
-				ctrs = append(ctrs, ctr)
-			}
-		}
-		for _, ctr := range append(ctrs, p.Spec.Containers...) {
-			cr := &podresourcesapi.ContainerResources{Name: ctr.Name}
-			for res, devs := range c.mgr.GetDevices(string(p.UID), ctr.Name) {
-				var ids []string
-				for id := range devs {
-					ids = append(ids, id)
-				}
-				sort.Strings(ids)
-				cr.Devices = append(cr.Devices, &podresourcesapi.ContainerDevices{ResourceName: res, DeviceIds: ids})
-			}
-			pr.Containers = append(pr.Containers, cr)
-		}
-		resp.PodResources = append(resp.PodResources, pr)
-	}
-	return resp, nil
-}
-
+// activePods are the pods kubelet runs: none while a restarted kubelet
+// has not read them back yet.
 func (c *cluster) activePods() []*corev1.Pod {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.restarting {
+		return nil
+	}
 	return append([]*corev1.Pod(nil), c.pods...)
+}
+
+// manager is the running device manager (replaced by a kubelet restart).
+func (c *cluster) manager() *devicemanager.ManagerImpl {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mgr
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -103,6 +89,7 @@ func newCluster(t *testing.T) *cluster {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	c := &cluster{t: t, dir: dir, gpus: gputest.MustNew(gputest.DGXH200)}
 	c.client = kubefake.NewNode(node)
+	c.servePodResources()
 	return c
 }
 
@@ -116,11 +103,19 @@ func (c *cluster) startKubelet() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ready := config.NewSourcesReady(func(sets.Set[string]) bool { return true })
+	// Until a restarted kubelet has its pods back, its sources are not
+	// ready and the device manager frees nothing.
+	ready := config.NewSourcesReady(func(sets.Set[string]) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return !c.restarting
+	})
 	if err := mgr.Start(logger, c.activePods, ready, containermap.NewContainerMap(), sets.New[string]()); err != nil {
 		t.Fatal(err)
 	}
+	c.mu.Lock()
 	c.mgr = mgr
+	c.mu.Unlock()
 	t.Cleanup(func() { _ = mgr.Stop(logger) })
 }
 
@@ -133,15 +128,27 @@ func (c *cluster) startPlugin() {
 	cfg.HookLibrary = "/usr/local/tessera/lib/libtessera-hook.so"
 	cfg.MetricsAddress = ""
 	cfg.ReconcileInterval = configv1.Duration{Duration: time.Hour}
+	if c.reconcileEvery > 0 {
+		cfg.ReconcileInterval = configv1.Duration{Duration: c.reconcileEvery}
+	}
+	cfg.PodResourcesSocket = c.podResourcesSocket()
 	cfg.RediscoverInterval = configv1.Duration{} // tests call Rediscover
 	cfg.ProcRoot = filepath.Join(c.dir, "proc")
 	if err := c.gpus.WriteMIGMinors(cfg.ProcRoot); err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	d, err := daemon.New(cfg, c.gpus, c.client, c, log)
+	pr, err := podresources.Dial(cfg.PodResourcesSocket)
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(func() { pr.Close() })
+	d, err := daemon.New(cfg, c.gpus, c.client, pr, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.gcGrace > 0 {
+		d.Reconciler.GCGrace = c.gcGrace
 	}
 	d.Plugin.Retry = 50 * time.Millisecond
 	c.d = d
@@ -467,8 +474,16 @@ func TestKubeletMIGReconfiguration(t *testing.T) {
 	}
 
 	c.mu.Lock()
-	c.pods = nil // the pod ended
+	c.pods = nil // the pod ended, and is deleted
 	c.mu.Unlock()
+	if err := c.client.DeletePod(p.Namespace, p.Name); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); c.d.Pods.Get(p.Namespace, p.Name) != nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the plugin never saw the pod deleted")
+		}
+	}
 	if err := c.d.Reconciler.Once(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/server"
 	"github.com/tessera-gpu/tessera/internal/gpu"
 	"github.com/tessera-gpu/tessera/internal/mig"
+	"github.com/tessera-gpu/tessera/internal/podresources"
 )
 
 // AwaitPod bounds how long a request waits for the pod informer to deliver
@@ -63,7 +64,7 @@ type Daemon struct {
 }
 
 // New discovers the GPUs through lib (already initialised) and wires the plugin.
-func New(cfg *configv1.Config, lib nvml.Interface, client kube.Client, podResources reconcile.Lister, log *slog.Logger) (*Daemon, error) {
+func New(cfg *configv1.Config, lib nvml.Interface, client kube.Client, podResources podresources.Lister, log *slog.Logger) (*Daemon, error) {
 	gpus, err := gpu.Discover(lib, log)
 	if err != nil {
 		return nil, fmt.Errorf("GPU discovery: %w", err)

@@ -99,6 +99,10 @@ func TestInitContainerStateKeptWhilePodRuns(t *testing.T) {
 	}
 	// Once the pod is gone, both go.
 	e.podRes.set()
+	if err := e.client.DeletePod("default", "p"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return e.d.Pods.Get("default", "p") == nil })
 	for i := 0; i < 3; i++ {
 		if err := e.d.Reconciler.Once(context.Background()); err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -602,7 +603,16 @@ func TestMIGReconfigurationWithoutRestart(t *testing.T) {
 		return inv != nil && len(inv.GPUs[3].MIG) == 3 && inv.GPUs[3].MIG[0].UUID == fresh[0]
 	})
 
+	// The container ends: kubelet no longer lists the pod, which has
+	// succeeded.
 	e.podRes.set()
+	done, _ := e.client.GetPod("default", "train")
+	done.Status.Phase = corev1.PodSucceeded
+	e.updatePod(done)
+	waitFor(t, func() bool {
+		p := e.d.Pods.Get("default", "train")
+		return p != nil && p.Status.Phase == corev1.PodSucceeded
+	})
 	if err := e.d.Reconciler.Once(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,10 @@ type Watcher struct {
 	Log          *slog.Logger
 	// WaitMs is the NVML event wait timeout per poll.
 	WaitMs uint32
-	now    func() time.Time
+	// OnXid, when set, sees every Xid event, ignored ones included, with the
+	// physical GPU it happened on ("" when the driver did not say).
+	OnXid func(uuid string, xid uint64)
+	now   func() time.Time
 }
 
 const watchedEvents = nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError
@@ -102,6 +105,9 @@ func (w *Watcher) handle(e nvml.EventData, ignored map[uint64]bool, bad map[stri
 	var reason string
 	switch {
 	case e.EventType&nvml.EventTypeXidCriticalError != 0:
+		if w.OnXid != nil {
+			w.OnXid(w.eventGPU(e), e.EventData)
+		}
 		if ignored[e.EventData] {
 			w.Log.Info("application Xid ignored", "xid", e.EventData)
 			return
@@ -125,6 +131,18 @@ func (w *Watcher) handle(e nvml.EventData, ignored map[uint64]bool, bad map[stri
 			w.Log.Warn("GPU unhealthy", "gpu", uuid, "reason", reason)
 		}
 	}
+}
+
+// eventGPU is the physical GPU an event names, "" when it names none.
+func (w *Watcher) eventGPU(e nvml.EventData) string {
+	if e.Device == nil {
+		return ""
+	}
+	uuid, ret := e.Device.GetUUID()
+	if ret != nvml.SUCCESS {
+		return ""
+	}
+	return w.parentOf(e.Device, uuid)
 }
 
 // parentOf maps a MIG device's event to its physical GPU.

@@ -12,8 +12,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -21,7 +19,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	annotations "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/allocation"
@@ -29,12 +26,10 @@ import (
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/ledger"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/pods"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
+	"github.com/tessera-gpu/tessera/internal/hostproc"
+	"github.com/tessera-gpu/tessera/internal/podresources"
+	"github.com/tessera-gpu/tessera/internal/statedir"
 )
-
-// Lister is the part of the PodResources API used here.
-type Lister interface {
-	List(ctx context.Context) (*podresourcesapi.ListPodResourcesResponse, error)
-}
 
 // Metrics are the reconciler's Prometheus metrics.
 type Metrics struct {
@@ -59,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // Reconciler is one node's read-back loop.
 type Reconciler struct {
-	PodResources Lister
+	PodResources podresources.Lister
 	Pods         pods.Source
 	Client       kube.Client
 	Manager      *resource.Manager
@@ -72,9 +67,9 @@ type Reconciler struct {
 	// gap between Allocate and the container showing up in PodResources.
 	GCGrace time.Duration
 
-	mu       sync.Mutex
-	reported map[string]string    // pod/container/resource → mismatch already counted
-	missing  map[string]time.Time // state dir key → first read-back without it
+	mu        sync.Mutex
+	reported  map[string]string // pod/container/resource → mismatch already counted
+	collector *statedir.Collector
 }
 
 // Run reconciles every interval until ctx ends.
@@ -102,12 +97,14 @@ func (r *Reconciler) Once(ctx context.Context) error {
 		r.Metrics.Errors.Inc()
 		return fmt.Errorf("PodResources list: %w", err)
 	}
+	listed := podresources.Aggregate(resp)
 	truth := map[ledger.ContainerRef]map[string][]string{}
 	live := map[string]bool{}
 	pods := map[string]bool{} // UIDs of the listed pods
 	var errs []string
-	for _, pr := range resp.GetPodResources() {
-		pod := r.Pods.Get(pr.GetNamespace(), pr.GetName())
+	for i := range listed {
+		pr := &listed[i]
+		pod := r.Pods.Get(pr.Namespace, pr.Name)
 		if pod != nil {
 			pods[string(pod.UID)] = true
 		}
@@ -119,7 +116,7 @@ func (r *Reconciler) Once(ctx context.Context) error {
 			errs = append(errs, err.Error())
 		}
 	}
-	r.keepUnlisted(resp, truth, live)
+	r.keepUnlisted(listed, truth, live)
 	r.Ledger.Reset(truth, asOf)
 	r.collectGarbage(live)
 	r.forgetReported(pods)
@@ -130,56 +127,66 @@ func (r *Reconciler) Once(ctx context.Context) error {
 }
 
 // keepUnlisted carries over the ledger's allocations of containers that
-// PodResources does not list although it lists their pod: kubelet never
-// lists regular init containers, and it runs them again, with the same
-// devices and mounts, whenever the pod's sandbox is recreated. Their
-// files stay (and are restored) while the pod is listed.
-func (r *Reconciler) keepUnlisted(resp *podresourcesapi.ListPodResourcesResponse, truth map[ledger.ContainerRef]map[string][]string, live map[string]bool) {
-	listed := map[string]map[string]bool{} // namespace/name → listed containers
-	for _, pr := range resp.GetPodResources() {
-		names := map[string]bool{}
-		for _, c := range pr.GetContainers() {
-			names[c.GetName()] = true
-		}
-		listed[pr.GetNamespace()+"/"+pr.GetName()] = names
+// kubelet does not list but whose pod still runs, and keeps their files:
+//   - kubelet never lists regular init containers, and it runs them again,
+//     with the same devices and mounts, whenever the pod's sandbox is
+//     recreated; they stay while their pod is listed;
+//   - a restarting kubelet lists no pods, or only some, until it has
+//     read them all back; a pod it does not list stays while the API
+//     server still has it (same UID) and not finished.
+//
+// A container kubelet lists is never carried over: its listing is the truth.
+func (r *Reconciler) keepUnlisted(listed []podresources.Pod, truth map[ledger.ContainerRef]map[string][]string, live map[string]bool) {
+	byName := map[string]*podresources.Pod{} // namespace/name → listed pod
+	for i := range listed {
+		byName[listed[i].Namespace+"/"+listed[i].Name] = &listed[i]
 	}
 	for ref, byRes := range r.Ledger.Snapshot() {
-		names, ok := listed[ref.Namespace+"/"+ref.Pod]
-		if !ok || names[ref.Container] || truth[ref] != nil {
+		if truth[ref] != nil {
 			continue
 		}
-		if pod := r.Pods.Get(ref.Namespace, ref.Pod); pod == nil || string(pod.UID) != ref.PodUID {
+		lp := byName[ref.Namespace+"/"+ref.Pod]
+		if lp != nil && lp.Container(ref.Container) != nil {
+			continue
+		}
+		pod := r.Pods.Get(ref.Namespace, ref.Pod)
+		if pod == nil || string(pod.UID) != ref.PodUID || lp == nil && finished(pod) {
 			continue
 		}
 		truth[ref] = byRes
-		for res, ids := range byRes {
-			r.restore(res, ids, live)
+		for _, res := range sortedResources(byRes) {
+			r.restore(res, byRes[res], live)
 		}
 	}
 }
 
-// podTruth gathers one pod's tessera devices, restores their files, and
-// returns the allocation to publish.
-func (r *Reconciler) podTruth(pr *podresourcesapi.PodResources, pod *corev1.Pod, truth map[ledger.ContainerRef]map[string][]string, live map[string]bool) []annotations.ContainerAllocation {
+// finished reports whether a pod's containers have ended for good.
+func finished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// podTruth gathers one listed pod's tessera devices, restores their
+// files, and returns the allocation to publish.
+func (r *Reconciler) podTruth(pr *podresources.Pod, pod *corev1.Pod, truth map[ledger.ContainerRef]map[string][]string, live map[string]bool) []annotations.ContainerAllocation {
 	var allocs []annotations.ContainerAllocation
-	for _, c := range pr.GetContainers() {
-		ref := ledger.ContainerRef{Namespace: pr.GetNamespace(), Pod: pr.GetName(), Container: c.GetName()}
+	for _, c := range pr.Containers {
+		ref := ledger.ContainerRef{Namespace: pr.Namespace, Pod: pr.Name, Container: c.Name}
 		if pod != nil {
 			ref.PodUID = string(pod.UID)
 		}
-		ca := annotations.ContainerAllocation{Name: c.GetName()}
+		ca := annotations.ContainerAllocation{Name: c.Name}
 		gpus := map[string]*annotations.GPUAllocation{}
-		for _, d := range c.GetDevices() {
-			res := d.GetResourceName()
-			if _, ok := resource.KindOf(res); !ok || len(d.GetDeviceIds()) == 0 {
+		for _, res := range sortedResources(c.Devices) {
+			ids := c.Devices[res]
+			if _, ok := resource.KindOf(res); !ok {
 				continue
 			}
 			if truth[ref] == nil {
 				truth[ref] = map[string][]string{}
 			}
-			truth[ref][res] = d.GetDeviceIds()
-			r.restore(res, d.GetDeviceIds(), live)
-			r.addShares(&ca, gpus, res, d.GetDeviceIds())
+			truth[ref][res] = ids
+			r.restore(res, ids, live)
+			r.addShares(&ca, gpus, res, ids)
 		}
 		if len(gpus) > 0 || len(ca.MIG) > 0 {
 			for _, g := range r.Manager.GPUs() {
@@ -191,6 +198,15 @@ func (r *Reconciler) podTruth(pr *podresourcesapi.PodResources, pod *corev1.Pod,
 		}
 	}
 	return allocs
+}
+
+func sortedResources(byRes map[string][]string) []string {
+	out := make([]string, 0, len(byRes))
+	for res := range byRes {
+		out = append(out, res)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (r *Reconciler) addShares(ca *annotations.ContainerAllocation, gpus map[string]*annotations.GPUAllocation, res string, ids []string) {
@@ -336,39 +352,25 @@ func Mismatched(want *annotations.ContainerAssignment, got *annotations.Containe
 	return out
 }
 
-// collectGarbage removes state directories that no container has
-// referenced for the whole grace period, across read-backs, and that are
-// older than it (a fresh Allocate may not be in PodResources yet; a kubelet
-// restarting may briefly report no pods).
+// collectGarbage removes the state directories of containers that no longer
+// exist, by the node's one collection rule (statedir.Collector): unreferenced
+// for the whole grace period, older than it, and no live process in the region.
 func (r *Reconciler) collectGarbage(live map[string]bool) {
-	dir := filepath.Join(r.Builder.StateDir, "containers")
-	entries, err := os.ReadDir(dir)
+	r.mu.Lock()
+	if r.collector == nil {
+		r.collector = &statedir.Collector{StateDir: r.Builder.StateDir, Grace: r.GCGrace, Log: r.Log}
+	}
+	c := r.collector
+	r.mu.Unlock()
+	c.Grace = r.GCGrace
+	procRoot := r.Builder.ProcRoot
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	procs, err := hostproc.Scan(procRoot)
 	if err != nil {
+		r.Log.Warn("state directory collection skipped: process table unreadable", "err", err)
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.missing == nil {
-		r.missing = map[string]time.Time{}
-	}
-	now := time.Now()
-	for _, e := range entries {
-		if live[e.Name()] {
-			delete(r.missing, e.Name())
-			continue
-		}
-		since, seen := r.missing[e.Name()]
-		if !seen {
-			r.missing[e.Name()] = now
-			since = now
-		}
-		info, err := e.Info()
-		if err != nil || now.Sub(info.ModTime()) < r.GCGrace || now.Sub(since) < r.GCGrace {
-			continue
-		}
-		delete(r.missing, e.Name())
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err == nil {
-			r.Log.Info("removed state of a finished container", "key", e.Name())
-		}
-	}
+	c.Collect(live, procs.Alive)
 }

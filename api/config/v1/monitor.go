@@ -1,0 +1,173 @@
+package v1
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+)
+
+// Enforcement policies of the node monitor.
+const (
+	// PolicyReport counts, logs and (with an API client) posts a Warning Event.
+	PolicyReport = "report"
+	// PolicyKill also sends SIGKILL to the offending processes once the
+	// violation has lasted the grace period.
+	PolicyKill = "kill"
+)
+
+// MonitorConfig is the node monitor's (cmd/vgpu-monitor) configuration file,
+// `version: v1`, resolved like Config: defaults, then the file, then flags.
+type MonitorConfig struct {
+	Version string `json:"version"`
+	// NodeName labels the per-GPU series; defaults to $NODE_NAME.
+	NodeName string `json:"nodeName,omitempty"`
+	// StateDir is the device plugin's state directory (shared volume).
+	StateDir string `json:"stateDir"`
+	// ProcRoot is the host's /proc; the monitor must run in the host pid
+	// namespace to recognise container processes.
+	ProcRoot string `json:"procRoot"`
+	// PodResourcesSocket is kubelet's PodResources API socket.
+	PodResourcesSocket string `json:"podResourcesSocket"`
+	// ListenAddress serves /metrics, /healthz and /readyz.
+	ListenAddress string `json:"listenAddress"`
+	// IdentityInterval is how often PodResources is read.
+	IdentityInterval Duration `json:"identityInterval"`
+	// ReapInterval is how often dead processes' slots are reclaimed.
+	ReapInterval Duration          `json:"reapInterval"`
+	Enforcement  EnforcementConfig `json:"enforcement"`
+	Health       HealthConfig      `json:"health"`
+	Log          LogConfig         `json:"log"`
+}
+
+// EnforcementConfig is the out-of-band check of the driver's per-process truth.
+type EnforcementConfig struct {
+	// Policy is "report" (default) or "kill".
+	Policy string `json:"policy"`
+	// Interval between checks.
+	Interval Duration `json:"interval"`
+	// Grace is how long a violation must last before it is acted on (a
+	// process between creating its context and its first allocation has no
+	// slot yet; a container's usage may pass its cap by a context briefly).
+	Grace Duration `json:"grace"`
+	// ToleranceMiB is added to every cap before comparing it with what the
+	// driver says a container holds, and is what a process outside any
+	// region may hold (contexts and modules, which the hook does not charge
+	// unless the plugin's contextReserveMiB is set; a hooked process holds a
+	// context before its first charge claims a slot).
+	ToleranceMiB int `json:"toleranceMiB"`
+	// Events posts a Warning Event on the pod when the in-cluster API
+	// configuration is available.
+	Events bool `json:"events"`
+}
+
+// DefaultMonitor returns the monitor configuration used when nothing is set.
+func DefaultMonitor() *MonitorConfig {
+	return &MonitorConfig{
+		Version:            Version,
+		NodeName:           os.Getenv("NODE_NAME"),
+		StateDir:           "/var/lib/tessera",
+		ProcRoot:           "/proc",
+		PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
+		ListenAddress:      ":9394",
+		IdentityInterval:   Duration{10 * time.Second},
+		ReapInterval:       Duration{time.Second},
+		Enforcement: EnforcementConfig{
+			Policy:       PolicyReport,
+			Interval:     Duration{2 * time.Second},
+			Grace:        Duration{30 * time.Second},
+			ToleranceMiB: 0,
+			Events:       true,
+		},
+		Health: HealthConfig{Enabled: true, IgnoredXids: append([]uint64(nil), DefaultIgnoredXids...)},
+		Log:    LogConfig{Level: "info", Format: "json"},
+	}
+}
+
+// LoadMonitor reads path over the defaults; empty returns the defaults.
+func LoadMonitor(path string) (*MonitorConfig, error) {
+	c := DefaultMonitor()
+	if path == "" {
+		return c, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := ParseMonitor(data, c); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseMonitor decodes YAML into c, keeping c's values for absent fields.
+// Unknown fields are errors that name the field.
+func ParseMonitor(data []byte, c *MonitorConfig) error {
+	var probe struct {
+		Version string `json:"version"`
+	}
+	if err := yaml.Unmarshal(data, &probe); err != nil {
+		return err
+	}
+	if probe.Version != Version {
+		return fmt.Errorf("version: unsupported %q (want %q)", probe.Version, Version)
+	}
+	return yaml.UnmarshalStrict(data, c)
+}
+
+// Validate checks every field and reports all problems, each with its field name.
+func (c *MonitorConfig) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if c.Version != Version {
+		bad("version", "unsupported %q (want %q)", c.Version, Version)
+	}
+	if c.NodeName == "" {
+		bad("nodeName", "empty (set it, --node-name, or $NODE_NAME)")
+	} else if msgs := validation.IsDNS1123Subdomain(c.NodeName); len(msgs) > 0 {
+		bad("nodeName", "%q: %s", c.NodeName, strings.Join(msgs, "; "))
+	}
+	for field, p := range map[string]string{"stateDir": c.StateDir, "procRoot": c.ProcRoot, "podResourcesSocket": c.PodResourcesSocket} {
+		if !filepath.IsAbs(p) {
+			bad(field, "%q is not an absolute path", p)
+		}
+	}
+	if _, _, err := net.SplitHostPort(c.ListenAddress); err != nil {
+		bad("listenAddress", "%q is not host:port", c.ListenAddress)
+	}
+	atLeast := func(field string, d, min time.Duration) {
+		if d < min {
+			bad(field, "%s below %s", d, min)
+		}
+	}
+	atLeast("identityInterval", c.IdentityInterval.Duration, 100*time.Millisecond)
+	atLeast("reapInterval", c.ReapInterval.Duration, 10*time.Millisecond)
+	atLeast("enforcement.interval", c.Enforcement.Interval.Duration, 10*time.Millisecond)
+	if c.Enforcement.Grace.Duration < 0 {
+		bad("enforcement.grace", "negative %s", c.Enforcement.Grace.Duration)
+	}
+	if c.Enforcement.Policy != PolicyReport && c.Enforcement.Policy != PolicyKill {
+		bad("enforcement.policy", "%q (want %q or %q)", c.Enforcement.Policy, PolicyReport, PolicyKill)
+	}
+	if c.Enforcement.ToleranceMiB < 0 {
+		bad("enforcement.toleranceMiB", "negative %d", c.Enforcement.ToleranceMiB)
+	}
+	if c.Health.RecoverAfter.Duration < 0 {
+		bad("health.recoverAfter", "negative %s", c.Health.RecoverAfter.Duration)
+	}
+	if !contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
+		bad("log.level", "%q (want debug, info, warn or error)", c.Log.Level)
+	}
+	if c.Log.Format != "json" && c.Log.Format != "text" {
+		bad("log.format", "%q (want json or text)", c.Log.Format)
+	}
+	return errors.Join(errs...)
+}

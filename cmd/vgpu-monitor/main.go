@@ -1,0 +1,146 @@
+// Command vgpu-monitor is tessera's node agent. It runs beside the device
+// plugin on every GPU node (host pid namespace, the plugin's state directory
+// mounted) and
+//   - serves per-container and per-GPU metrics on /metrics (and /healthz,
+//     /readyz), read from the accounting regions and NVML at scrape time;
+//   - reclaims the region slots of dead processes (TESSERA_REAPER_NODE);
+//   - compares what the driver says each process holds with the regions and
+//     reports or kills processes that bypass the hook.
+//
+// See docs/metrics.md and docs/security.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/monitor/agent"
+	"github.com/tessera-gpu/tessera/internal/monitor/gpus"
+)
+
+func main() {
+	// A scrape of a full node builds thousands of short-lived series; a
+	// node agent should rather collect a little more often than hold twice
+	// its live heap (GOGC still wins when set).
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(50)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "vgpu-monitor:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	cfg, opts, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg)
+
+	source, closeSource, err := podResourcesSource(cfg.PodResourcesSocket)
+	if err != nil {
+		return err
+	}
+	defer closeSource()
+	node, shutdown := openGPUs(log, opts.nvmlLibrary)
+	defer shutdown()
+	a := agent.New(cfg, log, source, node)
+	if cfg.Enforcement.Events && a.Enforcer != nil {
+		events, err := eventPoster(opts.kubeconfig, cfg.NodeName)
+		if err != nil {
+			log.Info("no Kubernetes API client: violations are reported by metric and log only", "err", err)
+		} else {
+			a.Enforcer.Event = events
+		}
+	}
+	log.Info("vgpu-monitor starting", "listen", cfg.ListenAddress, "stateDir", cfg.StateDir, "policy", cfg.Enforcement.Policy, "gpus", node != nil)
+	return a.Run(ctx, nil)
+}
+
+// openGPUs initialises NVML. Without it the monitor still serves the
+// containers' accounting and reaps; per-GPU series and enforcement are off.
+func openGPUs(log *slog.Logger, library string) (*gpus.Node, func()) {
+	var nvmlOpts []nvml.LibraryOption
+	if library != "" {
+		nvmlOpts = append(nvmlOpts, nvml.WithLibraryPath(library))
+	}
+	lib := nvml.New(nvmlOpts...)
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		log.Warn("NVML unavailable: no per-GPU metrics, no enforcement", "err", ret)
+		return nil, func() {}
+	}
+	node, err := gpus.Open(lib)
+	if err != nil {
+		log.Warn("NVML devices unreadable: no per-GPU metrics, no enforcement", "err", err)
+		lib.Shutdown()
+		return nil, func() {}
+	}
+	return node, func() { lib.Shutdown() }
+}
+
+// options are the flags that are not configuration fields.
+type options struct {
+	kubeconfig  string
+	nvmlLibrary string
+}
+
+// parseFlags resolves the configuration: defaults, then --config, then the
+// flags that were set.
+func parseFlags(args []string) (*configv1.MonitorConfig, options, error) {
+	fs := flag.NewFlagSet("vgpu-monitor", flag.ContinueOnError)
+	path := fs.String("config", "", "configuration file (api/config/v1 MonitorConfig)")
+	var opts options
+	fs.StringVar(&opts.kubeconfig, "kubeconfig", "", "kubeconfig for Events (default: in-cluster)")
+	fs.StringVar(&opts.nvmlLibrary, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the dynamic loader's search)")
+	overrides := map[string]func(c *configv1.MonitorConfig, v string){
+		"node-name":            func(c *configv1.MonitorConfig, v string) { c.NodeName = v },
+		"state-dir":            func(c *configv1.MonitorConfig, v string) { c.StateDir = v },
+		"proc-root":            func(c *configv1.MonitorConfig, v string) { c.ProcRoot = v },
+		"pod-resources-socket": func(c *configv1.MonitorConfig, v string) { c.PodResourcesSocket = v },
+		"listen-address":       func(c *configv1.MonitorConfig, v string) { c.ListenAddress = v },
+		"enforcement-policy":   func(c *configv1.MonitorConfig, v string) { c.Enforcement.Policy = v },
+	}
+	vals := map[string]*string{}
+	for name := range overrides {
+		vals[name] = fs.String(name, "", "overrides the config field of the same meaning")
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, opts, err
+	}
+	cfg, err := configv1.LoadMonitor(*path)
+	if err != nil {
+		return nil, opts, err
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if set, ok := overrides[f.Name]; ok {
+			set(cfg, *vals[f.Name])
+		}
+	})
+	if err := cfg.Validate(); err != nil {
+		return nil, opts, fmt.Errorf("configuration: %w", err)
+	}
+	return cfg, opts, nil
+}
+
+func newLogger(cfg *configv1.MonitorConfig) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewJSONHandler(os.Stderr, opts)
+	if cfg.Log.Format == "text" {
+		h = slog.NewTextHandler(os.Stderr, opts)
+	}
+	return slog.New(h).With("component", "tessera-vgpu-monitor")
+}

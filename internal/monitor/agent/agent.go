@@ -1,0 +1,144 @@
+// Package agent wires the node monitor together: identity (PodResources),
+// accounting and GPU metrics served over HTTP, the reaper and the enforcer.
+// cmd/vgpu-monitor only parses flags and calls Run.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/health"
+	"github.com/tessera-gpu/tessera/internal/hostproc"
+	"github.com/tessera-gpu/tessera/internal/monitor/accounting"
+	"github.com/tessera-gpu/tessera/internal/monitor/enforce"
+	"github.com/tessera-gpu/tessera/internal/monitor/gpus"
+	"github.com/tessera-gpu/tessera/internal/monitor/identity"
+	"github.com/tessera-gpu/tessera/internal/monitor/metrics"
+	"github.com/tessera-gpu/tessera/internal/monitor/reaper"
+)
+
+// Agent is one running monitor.
+type Agent struct {
+	Config   *configv1.MonitorConfig
+	Log      *slog.Logger
+	Identity *identity.Resolver
+	GPUs     *gpus.Node // nil: NVML unavailable, per-GPU series and enforcement off
+	Registry *prometheus.Registry
+	Counters *metrics.Agent
+	Reader   *accounting.Reader
+	Reaper   *reaper.Reaper
+	// Enforcer is the out-of-band check (nil without NVML).
+	Enforcer *enforce.Enforcer
+}
+
+// New builds an agent from a validated configuration.
+func New(cfg *configv1.MonitorConfig, log *slog.Logger, source identity.Source, node *gpus.Node) *Agent {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	counters := metrics.NewAgent(reg, cfg.NodeName)
+	a := &Agent{Config: cfg, Log: log, Identity: &identity.Resolver{Source: source}, GPUs: node, Registry: reg, Counters: counters}
+	a.Reader = &accounting.Reader{StateDir: cfg.StateDir, Log: log, OnSkip: func(s accounting.Skip) {
+		counters.Skipped.WithLabelValues(s.Reason, s.File).Inc()
+	}}
+	a.Reaper = &reaper.Reaper{StateDir: cfg.StateDir, ProcRoot: cfg.ProcRoot, Log: log, OnReap: func(_ string, procs int, bytes uint64) {
+		counters.ReapedSlots.Add(float64(procs))
+		counters.ReapedBytes.Add(float64(bytes))
+	}}
+	if node != nil {
+		a.Enforcer = &enforce.Enforcer{Config: cfg.Enforcement, ProcRoot: cfg.ProcRoot, GPUs: node, Owner: a.Identity.Owner, Log: log,
+			// Its own reader: the scrape's reader counts the skips.
+			Reader:   &accounting.Reader{StateDir: cfg.StateDir, Log: log},
+			OnDetect: func(v enforce.Violation) { counters.Bypass.WithLabelValues(v.Kind).Inc() },
+			OnKill:   func(hostproc.Process) { counters.Kills.Inc() },
+		}
+	}
+	c := &metrics.Collector{Node: cfg.NodeName, Reader: a.Reader, Owner: a.Identity.Owner, Processes: a.Reaper.Owners}
+	if node != nil {
+		c.GPUs = node
+	}
+	reg.MustRegister(c)
+	return a
+}
+
+// HealthWatcher is the device plugin's NVML event watcher feeding the GPUs'
+// health and Xid counts.
+func (a *Agent) HealthWatcher() *health.Watcher {
+	return &health.Watcher{Lib: a.GPUs.Lib(), GPUs: a.GPUs.UUIDs(), Target: a.GPUs, Log: a.Log,
+		IgnoredXids: a.Config.Health.IgnoredXids, RecoverAfter: a.Config.Health.RecoverAfter.Duration,
+		OnXid: a.GPUs.ObserveXid, WaitMs: 200}
+}
+
+// Handler serves /metrics, /healthz and /readyz.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(a.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(a.Log.Handler(), slog.LevelWarn)}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !a.Identity.Ready() {
+			http.Error(w, "PodResources has not answered yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// Run serves and runs the loops until ctx ends. ln may be nil: it listens on
+// the configured address.
+func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", a.Config.ListenAddress); err != nil {
+			return fmt.Errorf("listen %s: %w", a.Config.ListenAddress, err)
+		}
+	}
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	ctx, cancel := context.WithCancel(ctx)
+	// The loops call NVML: they must all have returned before the caller
+	// shuts NVML down.
+	var loops sync.WaitGroup
+	defer loops.Wait()
+	defer cancel()
+	loops.Go(func() {
+		a.Identity.Run(ctx, a.Config.IdentityInterval.Duration, func(err error) {
+			a.Counters.IdentityErrors.Inc()
+			a.Log.Warn("identity refresh failed; keeping the previous mapping", "err", err)
+		})
+	})
+	loops.Go(func() { a.Reaper.Run(ctx, a.Config.ReapInterval.Duration) })
+	if a.Enforcer != nil {
+		loops.Go(func() { a.Enforcer.Run(ctx, a.Config.Enforcement.Interval.Duration) })
+	}
+	if a.GPUs != nil && a.Config.Health.Enabled {
+		loops.Go(func() {
+			if err := a.HealthWatcher().Run(ctx); err != nil {
+				a.Log.Warn("GPU health and Xid events not watched", "err", err)
+			}
+		})
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(shut)
+		return nil
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("serve: %w", err)
+	}
+}

@@ -1,0 +1,96 @@
+package enforce
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tessera-gpu/tessera/internal/hostproc"
+	"github.com/tessera-gpu/tessera/internal/monitor/accounting"
+	"github.com/tessera-gpu/tessera/internal/monitor/gpus"
+	"github.com/tessera-gpu/tessera/internal/region"
+	"github.com/tessera-gpu/tessera/internal/region/regiontest"
+	"github.com/tessera-gpu/tessera/internal/statedir"
+)
+
+// fakeProc writes /proc/<pid>/{stat,status,cgroup} under root.
+func fakeProc(t *testing.T, root string, p hostproc.Process) {
+	dir := filepath.Join(root, fmt.Sprint(p.PID))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stat := fmt.Sprintf("%d (cuda app) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0\n", p.PID, p.StartTime)
+	os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644)
+	os.WriteFile(filepath.Join(dir, "status"), []byte(fmt.Sprintf("Name:\tx\nNSpid:\t%d\t%d\n", p.PID, p.NSPID)), 0o644)
+	os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::"+p.Cgroup+"\n"), 0o644)
+}
+
+type fakeGPUs map[string][]gpus.Process
+
+func (f fakeGPUs) Devices() []gpus.Device {
+	var out []gpus.Device
+	for uuid := range f {
+		out = append(out, gpus.Device{UUID: uuid})
+	}
+	return out
+}
+func (f fakeGPUs) Processes(d gpus.Device) ([]gpus.Process, error) { return f[d.UUID], nil }
+
+// An unhooked process inside a tessera container is charged to its container
+// by cgroup and is the one the kill policy names; a process of a container
+// with no region at all on the same GPU is a no_region violation; a GPU no
+// allocation names is not judged.
+func TestCheckAttributesByCgroupAndNamesTheBypassingProcess(t *testing.T) {
+	const MiB = 1 << 20
+	root, state := t.TempDir(), t.TempDir()
+	hooked := hostproc.Process{PID: 100, NSPID: 1, StartTime: 50, Cgroup: "/pod-a/c"}
+	sibling := hostproc.Process{PID: 101, NSPID: 2, StartTime: 60, Cgroup: "/pod-a/c"}
+	stranger := hostproc.Process{PID: 300, NSPID: 1, StartTime: 70, Cgroup: "/pod-x/c"}
+	elsewhere := hostproc.Process{PID: 400, NSPID: 9, StartTime: 80, Cgroup: "/pod-y/c"}
+	for _, p := range []hostproc.Process{hooked, sibling, stranger, elsewhere} {
+		fakeProc(t, root, p)
+	}
+	dir := filepath.Join(statedir.Containers(state), "mem-000000000000000a")
+	os.MkdirAll(dir, 0o755)
+	if err := region.WriteLimits(filepath.Join(dir, statedir.LimitsFile), []region.DeviceLimit{{UUID: "GPU-a", MemLimitBytes: 100 * MiB}}); err != nil {
+		t.Fatal(err)
+	}
+	reg := filepath.Join(dir, statedir.RegionFile)
+	region.CreateRegion(reg)
+	regiontest.Write(reg, regiontest.Contents{Slots: []regiontest.Slot{{PID: 1, StartTime: 50, UsedBytes: map[int]uint64{0: 60 * MiB}}}})
+
+	e := &Enforcer{ProcRoot: root, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Reader: &accounting.Reader{StateDir: state, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		GPUs: fakeGPUs{
+			"GPU-a": {{PID: 100, UsedBytes: 60 * MiB}, {PID: 101, UsedBytes: 60 * MiB}, {PID: 300, UsedBytes: 10 * MiB}},
+			"GPU-b": {{PID: 400, UsedBytes: 50 * MiB}}, // no tessera share on it
+		}}
+	vs, err := e.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vs) != 2 {
+		t.Fatalf("violations %+v, want over_cap and no_region", vs)
+	}
+	for _, v := range vs {
+		switch v.Kind {
+		case KindOverCap:
+			if v.Key != "mem-000000000000000a" || v.UsedBytes != 120*MiB || v.CapBytes != 100*MiB ||
+				len(v.Processes) != 2 || len(v.Bypassing) != 1 || v.Bypassing[0].PID != 101 {
+				t.Errorf("over_cap %+v", v)
+			}
+		case KindNoRegion:
+			if v.GPU != "GPU-a" || len(v.Bypassing) != 1 || v.Bypassing[0].PID != 300 || v.Bypassing[0].StartTime != 70 {
+				t.Errorf("no_region %+v", v)
+			}
+		}
+	}
+	// Within tolerance nothing is flagged.
+	e.Config.ToleranceMiB = 20
+	if vs, _ := e.Check(); len(vs) != 0 {
+		t.Errorf("within a 20 MiB tolerance: %+v", vs)
+	}
+}

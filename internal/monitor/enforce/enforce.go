@@ -1,0 +1,363 @@
+// Package enforce is the node's out-of-band check on the cooperative hook. The
+// hook only charges what passes through it; a container can strip LD_PRELOAD,
+// link CUDA statically, or write its own region. The driver cannot be fooled
+// that way: NVML lists every process with memory on a GPU and what it holds.
+// The enforcer compares the two and acts on the difference:
+//
+//   - no_region: a process on a tessera-managed GPU that no region accounts
+//     for (not in any slot, not in the cgroup of a process that is) and that
+//     holds more than the tolerance (a hooked process holds a context before
+//     its first charge claims a slot);
+//   - over_cap: a container whose processes, summed as the driver counts
+//     them, hold more than its cap (plus a tolerance) on a GPU.
+//
+// A violation must last the grace period. Then the policy applies: report
+// (counter, log, Event on the pod when an API client is set) or kill
+// (SIGKILL through a pidfd, after checking the start time, so a reused pid is
+// never hit).
+package enforce
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/hostproc"
+	"github.com/tessera-gpu/tessera/internal/monitor/accounting"
+	"github.com/tessera-gpu/tessera/internal/monitor/gpus"
+	"github.com/tessera-gpu/tessera/internal/monitor/identity"
+)
+
+// Violation kinds (the "kind" label of the detection counter).
+const (
+	KindNoRegion = "no_region"
+	KindOverCap  = "over_cap"
+)
+
+// GPUs is what the enforcer needs of NVML (gpus.Node).
+type GPUs interface {
+	Devices() []gpus.Device
+	Processes(gpus.Device) ([]gpus.Process, error)
+}
+
+// Violation is one finding.
+type Violation struct {
+	Kind      string
+	GPU       string
+	Key       string         // the state directory (over_cap)
+	Owner     identity.Owner // when PodResources names it
+	Processes []hostproc.Process
+	// Bypassing are the processes no slot accounts for (over_cap: those
+	// of the container outside the hook). The kill policy ends these, or
+	// all Processes when the hook accounts for every one (a forged region).
+	Bypassing []hostproc.Process
+	UsedBytes uint64 // as the driver counts it
+	CapBytes  uint64 // over_cap: the cap
+}
+
+func (v Violation) id() string {
+	if v.Kind == KindOverCap {
+		return v.Kind + "/" + v.Key + "/" + v.GPU
+	}
+	return fmt.Sprintf("%s/%d/%d/%s", v.Kind, v.Processes[0].PID, v.Processes[0].StartTime, v.GPU)
+}
+
+func (v Violation) String() string {
+	pids := make([]string, len(v.Processes))
+	for i, p := range v.Processes {
+		pids[i] = strconv.FormatUint(uint64(p.PID), 10)
+	}
+	if v.Kind == KindOverCap {
+		return fmt.Sprintf("container %s holds %d bytes on GPU %s as the driver counts it, over its cap of %d (processes %s)",
+			v.Owner, v.UsedBytes, v.GPU, v.CapBytes, strings.Join(pids, ","))
+	}
+	return fmt.Sprintf("process %s (cgroup %s) holds %d bytes on tessera GPU %s without a region (hook bypassed)",
+		strings.Join(pids, ","), v.Processes[0].Cgroup, v.UsedBytes, v.GPU)
+}
+
+// Enforcer runs the check.
+type Enforcer struct {
+	Config   configv1.EnforcementConfig
+	ProcRoot string
+	Reader   *accounting.Reader
+	GPUs     GPUs
+	Owner    func(key string) (identity.Owner, bool)
+	Log      *slog.Logger
+	// OnDetect sees each violation once, when it has lasted the grace period.
+	OnDetect func(Violation)
+	// OnKill sees each process killed.
+	OnKill func(hostproc.Process)
+	// Event posts a Warning Event on a pod (nil: none).
+	Event func(ctx context.Context, owner identity.Owner, reason, message string)
+
+	since map[string]time.Time // violation id → first seen
+	acted map[string]bool
+}
+
+// Run checks every interval until ctx ends.
+func (e *Enforcer) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := e.Once(ctx); err != nil {
+			e.Log.Warn("enforcement check failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Once checks the node and applies the policy to violations past their grace.
+func (e *Enforcer) Once(ctx context.Context) error {
+	found, err := e.Check()
+	if err != nil {
+		return err
+	}
+	if e.since == nil {
+		e.since, e.acted = map[string]time.Time{}, map[string]bool{}
+	}
+	now := time.Now()
+	seen := map[string]bool{}
+	for _, v := range found {
+		id := v.id()
+		seen[id] = true
+		first, ok := e.since[id]
+		if !ok {
+			e.since[id] = now
+			first = now
+		}
+		if now.Sub(first) < e.Config.Grace.Duration || e.acted[id] {
+			continue
+		}
+		e.acted[id] = true
+		e.act(ctx, v)
+	}
+	for id := range e.since {
+		if !seen[id] {
+			delete(e.since, id)
+			delete(e.acted, id)
+		}
+	}
+	return nil
+}
+
+func (e *Enforcer) act(ctx context.Context, v Violation) {
+	if e.OnDetect != nil {
+		e.OnDetect(v)
+	}
+	e.Log.Warn("GPU memory used outside the accounting", "kind", v.Kind, "gpu", v.GPU, "policy", e.Config.Policy, "detail", v.String())
+	if e.Event != nil && v.Owner != (identity.Owner{}) {
+		e.Event(ctx, v.Owner, "TesseraGPUMemoryViolation", v.String()+"; policy "+e.Config.Policy)
+	}
+	if e.Config.Policy != configv1.PolicyKill {
+		return
+	}
+	victims := v.Bypassing
+	if len(victims) == 0 {
+		victims = v.Processes
+	}
+	for _, p := range victims {
+		if p.StartTime == 0 {
+			// Not in our /proc (another pid namespace?): its identity
+			// cannot be checked, so it is not killed.
+			e.Log.Warn("not killing a process this monitor cannot see in /proc", "pid", p.PID)
+			continue
+		}
+		if err := Kill(e.ProcRoot, p); err != nil {
+			e.Log.Warn("kill failed", "pid", p.PID, "err", err)
+			continue
+		}
+		e.Log.Warn("killed a process that used GPU memory outside its accounting", "pid", p.PID, "kind", v.Kind)
+		if e.OnKill != nil {
+			e.OnKill(p)
+		}
+	}
+}
+
+// Check compares the driver's processes with the regions.
+func (e *Enforcer) Check() ([]Violation, error) {
+	tab, err := hostproc.Scan(e.ProcRoot)
+	if err != nil {
+		return nil, err
+	}
+	allocs, err := e.Reader.ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	own, _ := hostproc.Read(e.ProcRoot, uint32(os.Getpid()))
+	acc := newAttribution(tab, allocs, own.Cgroup)
+	var out []Violation
+	for _, d := range e.GPUs.Devices() {
+		if !acc.managed[d.UUID] {
+			continue // not a GPU tessera shares: whatever runs there is not ours to judge
+		}
+		procs, err := e.GPUs.Processes(d)
+		if err != nil {
+			return nil, err
+		}
+		usage := map[string]*Violation{}
+		tolerance := uint64(e.Config.ToleranceMiB) << 20
+		for _, p := range procs {
+			hp, known := tab.Get(p.PID)
+			if !known {
+				hp = hostproc.Process{PID: p.PID}
+			}
+			if acc.contested[p.PID] {
+				// Slots of two regions claim it: one was forged by a
+				// container to pull another's process into its account.
+				// Judge neither, never kill it; the log says so.
+				e.Log.Warn("a process is claimed by the slots of two containers' regions; not judged", "pid", p.PID, "gpu", d.UUID)
+				continue
+			}
+			key, hooked := acc.hooked[p.PID]
+			if !hooked && known && acc.linkable(hp.Cgroup) {
+				key = acc.byCgroup[hp.Cgroup]
+			}
+			if key == "" {
+				if p.UsedBytes <= tolerance {
+					continue // a context's worth: a hooked process before its first charge
+				}
+				out = append(out, Violation{Kind: KindNoRegion, GPU: d.UUID, Processes: []hostproc.Process{hp},
+					Bypassing: []hostproc.Process{hp}, UsedBytes: p.UsedBytes})
+				continue
+			}
+			v := usage[key]
+			if v == nil {
+				v = &Violation{Kind: KindOverCap, GPU: d.UUID, Key: key}
+				usage[key] = v
+			}
+			v.UsedBytes += p.UsedBytes
+			v.Processes = append(v.Processes, hp)
+			if !hooked {
+				v.Bypassing = append(v.Bypassing, hp)
+			}
+		}
+		out = append(out, e.overCap(d.UUID, usage, acc)...)
+	}
+	return out, nil
+}
+
+func (e *Enforcer) overCap(uuid string, usage map[string]*Violation, acc *attribution) []Violation {
+	var out []Violation
+	keys := make([]string, 0, len(usage))
+	for k := range usage {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	tolerance := uint64(e.Config.ToleranceMiB) << 20
+	for _, key := range keys {
+		v := usage[key]
+		limit := acc.caps[key][uuid]
+		if limit == 0 || v.UsedBytes <= limit+tolerance {
+			continue
+		}
+		v.CapBytes = limit
+		if e.Owner != nil {
+			v.Owner, _ = e.Owner(key)
+		}
+		out = append(out, *v)
+	}
+	return out
+}
+
+// attribution links host processes to the state directories that account for them.
+type attribution struct {
+	hooked    map[uint32]string            // host pid → key of the region with its slot
+	contested map[uint32]bool              // host pids with slots in two regions
+	byCgroup  map[string]string            // cgroup of a hooked process → its key
+	caps      map[string]map[string]uint64 // key → GPU → cap
+	managed   map[string]bool              // GPUs some allocation names
+	ownGroup  string
+}
+
+func newAttribution(tab *hostproc.Table, allocs []accounting.Allocation, ownCgroup string) *attribution {
+	a := &attribution{hooked: map[uint32]string{}, contested: map[uint32]bool{}, byCgroup: map[string]string{},
+		caps: map[string]map[string]uint64{}, managed: map[string]bool{}, ownGroup: ownCgroup}
+	claims := map[uint32]map[string]bool{} // host pid → keys whose slots match it
+	for _, al := range allocs {
+		for _, g := range al.GPUs {
+			a.managed[g.UUID] = true
+		}
+		if al.Entry.Kind != "mem" {
+			continue
+		}
+		a.caps[al.Entry.Key] = map[string]uint64{}
+		for _, g := range al.GPUs {
+			a.caps[al.Entry.Key][g.UUID] = g.MemLimitBytes
+		}
+		for _, slot := range al.Procs {
+			// Pids are per namespace: one slot can match processes of
+			// several containers (the same pid and start tick). All are
+			// claimed; a process claimed twice is contested below.
+			for _, hp := range tab.Match(slot.PID, slot.StartTime) {
+				if claims[hp.PID] == nil {
+					claims[hp.PID] = map[string]bool{}
+				}
+				claims[hp.PID][al.Entry.Key] = true
+			}
+		}
+	}
+	groups := map[string]map[string]bool{} // cgroup → keys of its uncontested hooked processes
+	for pid, keys := range claims {
+		if len(keys) > 1 {
+			a.contested[pid] = true
+			continue
+		}
+		for key := range keys {
+			a.hooked[pid] = key
+			if hp, ok := tab.Get(pid); ok && a.linkable(hp.Cgroup) {
+				if groups[hp.Cgroup] == nil {
+					groups[hp.Cgroup] = map[string]bool{}
+				}
+				groups[hp.Cgroup][key] = true
+			}
+		}
+	}
+	for cg, keys := range groups {
+		if len(keys) == 1 { // a cgroup two regions claim stands for neither
+			for key := range keys {
+				a.byCgroup[cg] = key
+			}
+		}
+	}
+	return a
+}
+
+// linkable says whether a cgroup can stand for one container: not the root,
+// not unknown, and not the monitor's own (which is no tenant's).
+func (a *attribution) linkable(cgroup string) bool {
+	return cgroup != "" && cgroup != "/" && cgroup != a.ownGroup
+}
+
+// Kill sends SIGKILL to p through a pidfd, after checking through that pidfd's
+// process that it is still the one seen (same start time): a pid reused since
+// the check is never signalled.
+func Kill(procRoot string, p hostproc.Process) error {
+	fd, err := unix.PidfdOpen(int(p.PID), 0)
+	if err != nil {
+		return fmt.Errorf("pidfd %d: %w", p.PID, err)
+	}
+	defer unix.Close(fd)
+	now, err := hostproc.Read(procRoot, p.PID)
+	if err != nil {
+		return fmt.Errorf("pid %d: %w", p.PID, err)
+	}
+	if p.StartTime != 0 && now.StartTime != p.StartTime {
+		return fmt.Errorf("pid %d was reused (start %d, seen %d)", p.PID, now.StartTime, p.StartTime)
+	}
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil {
+		return fmt.Errorf("SIGKILL %d: %w", p.PID, err)
+	}
+	return nil
+}

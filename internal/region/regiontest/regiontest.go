@@ -1,0 +1,81 @@
+// Package regiontest writes usage regions the way the hook does, for tests of
+// the node side that need exact contents without running CUDA processes. The
+// offsets follow tessera_abi.h; regiontest_test.go reads every word back
+// through internal/region, which a test holds to the C header.
+package regiontest
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+
+	"github.com/tessera-gpu/tessera/internal/region"
+)
+
+const (
+	offHWM     = 24
+	offRefused = 32
+	offPeak    = offRefused + 8*region.MaxDevices
+	offSlots   = offPeak + 8*region.MaxDevices + 16 + 30*8
+	slotSize   = 8 + 8 + 8*region.MaxDevices + 6*8
+)
+
+// Slot is what one process's slot holds.
+type Slot struct {
+	PID       uint32
+	StartTime uint64
+	UsedBytes map[int]uint64 // device index → bytes
+}
+
+// Contents is a region's counters and slots.
+type Contents struct {
+	Refused map[int]uint64
+	Peak    map[int]uint64
+	Slots   []Slot // written to slots 0..n-1
+}
+
+// Write fills an existing region file (made by region.CreateRegion).
+func Write(path string, c Contents) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	put := func(off int64, v uint64) {
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], v)
+		if _, werr := f.WriteAt(b[:], off); werr != nil && err == nil {
+			err = fmt.Errorf("write %s at %d: %w", path, off, werr)
+		}
+	}
+	for d, v := range c.Refused {
+		put(offRefused+int64(8*d), v)
+	}
+	for d, v := range c.Peak {
+		put(offPeak+int64(8*d), v)
+	}
+	for i, s := range c.Slots {
+		base := int64(offSlots + i*slotSize)
+		put(base, uint64(s.PID)) // pid and flags (0)
+		put(base+8, s.StartTime)
+		for d, v := range s.UsedBytes {
+			put(base+16+int64(8*d), v)
+		}
+	}
+	// slot_hwm shares its 8 bytes with pad0.
+	put(offHWM, uint64(len(c.Slots)))
+	return err
+}
+
+// MarkReaping leaves slot i as a node reaper killed mid-reap leaves it.
+func MarkReaping(path string, i int) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], region.SlotReclaimBit|region.ReaperNode)
+	_, err = f.WriteAt(b[:], int64(offSlots+i*slotSize))
+	return err
+}

@@ -1,0 +1,95 @@
+package statedir
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tessera-gpu/tessera/internal/region"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// mkEntry makes a container directory with a region whose slot 0 is taken by
+// pid (0: no slot) and backdates it by age.
+func mkEntry(t *testing.T, stateDir, key string, pid uint32, age time.Duration) {
+	t.Helper()
+	dir := filepath.Join(Containers(stateDir), key)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, RegionFile)
+	if err := region.CreateRegion(path); err != nil {
+		t.Fatal(err)
+	}
+	if pid != 0 {
+		claimSlot(t, path, pid)
+	}
+	old := time.Now().Add(-age)
+	if err := os.Chtimes(dir, old, old); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func exists(dir string) bool { _, err := os.Stat(dir); return err == nil }
+
+func TestCollectorRule(t *testing.T) {
+	state := t.TempDir()
+	mkEntry(t, state, "mem-live", 0, time.Hour)
+	mkEntry(t, state, "mem-gone", 0, time.Hour)
+	mkEntry(t, state, "mem-young", 0, 0)
+	mkEntry(t, state, "mem-held", 4242, time.Hour)
+	mkEntry(t, state, "mem-deadslot", 4343, time.Hour)
+	alive := func(pid uint32, _ uint64) bool { return pid == 4242 }
+	c := &Collector{StateDir: state, Grace: 50 * time.Millisecond, Log: quiet}
+	live := map[string]bool{"mem-live": true}
+	if got := c.Collect(live, alive); len(got) != 0 {
+		t.Fatalf("first sighting removed %v: the grace period counts across calls", got)
+	}
+	time.Sleep(60 * time.Millisecond)
+	now := time.Now() // allocated again just now: its mtime protects it
+	os.Chtimes(c.Path("mem-young"), now, now)
+	got := c.Collect(live, alive)
+	want := map[string]bool{"mem-gone": true, "mem-deadslot": true}
+	if len(got) != len(want) {
+		t.Fatalf("removed %v, want %v", got, want)
+	}
+	for _, k := range got {
+		if !want[k] || exists(c.Path(k)) {
+			t.Errorf("removed %s (still there: %v)", k, exists(c.Path(k)))
+		}
+	}
+	for _, k := range []string{"mem-live", "mem-young", "mem-held"} {
+		if !exists(c.Path(k)) {
+			t.Errorf("%s removed", k)
+		}
+	}
+	// Every slot counts as alive without a liveness: nothing with a slot goes.
+	delete(live, "mem-live")
+	c.Collect(live, nil)
+	time.Sleep(60 * time.Millisecond)
+	c.Collect(live, nil)
+	if !exists(c.Path("mem-held")) {
+		t.Error("a region with a slot removed without a liveness check")
+	}
+	if exists(c.Path("mem-live")) {
+		t.Error("a region without slots, unlisted for the grace period, kept")
+	}
+}
+
+func TestListSkipsFilesAndMissingDir(t *testing.T) {
+	state := t.TempDir()
+	if es, err := List(state); err != nil || len(es) != 0 {
+		t.Fatalf("no containers dir: %v %v", es, err)
+	}
+	mkEntry(t, state, "core-b", 0, 0)
+	mkEntry(t, state, "mem-a", 0, 0)
+	os.WriteFile(filepath.Join(Containers(state), "stray"), nil, 0o644)
+	es, err := List(state)
+	if err != nil || len(es) != 2 || es[0].Key != "core-b" || es[0].Kind != "core" || es[1].Kind != "mem" {
+		t.Fatalf("%+v %v", es, err)
+	}
+}
