@@ -278,3 +278,8 @@ func (e *Engine) HeldGrants() []placement.Decision {
 	slices.SortFunc(out, func(a, b placement.Decision) int { return a.Node - b.Node })
 	return out
 }
+
+// EachPending calls fn for every pending pod, in no particular order.
+func (e *Engine) EachPending(fn func(p *Pod)) {
+	e.q.Each(func(en *queue.Entry[*Pod]) { fn(en.Pod) })
+}
