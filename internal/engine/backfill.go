@@ -183,9 +183,9 @@ func (e *Engine) refreshReservations(now time.Time) {
 	for _, r := range slices.Clone(e.res.order) {
 		e.unhold(r)
 		if d, ok := e.sched.ScheduleOn(r.node, &r.pod.Request); ok {
-			if en, queued := e.q.Get(r.pod.Key); queued {
+			if en, queued := e.q.Get(r.pod.Key); queued && e.admitted(en.Pod, now) {
 				e.q.Remove(r.pod.Key)
-				if e.admitted(en.Pod, now) && e.start(en.Pod, d, now) == nil {
+				if e.start(en.Pod, d, now) == nil {
 					e.dropReservation(r.pod.Key)
 					continue
 				}

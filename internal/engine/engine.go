@@ -57,6 +57,7 @@ type Engine struct {
 	// remembers shapes no victim set makes room for (preemption.go).
 	preemptible [priority.NumClasses]int
 	noPlan      map[planKey]planStamp
+	exhausted   *exhaustion
 }
 
 // New builds an engine over the scheduler's cluster. admit may be nil (no
@@ -71,7 +72,7 @@ func New(cfg Config, s *placement.Scheduler, admit Admission) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, cluster: s.Cluster(), sched: s, q: q, admit: admit,
 		placer: newPlacer(s), res: newReservations(cfg.ReserveAfter, cfg.MaxReservations),
-		running: map[string]*Running{}, noPlan: map[planKey]planStamp{}, onNode: make([][]*Running, len(s.Cluster().Nodes))}
+		running: map[string]*Running{}, noPlan: map[planKey]planStamp{}, exhausted: newExhaustion(), onNode: make([][]*Running, len(s.Cluster().Nodes))}
 	s.Cluster().Watch(func(int) {}, func(n int) {
 		for len(e.onNode) < n {
 			e.onNode = append(e.onNode, nil)
@@ -79,6 +80,7 @@ func New(cfg Config, s *placement.Scheduler, admit Admission) (*Engine, error) {
 	})
 	q.OnDrop = func(en *queue.Entry[*Pod], why queue.Reason, now time.Time) {
 		e.dropReservation(en.Key)
+		e.exhausted.pendingDel(e.keyOf(en.Pod), e.placer.gen)
 		e.emit(Event{Kind: Dropped, Time: now, Pod: en.Pod, Reason: string(why)})
 	}
 	q.OnEscalate = func(en *queue.Entry[*Pod], now time.Time) {
@@ -102,7 +104,16 @@ func (e *Engine) Submit(p *Pod) error {
 	if _, ok := e.q.Get(p.Key); ok {
 		return fmt.Errorf("pod %s: %w", p.Key, ErrKnown)
 	}
-	return e.q.Push(e.entry(p))
+	return e.enqueue(p)
+}
+
+// enqueue puts a pod in the queue and counts it pending.
+func (e *Engine) enqueue(p *Pod) error {
+	if err := e.q.Push(e.entry(p)); err != nil {
+		return err
+	}
+	e.exhausted.pendingAdd(e.keyOf(p))
+	return nil
 }
 
 func (e *Engine) entry(p *Pod) *queue.Entry[*Pod] {
@@ -112,7 +123,12 @@ func (e *Engine) entry(p *Pod) *queue.Entry[*Pod] {
 // Delete forgets a pending pod (deleted before it ran).
 func (e *Engine) Delete(key string) bool {
 	e.dropReservation(key)
-	return e.q.Remove(key)
+	en, ok := e.q.Get(key)
+	if ok {
+		e.q.Remove(key)
+		e.exhausted.pendingDel(e.keyOf(en.Pod), e.placer.gen)
+	}
+	return ok
 }
 
 // Complete ends a running pod and frees what it held.
@@ -150,6 +166,7 @@ func (e *Engine) start(p *Pod, d placement.Decision, now time.Time) error {
 	if err := e.cluster.Reserve(d); err != nil {
 		return err
 	}
+	e.exhausted.pendingDel(e.keyOf(p), e.placer.gen)
 	r := &Running{Pod: p, Decision: d, Started: now, slot: len(e.onNode[d.Node])}
 	e.onNode[d.Node] = append(e.onNode[d.Node], r)
 	e.running[p.Key] = r
@@ -177,10 +194,15 @@ func (e *Engine) Events() []Event {
 // (they are requeued after the pass, so none is tried twice). It returns
 // how many pods it tried.
 func (e *Engine) Cycle(now time.Time) int {
+	e.q.Advance(now) // deadlines and escalations even when nothing is tried
 	e.refreshReservations(now)
 	var failed []*queue.Entry[*Pod]
 	tried := 0
-	for en := e.q.Pop(now); en != nil; en = e.q.Pop(now) {
+	for !e.exhausted.done(e.placer.gen) {
+		en := e.q.Pop(now)
+		if en == nil {
+			break
+		}
 		tried++
 		if !e.attempt(en.Pod, now) {
 			failed = append(failed, en)
@@ -230,11 +252,20 @@ func (e *Engine) attempt(p *Pod, now time.Time) bool {
 		}
 	}
 	e.reserve(p, now)
+	if e.res.byPod[p.Key] == nil {
+		// A pod with a reservation is not interchangeable with others of
+		// its triple: it may use capacity they may not.
+		e.exhausted.fail(e.keyOf(p), e.placer.gen)
+	}
 	return false
 }
 
 func (e *Engine) admitted(p *Pod, now time.Time) bool {
-	return e.admit == nil || e.admit.Admit(p, now) == nil
+	if e.admit == nil || e.admit.Admit(p, now) == nil {
+		return true
+	}
+	e.exhausted.fail(e.keyOf(p), e.placer.gen)
+	return false
 }
 
 // Pending is how many pods wait; Running how many hold a placement.

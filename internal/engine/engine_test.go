@@ -276,3 +276,32 @@ func TestBadInputIsRefusedAlone(t *testing.T) {
 		t.Error("negative reservations accepted")
 	}
 }
+
+// Pods of one shape, class and team are interchangeable: once one fails
+// every stage, the cycle stops without popping the others, until capacity
+// is freed.
+func TestCycleStopsWhenEveryTripleFailed(t *testing.T) {
+	e := newEngine(t, baseConfig(), gpuNode("n1", 2))
+	submit(t, e, gpus("a", priority.P1, 1, 0), gpus("b", priority.P1, 1, 0))
+	for i := 0; i < 1000; i++ {
+		submit(t, e, gpus(fmt.Sprint("w", i), priority.P2, 1, 1))
+	}
+	if tried := e.Cycle(at(1)); tried != 3 {
+		t.Errorf("first cycle tried %d pods, want a, b and one waiting pod", tried)
+	}
+	if tried := e.Cycle(at(2)); tried != 0 {
+		t.Errorf("nothing changed, yet the cycle tried %d pods", tried)
+	}
+	if err := e.Complete("a"); err != nil {
+		t.Fatal(err)
+	}
+	if tried := e.Cycle(at(3)); tried != 2 {
+		t.Errorf("after one GPU freed the cycle tried %d pods, want the one placed and one that fails", tried)
+	}
+	if got := strings.Join(placed(e), " "); got != "a@n1 b@n1 w0@n1" {
+		t.Errorf("placed %q", got)
+	}
+	if e.Pending() != 999 {
+		t.Errorf("pending %d", e.Pending())
+	}
+}

@@ -224,6 +224,6 @@ func (e *Engine) evict(v *Running, by *Pod, now time.Time) {
 	v.Pod.Preemptions++
 	e.emit(Event{Kind: Preempted, Time: now, Pod: v.Pod, Decision: v.Decision, By: by, Ran: now.Sub(v.Started)})
 	if e.cfg.RequeuePreempted {
-		_ = e.q.Push(e.entry(v.Pod))
+		_ = e.enqueue(v.Pod)
 	}
 }
