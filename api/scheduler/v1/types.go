@@ -112,14 +112,15 @@ type BackfillConfig struct {
 
 // Resources is an amount of GPU resources. GPUMilli and GPUs are counted
 // in weighted units (a GPU of weight 2.0 counts twice) unless the amount is
-// a per-model quota, which counts that model's own GPUs.
+// a per-model quota, which counts that model's own GPUs. A resource that no
+// queue of a cohort gives a nominal amount is not limited in that cohort.
 type Resources struct {
 	// GPUMemMiB is GPU memory in MiB (never weighted: a MiB is a MiB).
 	GPUMemMiB int64 `json:"gpuMemMiB,omitempty"`
 	// GPUMilli is GPU compute, 1000 per whole GPU.
 	GPUMilli int64 `json:"gpuMilli,omitempty"`
-	// GPUs counts GPUs a pod holds, whole or shared (a share of a GPU
-	// counts as the whole GPU being touched).
+	// GPUs counts whole GPUs, those a pod holds exclusively (1000 milli);
+	// shares of a GPU are counted by GPUMilli and GPUMemMiB only.
 	GPUs int64 `json:"gpus,omitempty"`
 }
 
