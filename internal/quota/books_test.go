@@ -10,7 +10,7 @@ import (
 	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
 )
 
-func res(milli int64) schedv1.Resources { return schedv1.Resources{GPUMilli: milli} }
+func res(milli int64) schedv1.Resources          { return schedv1.Resources{GPUMilli: milli} }
 func ptr(r schedv1.Resources) *schedv1.Resources { return &r }
 
 func books(t *testing.T, mutate func(c *schedv1.Config), queues ...schedv1.QueueConfig) *Books {
