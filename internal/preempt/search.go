@@ -1,0 +1,182 @@
+package preempt
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/tessera-gpu/tessera/internal/placement"
+)
+
+// exactBudget bounds the fit checks of the exhaustive search on one node.
+const exactBudget = 600
+
+// planOn finds the cheapest victims among units on node n, or nil (also
+// when a bound is given and nothing on n costs less).
+func (p *Preemptor) planOn(n int, pod *Pending, units []*unit, bound *cost) (*Plan, cost, error) {
+	req := &pod.Request
+	if d, ok, err := p.fitsWith(n, req, nil); err != nil || ok {
+		return p.plan(n, d, nil), cost{}, err // it fits as it is: nothing to evict
+	}
+	if _, ok, err := p.fitsWith(n, req, units); err != nil || !ok {
+		return nil, cost{}, err // not even evicting every candidate makes room
+	}
+	slices.SortStableFunc(units, func(a, b *unit) int {
+		switch {
+		case a.cost.less(b.cost):
+			return -1
+		case b.cost.less(a.cost):
+			return 1
+		}
+		return strings.Compare(a.pods[0].ID, b.pods[0].ID)
+	})
+	set, d, c, err := p.exact(n, req, units, bound)
+	if err != nil {
+		return nil, cost{}, err
+	}
+	gset, gd, gc, err := p.greedy(n, req, units)
+	if err != nil {
+		return nil, cost{}, err
+	}
+	if set == nil || gc.less(c) {
+		set, d, c = gset, gd, gc
+	}
+	if bound != nil && !c.less(*bound) {
+		return nil, cost{}, nil
+	}
+	return p.plan(n, d, set), c, nil
+}
+
+func (p *Preemptor) plan(n int, d placement.Decision, set []*unit) *Plan {
+	pl := &Plan{Node: n, NodeName: p.sched.Cluster().Nodes[n].Name, Decision: d}
+	for _, u := range set {
+		for _, r := range u.pods {
+			pl.Victims = append(pl.Victims, *r)
+		}
+		pl.LostGPUSeconds += u.cost.lostGPUSec
+	}
+	return pl
+}
+
+// exact tries every subset of up to MaxExactUnits units (while the budget of
+// fit checks lasts), cheapest first, and returns the first that makes room.
+func (p *Preemptor) exact(n int, req *placement.Request, units []*unit, bound *cost) ([]*unit, placement.Decision, cost, error) {
+	type subset struct {
+		idx []int
+		c   cost
+	}
+	var subsets []subset
+	var walk func(start int, idx []int, c cost, k int)
+	walk = func(start int, idx []int, c cost, k int) {
+		if len(idx) == k {
+			subsets = append(subsets, subset{slices.Clone(idx), c})
+			return
+		}
+		for i := start; i < len(units); i++ {
+			walk(i+1, append(idx, i), c.add(units[i].cost), k)
+		}
+	}
+	for k := 1; k <= p.MaxExactUnits && k <= len(units); k++ {
+		if len(subsets)+binomial(len(units), k) > exactBudget {
+			break
+		}
+		walk(0, nil, cost{}, k)
+	}
+	slices.SortStableFunc(subsets, func(a, b subset) int {
+		switch {
+		case a.c.less(b.c):
+			return -1
+		case b.c.less(a.c):
+			return 1
+		}
+		return 0
+	})
+	for _, s := range subsets {
+		if bound != nil && !s.c.less(*bound) {
+			break // sorted: nothing further is cheaper than the plan in hand
+		}
+		set := make([]*unit, len(s.idx))
+		for i, j := range s.idx {
+			set[i] = units[j]
+		}
+		d, ok, err := p.fitsWith(n, req, set)
+		if err != nil {
+			return nil, d, cost{}, err
+		}
+		if ok {
+			return set, d, s.c, nil
+		}
+	}
+	return nil, placement.Decision{}, cost{}, nil
+}
+
+func binomial(n, k int) int {
+	r := 1
+	for i := 1; i <= k; i++ {
+		r = r * (n - k + i) / i
+	}
+	return r
+}
+
+// greedy evicts every unit, then spares them one by one, most expensive
+// first, as long as the pod still fits (Kubernetes' "reprieve").
+func (p *Preemptor) greedy(n int, req *placement.Request, units []*unit) ([]*unit, placement.Decision, cost, error) {
+	var victims []*unit
+	for i := len(units) - 1; i >= 0; i-- {
+		rest := append(slices.Clone(victims), units[:i]...)
+		_, ok, err := p.fitsWith(n, req, rest)
+		if err != nil {
+			return nil, placement.Decision{}, cost{}, err
+		}
+		if !ok {
+			victims = append(victims, units[i]) // needed: sparing it leaves no room
+		}
+	}
+	d, ok, err := p.fitsWith(n, req, victims)
+	if err != nil || !ok {
+		return nil, d, cost{}, errors.Join(err, fmt.Errorf("preempt: greedy plan on node %d does not verify", n))
+	}
+	var c cost
+	for _, u := range victims {
+		c = c.add(u.cost)
+	}
+	return victims, d, c, nil
+}
+
+// fitsWith releases set's reservations on node n, asks the pipeline for a
+// place on n, and reserves them back: the cluster ends as it began.
+func (p *Preemptor) fitsWith(n int, req *placement.Request, set []*unit) (placement.Decision, bool, error) {
+	cl := p.sched.Cluster()
+	var released []placement.Decision
+	restore := func() error {
+		for _, d := range released {
+			if err := cl.Reserve(d); err != nil {
+				return fmt.Errorf("preempt: restoring node %s: %w", d.NodeName, err)
+			}
+		}
+		return nil
+	}
+	for _, u := range set {
+		for i, d := range u.onNode {
+			if d.Node != n {
+				continue
+			}
+			if err := cl.Release(d); err != nil {
+				return placement.Decision{}, false, errors.Join(fmt.Errorf("preempt: running pod %s is not reserved as given: %w", u.pods[i].ID, err), restore())
+			}
+			released = append(released, d)
+		}
+	}
+	d, err := p.sched.ScheduleOn(n, req)
+	if rerr := restore(); rerr != nil {
+		return placement.Decision{}, false, rerr
+	}
+	switch {
+	case errors.Is(err, placement.ErrUnschedulable):
+		return placement.Decision{}, false, nil
+	case err != nil:
+		return placement.Decision{}, false, err
+	}
+	return d, true, nil
+}
