@@ -61,13 +61,7 @@ func (t *Tracker) reserveOn(ms []Member, node int) (map[string]placement.Decisio
 	for _, m := range ms {
 		req := m.Request
 		req.Name = m.Name
-		var d placement.Decision
-		var err error
-		if node < 0 {
-			d, err = t.sched.Schedule(&req)
-		} else {
-			d, err = t.sched.ScheduleOn(node, &req)
-		}
+		d, err := t.decide(node, &req)
 		if err == nil {
 			err = t.sched.Cluster().Reserve(d)
 		}
@@ -77,6 +71,18 @@ func (t *Tracker) reserveOn(ms []Member, node int) (map[string]placement.Decisio
 		got[m.Name] = d
 	}
 	return got, nil
+}
+
+// decide places req anywhere (node < 0) or on node, without reserving.
+func (t *Tracker) decide(node int, req *placement.Request) (placement.Decision, error) {
+	if node < 0 {
+		return t.sched.Schedule(req)
+	}
+	d, fits := t.sched.ScheduleOn(node, req)
+	if !fits {
+		return d, fmt.Errorf("node %s: %w", t.sched.Cluster().Nodes[node].Name, placement.ErrUnschedulable)
+	}
+	return d, nil
 }
 
 func (t *Tracker) release(ds map[string]placement.Decision) error {
@@ -132,13 +138,8 @@ func (t *Tracker) reserveSameIsland(g *group, ms []Member) (map[string]placement
 		return nil, err
 	}
 	sum.SameIsland = true
-	var d placement.Decision
 	n := heldNode(g)
-	if n >= 0 {
-		d, err = t.sched.ScheduleOn(n, &sum)
-	} else {
-		d, err = t.sched.Schedule(&sum)
-	}
+	d, err := t.decide(n, &sum)
 	if err != nil {
 		return nil, fmt.Errorf("no NVLink island holds all %d members (%d GPUs): %w", len(ms), sum.NumGPU, err)
 	}

@@ -44,9 +44,9 @@ func newFixture(t *testing.T, models ...string) *fixture {
 func (f *fixture) run(id string, node, gpus int, class int, age time.Duration, opts ...func(*Running)) {
 	f.t.Helper()
 	req := &placement.Request{Name: id, CPUMilli: 1000, NumGPU: gpus, GPUMilli: 1000}
-	d, err := f.sched.ScheduleOn(node, req)
-	if err != nil {
-		f.t.Fatal(err)
+	d, ok := f.sched.ScheduleOn(node, req)
+	if !ok {
+		f.t.Fatalf("%s does not fit on node %d", id, node)
 	}
 	if err := f.sched.Cluster().Reserve(d); err != nil {
 		f.t.Fatal(err)

@@ -168,15 +168,9 @@ func (p *Preemptor) fitsWith(n int, req *placement.Request, set []*unit) (placem
 			released = append(released, d)
 		}
 	}
-	d, err := p.sched.ScheduleOn(n, req)
+	d, ok := p.sched.ScheduleOn(n, req)
 	if rerr := restore(); rerr != nil {
 		return placement.Decision{}, false, rerr
 	}
-	switch {
-	case errors.Is(err, placement.ErrUnschedulable):
-		return placement.Decision{}, false, nil
-	case err != nil:
-		return placement.Decision{}, false, err
-	}
-	return d, true, nil
+	return d, ok, nil
 }
