@@ -297,6 +297,23 @@ func (b *Books) Decide(queueName string, u Usage) Decision {
 	return Decision{Held, fmt.Sprintf("queue %s: over nominal on %s and nothing left to borrow (%s)", q.name, borrowing, short)}
 }
 
+// WithinGuarantee reports whether a pod of queue using u stays within the
+// queue's nominal quota on every limited resource: such a pod may reclaim
+// borrowed capacity (Decide says Fits or NeedsReclaim). Unmanaged pods
+// have no guarantee.
+func (b *Books) WithinGuarantee(queueName string, u Usage) bool {
+	q := b.resolve(queueName)
+	if q == nil {
+		return false
+	}
+	for _, a := range b.amounts(u) {
+		if q.cohort.active[a.res] && q.usage[a.res]+a.v > q.nominal[a.res] {
+			return false
+		}
+	}
+	return true
+}
+
 // units prints an internal amount in configured units.
 func units(v int64) string {
 	if v == math.MaxInt64 || v < 0 && v < -math.MaxInt64/2 {

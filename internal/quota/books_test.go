@@ -87,6 +87,10 @@ func TestDecide(t *testing.T) {
 			if d.Admit() != (tc.want == Fits || tc.want == Borrows) {
 				t.Error("Admit disagrees with the verdict")
 			}
+			within := tc.want == Fits || tc.want == NeedsReclaim
+			if b.QueueOf(tc.queue) != Unmanaged && tc.want != Held && b.WithinGuarantee(tc.queue, tc.use) != within {
+				t.Errorf("WithinGuarantee = %v for a %s verdict", !within, tc.want)
+			}
 		})
 	}
 }
