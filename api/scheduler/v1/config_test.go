@@ -220,3 +220,14 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// TestDocumentedExample: the example in docs/scheduler.md (copied here) loads.
+func TestDocumentedExample(t *testing.T) {
+	c, err := Load("testdata/example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, ok := c.Queue("team-a"); !ok || q.Models["H100"].Nominal.GPUs != 8 || c.ModelWeight("T4") != 0.25 {
+		t.Errorf("example = %+v", c)
+	}
+}
