@@ -8,6 +8,7 @@ import (
 	"time"
 
 	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
+	"github.com/tessera-gpu/tessera/internal/placement"
 )
 
 // scale turns configured amounts into internal units: a weight of 1.0 is
@@ -31,6 +32,13 @@ type Usage struct {
 	GPUs         int
 	MilliPerGPU  int32
 	MemMiBPerGPU int32
+}
+
+// UsageOf is what a pod of request r holds on a GPU of model (the model of
+// the node placement chose; before placement, the model the pod would be
+// charged for, e.g. the heaviest it accepts).
+func UsageOf(r *placement.Request, model string) Usage {
+	return Usage{Model: model, GPUs: r.NumGPU, MilliPerGPU: r.GPUMilli, MemMiBPerGPU: r.GPUMemMiB}
 }
 
 // Pod is a running pod as the books see it.

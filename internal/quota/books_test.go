@@ -8,6 +8,7 @@ import (
 	"time"
 
 	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
+	"github.com/tessera-gpu/tessera/internal/placement"
 )
 
 func res(milli int64) schedv1.Resources          { return schedv1.Resources{GPUMilli: milli} }
@@ -239,5 +240,12 @@ func BenchmarkDecideAddRemove(b *testing.B) {
 			_ = bk.Add(Pod{ID: "x", Queue: q, Usage: gpus(2, "")})
 			_ = bk.Remove("x")
 		}
+	}
+}
+
+func TestUsageOfRequest(t *testing.T) {
+	u := UsageOf(&placement.Request{NumGPU: 2, GPUMilli: 1000, GPUMemMiB: 4096}, "H100")
+	if u != (Usage{Model: "H100", GPUs: 2, MilliPerGPU: 1000, MemMiBPerGPU: 4096}) {
+		t.Errorf("UsageOf = %+v", u)
 	}
 }
