@@ -365,3 +365,20 @@ func releaseGroup(tr *Tracker, name string) error {
 	}
 	return nil
 }
+
+// FuzzFromAnnotations: no annotation values make the parser panic, and
+// whatever it accepts is a valid spec.
+func FuzzFromAnnotations(f *testing.F) {
+	f.Add("g", "2", "")
+	f.Add("g", "0", "node")
+	f.Add("", "x", "nvlink-island")
+	f.Fuzz(func(t *testing.T, group, min, locality string) {
+		s, ok, err := FromAnnotations(map[string]string{GroupAnnotation: group, MinMemberAnnotation: min, LocalityAnnotation: locality})
+		if err != nil {
+			return
+		}
+		if !ok || s.Validate() != nil || s.MinMember < 1 {
+			t.Fatalf("accepted %+v (ok %v)", s, ok)
+		}
+	})
+}
