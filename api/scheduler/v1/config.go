@@ -19,10 +19,10 @@ import (
 // Defaults: PriorityClass values ≥ 1,000,000 are P0, ≥ 100,000 P1,
 // ≥ 1,000 P2; lower values, and pods with neither a value nor the
 // annotation, get DefaultClass P2 (work nobody classified can wait but is
-// not thrown away first); experiments say so with `tessera.io/priority: P3`. Waiting pods
-// gain 10 points (a tenth of a class) a minute up to 200 (two classes), so a
-// P3 pod competes as a fresh P1 pod after 20 minutes; P3 escalates after
-// 6 h, P2 after 2 h. A pod that waited 5 minutes holds capacity against
+// not thrown away first); experiments say so with `tessera.io/priority: P3`.
+// Waiting pods gain 10 points (a tenth of a class) a minute, at most 200,
+// never above P2: a P3 pod competes as a fresh P2 pod after 10 minutes and
+// never with inference. P3 escalates after 6 h, P2 after 2 h. A pod that waited 5 minutes holds capacity against
 // backfill (at most 8 such pods). Training (P2) and experiments (P3) are
 // preemptible, inference (P0, P1) is not; preemption spares pods younger
 // than 10 minutes and pods preempted in the last 30 minutes. Gangs assemble
@@ -44,7 +44,7 @@ func Default() *Config {
 				{AtLeast: 1_000, Class: P2},
 			},
 			DefaultClass: P2,
-			Ageing:       AgeingConfig{Interval: Duration{Duration: time.Minute}, Step: 10, MaxBoost: 2 * PointsPerClass},
+			Ageing:       AgeingConfig{Interval: Duration{Duration: time.Minute}, Step: 10, MaxBoost: 2 * PointsPerClass, Ceiling: P2},
 			MaxWait:      map[Class]Duration{P2: {Duration: 2 * time.Hour}, P3: {Duration: 6 * time.Hour}},
 			Backfill:     BackfillConfig{ReserveAfter: Duration{Duration: 5 * time.Minute}, MaxReservations: 8},
 		},
@@ -181,6 +181,9 @@ func (p *PriorityConfig) validate(v *validator, at string) {
 	}
 	for i, c := range a.Classes {
 		v.class(fmt.Sprintf("%s.ageing.classes[%d]", at, i), c)
+	}
+	if a.Ceiling != "" {
+		v.class(at+".ageing.ceiling", a.Ceiling)
 	}
 	for _, c := range sortedKeys(p.MaxWait) {
 		v.class(at+".maxWait", c)
@@ -334,6 +337,33 @@ func (p *PriorityConfig) ClassOf(annotation string, hasAnnotation bool, value in
 		return p.ClassForValue(value), nil
 	}
 	return p.DefaultClass, nil
+}
+
+// ClassStep is the wait that gains one whole class (Interval ×
+// PointsPerClass ÷ Step), for consumers that age in whole classes; 0 when
+// ageing is off (Step 0).
+func (a *AgeingConfig) ClassStep() time.Duration {
+	if a.Step <= 0 {
+		return 0
+	}
+	return a.Interval.Duration * PointsPerClass / time.Duration(a.Step)
+}
+
+// Effective is the class a pod of class base competes in after waiting
+// wait, in whole classes: base raised by the points gained (at most
+// MaxBoost), never above Ceiling, and unchanged for classes that do not age
+// or are already at or above the ceiling.
+func (a *AgeingConfig) Effective(base Class, wait time.Duration) Class {
+	r := base.Rank()
+	ceil := a.Ceiling.Rank()
+	if a.Ceiling == "" {
+		ceil = 0
+	}
+	if r < 0 || !a.Ages(base) || a.Step <= 0 || wait <= 0 || r <= ceil || a.Interval.Duration <= 0 {
+		return base
+	}
+	points := min(int64(wait/a.Interval.Duration)*int64(a.Step), int64(a.MaxBoost))
+	return Classes[max(ceil, r-int(points/PointsPerClass))]
 }
 
 // Ages reports whether pods of class c age while waiting.

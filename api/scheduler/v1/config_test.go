@@ -231,3 +231,45 @@ func TestDocumentedExample(t *testing.T) {
 		t.Errorf("example = %+v", c)
 	}
 }
+
+func TestAgeing(t *testing.T) {
+	a := Default().Priority.Ageing
+	if a.ClassStep() != 10*time.Minute {
+		t.Errorf("ClassStep = %s", a.ClassStep())
+	}
+	for _, tc := range []struct {
+		base Class
+		wait time.Duration
+		want Class
+	}{
+		{P3, 9 * time.Minute, P3},
+		{P3, 10 * time.Minute, P2},
+		{P3, 10 * time.Hour, P2}, // the ceiling
+		{P2, 10 * time.Hour, P2}, // at the ceiling already
+		{P1, 10 * time.Hour, P1},
+		{P3, -time.Minute, P3},
+	} {
+		if got := a.Effective(tc.base, tc.wait); got != tc.want {
+			t.Errorf("Effective(%s, %s) = %s, want %s", tc.base, tc.wait, got, tc.want)
+		}
+	}
+	a.Ceiling, a.MaxBoost = P0, 150
+	if got := a.Effective(P3, 10*time.Hour); got != P2 {
+		t.Errorf("maxBoost 150 from P3 = %s, want P2 (one whole class)", got)
+	}
+	a.MaxBoost = 300
+	if got := a.Effective(P3, 10*time.Hour); got != P0 {
+		t.Errorf("maxBoost 300, ceiling P0 = %s", got)
+	}
+	a.Classes = []Class{P2}
+	if got := a.Effective(P3, 10*time.Hour); got != P3 {
+		t.Errorf("P3 does not age here, got %s", got)
+	}
+	a.Step = 0
+	if a.ClassStep() != 0 || a.Effective(P2, time.Hour) != P2 {
+		t.Error("step 0 disables ageing")
+	}
+	if _, err := Parse([]byte(head + "priority: {ageing: {ceiling: P5}}\n")); err == nil || !strings.Contains(err.Error(), "priority.ageing.ceiling") {
+		t.Errorf("bad ceiling: %v", err)
+	}
+}

@@ -99,6 +99,9 @@ type AgeingConfig struct {
 	MaxBoost int      `json:"maxBoost"`
 	// Classes that age; absent means every class ages.
 	Classes []Class `json:"classes,omitempty"`
+	// Ceiling is the most urgent class ageing can reach (default P2: an
+	// old experiment competes with training, never with inference).
+	Ceiling Class `json:"ceiling,omitempty"`
 }
 
 // BackfillConfig bounds head-of-line blocking: once a pod has waited
