@@ -324,7 +324,7 @@ func (b *Books) WithinGuarantee(queueName string, u Usage) bool {
 
 // units prints an internal amount in configured units.
 func units(v int64) string {
-	if v == math.MaxInt64 || v < 0 && v < -math.MaxInt64/2 {
+	if v >= math.MaxInt64/2 { // a ceiling without a borrowing limit
 		return "unlimited"
 	}
 	if v%scale == 0 {
