@@ -56,6 +56,10 @@ type Engine struct {
 	// preemptible counts running preemptible pods per class; noPlan
 	// remembers shapes no victim set makes room for (preemption.go).
 	preemptible [priority.NumClasses]int
+	// preemptibleMilli is, per node and class, the GPU compute preemptible
+	// pods hold: a node whose free compute plus that of the classes a pod
+	// may evict is too small is skipped without looking at its pods.
+	preemptibleMilli [][priority.NumClasses]int64
 	noPlan      map[planKey]planStamp
 	exhausted   *exhaustion
 }
@@ -72,10 +76,12 @@ func New(cfg Config, s *placement.Scheduler, admit Admission) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, cluster: s.Cluster(), sched: s, q: q, admit: admit,
 		placer: newPlacer(s), res: newReservations(cfg.ReserveAfter, cfg.MaxReservations),
-		running: map[string]*Running{}, noPlan: map[planKey]planStamp{}, exhausted: newExhaustion(), onNode: make([][]*Running, len(s.Cluster().Nodes))}
+		running: map[string]*Running{}, noPlan: map[planKey]planStamp{}, exhausted: newExhaustion(), onNode: make([][]*Running, len(s.Cluster().Nodes)),
+		preemptibleMilli: make([][priority.NumClasses]int64, len(s.Cluster().Nodes))}
 	s.Cluster().Watch(func(int) {}, func(n int) {
 		for len(e.onNode) < n {
 			e.onNode = append(e.onNode, nil)
+			e.preemptibleMilli = append(e.preemptibleMilli, [priority.NumClasses]int64{})
 		}
 	})
 	q.OnDrop = func(en *queue.Entry[*Pod], why queue.Reason, now time.Time) {
@@ -157,6 +163,7 @@ func (e *Engine) stop(r *Running) {
 	delete(e.running, r.Pod.Key)
 	if r.Pod.Preemptible {
 		e.preemptible[r.Pod.Class]--
+		e.preemptibleMilli[r.Decision.Node][r.Pod.Class] -= grantMilli(r)
 	}
 	e.placer.capacityFreed()
 }
@@ -172,6 +179,7 @@ func (e *Engine) start(p *Pod, d placement.Decision, now time.Time) error {
 	e.running[p.Key] = r
 	if p.Preemptible {
 		e.preemptible[p.Class]++
+		e.preemptibleMilli[d.Node][p.Class] += grantMilli(r)
 	}
 	if e.admit != nil {
 		e.admit.Charge(p, r)

@@ -89,12 +89,13 @@ func (e *Engine) anyLessUrgent(c priority.Class) bool {
 }
 
 func (e *Engine) searchPlan(p *Pod, now time.Time) (plan, bool) {
+	need := int64(p.Request.NumGPU) * int64(p.Request.GPUMilli)
 	var best plan
 	found := false
 	var scratch partition.Node
 	var cands []*Running
 	for i := range e.cluster.Nodes {
-		if !e.cluster.Admits(i, &p.Request) {
+		if !e.cluster.Admits(i, &p.Request) || !e.mayMakeRoom(i, p, need) {
 			continue
 		}
 		cands = cands[:0]
@@ -111,6 +112,21 @@ func (e *Engine) searchPlan(p *Pod, now time.Time) (plan, bool) {
 		}
 	}
 	return best, found
+}
+
+// mayMakeRoom is the O(1) bound: the node's free GPU compute plus what
+// preemptible pods of less urgent classes hold reaches the pod's need. With
+// quota reclaim any class may be a victim, so the bound counts them all.
+func (e *Engine) mayMakeRoom(i int, p *Pod, need int64) bool {
+	room := e.cluster.Nodes[i].FreeMilli()
+	first := p.Class + 1
+	if e.admit != nil {
+		first = priority.P0
+	}
+	for k := first; k <= priority.Lowest; k++ {
+		room += e.preemptibleMilli[i][k]
+	}
+	return room >= need
 }
 
 // planNode finds a small victim set on node i, tested on a copy of the node:

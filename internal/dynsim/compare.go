@@ -1,0 +1,71 @@
+package dynsim
+
+import (
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/tessera-gpu/tessera/internal/partition"
+	"github.com/tessera-gpu/tessera/internal/placement/trace"
+	"github.com/tessera-gpu/tessera/internal/priority"
+)
+
+// Options is a comparison of modes on one workload.
+type Options struct {
+	Workload WorkloadConfig
+	Modes    []string
+	Tick     time.Duration
+	Drain    time.Duration
+	AgeStep  time.Duration
+	Deadline [priority.NumClasses]time.Duration
+	Policy   string
+}
+
+// DefaultOptions: load 1.5 for 12 hours of arrivals, run times capped at
+// 6 hours, 2 % of LS pods P0, 4 teams, a cycle every 10 s, 24 h to drain,
+// ageing one class per 30 min.
+func DefaultOptions() Options {
+	return Options{
+		Workload: WorkloadConfig{Load: 1.5, Horizon: 12 * time.Hour, MaxRun: 6 * time.Hour, P0Share: 0.02, Teams: 4, Seed: 42},
+		Modes:    ModeNames, Tick: 10 * time.Second, Drain: 24 * time.Hour, AgeStep: 30 * time.Minute, Policy: "tessera",
+	}
+}
+
+// Compare builds the workload once and simulates every mode on it, the
+// modes in parallel (each is deterministic; results come back in mode
+// order).
+func Compare(nodes []partition.NodeSpec, pods []trace.Pod, o Options) ([]*Result, WorkloadInfo, error) {
+	var capacity int64
+	for _, n := range nodes {
+		capacity += int64(n.GPUs) * partition.MilliPerGPU
+	}
+	jobs, info, err := BuildWorkload(pods, capacity, o.Workload)
+	if err != nil {
+		return nil, info, err
+	}
+	modes := make([]Mode, len(o.Modes))
+	for i, name := range o.Modes {
+		if modes[i], err = Modes(name, o.AgeStep); err != nil {
+			return nil, info, err
+		}
+	}
+	results := make([]*Result, len(modes))
+	errs := make([]error, len(modes))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i := range modes {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			results[i], errs[i] = Simulate(nodes, jobs, o.Workload.Horizon, Config{Mode: modes[i], Tick: o.Tick, Drain: o.Drain, Deadline: o.Deadline, Policy: o.Policy})
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, info, err
+		}
+	}
+	return results, info, nil
+}

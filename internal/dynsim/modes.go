@@ -1,0 +1,54 @@
+package dynsim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tessera-gpu/tessera/internal/engine"
+	"github.com/tessera-gpu/tessera/internal/priority"
+	"github.com/tessera-gpu/tessera/internal/queue"
+)
+
+// Mode is one way of scheduling the same workload.
+type Mode struct {
+	Name string
+	// Priorities: pods queue by class (else all queue as one class, FIFO).
+	Priorities bool
+	Engine     engine.Config
+	// MinRun protects preemptible pods (P2, P3) for this long after they
+	// start; Preemptible says which classes may be evicted.
+	MinRun      time.Duration
+	Preemptible [priority.NumClasses]bool
+}
+
+// ModeNames lists the modes Modes knows, in report order.
+var ModeNames = []string{"fifo", "priority_noaging", "full"}
+
+// Modes returns the named mode. Every mode retries every pending pod each
+// cycle (no backoff: the engine's exhaustion check keeps that cheap).
+//
+//   - fifo: one class, first come first served with backfill; no
+//     preemption, no reservations, no ageing (a plain batch queue).
+//   - priority_noaging: the full engine without ageing: classes, preemption
+//     of P2/P3 by more urgent classes (10 min minimum run time, 30 min
+//     cooldown), reservations after 10 min for pods that wait at the head.
+//   - full: priority_noaging plus ageing: a waiting pod gains one class per
+//     AgeStep, up to P2 (an old experiment competes with training, never
+//     with inference, and never preempts anything: preemption uses the
+//     base class).
+func Modes(name string, ageStep time.Duration) (Mode, error) {
+	noBackoff := queue.Config{EscalateTo: priority.P0}
+	switch name {
+	case "fifo":
+		return Mode{Name: name, Engine: engine.Config{Queue: noBackoff}}, nil
+	case "priority_noaging", "full":
+		m := Mode{Name: name, Priorities: true, MinRun: 10 * time.Minute, Preemptible: [4]bool{false, false, true, true},
+			Engine: engine.Config{Queue: noBackoff, Preemption: true, Cooldown: 30 * time.Minute, RequeuePreempted: true,
+				ReserveAfter: 10 * time.Minute, MaxReservations: 16}}
+		if name == "full" {
+			m.Engine.Queue.Ageing = priority.Ageing{Step: ageStep, Ceiling: priority.P2}
+		}
+		return m, nil
+	}
+	return Mode{}, fmt.Errorf("mode %q: want one of %v", name, ModeNames)
+}
