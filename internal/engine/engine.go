@@ -60,8 +60,8 @@ type Engine struct {
 	// pods hold: a node whose free compute plus that of the classes a pod
 	// may evict is too small is skipped without looking at its pods.
 	preemptibleMilli [][priority.NumClasses]int64
-	noPlan      map[planKey]planStamp
-	exhausted   *exhaustion
+	noPlan           map[planKey]planStamp
+	exhausted        *exhaustion
 }
 
 // New builds an engine over the scheduler's cluster. admit may be nil (no
