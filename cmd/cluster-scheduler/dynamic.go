@@ -26,14 +26,21 @@ func dynamicFlags(fs *flag.FlagSet) func() (dynsim.Options, error) {
 	modes := fs.String("modes", strings.Join(d.Modes, ","), "dynamic: modes to compare: "+strings.Join(dynsim.ModeNames, ", "))
 	tick := fs.Duration("tick", d.Tick, "dynamic: interval between scheduling cycles")
 	drain := fs.Duration("drain", d.Drain, "dynamic: simulated time allowed after the last arrival")
+	warmup := fs.Duration("warmup", d.Warmup, "dynamic: arrivals before this are simulated but not reported")
 	age := fs.Duration("age-step", d.AgeStep, "dynamic (full): wait that gains one priority class")
+	ceiling := fs.String("age-ceiling", d.AgeCeiling.String(), "dynamic (full): the most urgent class ageing reaches")
 	deadlines := fs.String("deadline", "", "dynamic: per-class deadlines, e.g. P1=1h,P3=12h (pods still pending then are dropped)")
 	return func() (dynsim.Options, error) {
 		o := d
 		o.Workload.Load, o.Workload.Horizon, o.Workload.MaxRun = *load, *horizon, *maxRun
 		o.Workload.P0Share, o.Workload.Teams, o.Workload.Seed = *p0, *teams, *seed
 		o.Modes = strings.Split(*modes, ",")
-		o.Tick, o.Drain, o.AgeStep = *tick, *drain, *age
+		o.Tick, o.Drain, o.AgeStep, o.Warmup = *tick, *drain, *age, *warmup
+		c, err := priority.ParseClass(*ceiling)
+		if err != nil {
+			return o, fmt.Errorf("--age-ceiling: %w", err)
+		}
+		o.AgeCeiling = c
 		if *deadlines != "" {
 			for _, part := range strings.Split(*deadlines, ",") {
 				k, v, ok := strings.Cut(part, "=")
@@ -45,8 +52,8 @@ func dynamicFlags(fs *flag.FlagSet) func() (dynsim.Options, error) {
 				o.Deadline[c] = dl
 			}
 		}
-		if o.Tick <= 0 || o.Drain < 0 || o.AgeStep < 0 {
-			return o, errors.New("--tick must be positive, --drain and --age-step not negative")
+		if o.Tick <= 0 || o.Drain < 0 || o.AgeStep < 0 || o.Warmup < 0 || o.Warmup >= o.Workload.Horizon {
+			return o, errors.New("--tick must be positive, --drain, --age-step and --warmup not negative, --warmup below --horizon")
 		}
 		return o, nil
 	}
@@ -75,8 +82,8 @@ func runDynamic(stdout io.Writer, nodesCSV, podsCSV string, o dynsim.Options, be
 		}
 		fmt.Fprintf(stdout, "BENCH sched.dynamic.run_s %.1f s\n", time.Since(start).Seconds())
 	} else {
-		fmt.Fprintf(stdout, "load %.2f: trace compressed %.0f×, one replay %v, %d replays over %v; run times capped at %v\n",
-			o.Workload.Load, info.Compression, info.Period.Round(time.Second), info.Replays, o.Workload.Horizon, o.Workload.MaxRun)
+		fmt.Fprintf(stdout, "load %.2f: trace compressed %.0f×, one replay %v, %d replays over %v (first %v not reported); run times capped at %v\n",
+			o.Workload.Load, info.Compression, info.Period.Round(time.Second), info.Replays, o.Workload.Horizon, o.Warmup, o.Workload.MaxRun)
 		dynsim.WriteTable(stdout, results)
 	}
 	for _, r := range results {

@@ -16,18 +16,24 @@ type Options struct {
 	Modes    []string
 	Tick     time.Duration
 	Drain    time.Duration
-	AgeStep  time.Duration
-	Deadline [priority.NumClasses]time.Duration
-	Policy   string
+	// Warmup: pods arriving before it are simulated but not reported, and
+	// allocation is averaged from it to the horizon (the cluster starts
+	// empty; a contended steady state takes about a run time to build).
+	Warmup  time.Duration
+	AgeStep time.Duration
+	// AgeCeiling is the most urgent class ageing reaches (full mode).
+	AgeCeiling priority.Class
+	Deadline   [priority.NumClasses]time.Duration
+	Policy     string
 }
 
-// DefaultOptions: load 1.5 for 12 hours of arrivals, run times capped at
-// 6 hours, 2 % of LS pods P0, 4 teams, a cycle every 10 s, 24 h to drain,
-// ageing one class per 30 min.
+// DefaultOptions: load 1.5 for 4 hours of arrivals of which the first hour
+// warms up, run times capped at 6 hours, 2 % of LS pods P0, 4 teams, a
+// cycle every 10 s, 24 h to drain, ageing one class per 30 min.
 func DefaultOptions() Options {
 	return Options{
-		Workload: WorkloadConfig{Load: 1.5, Horizon: 12 * time.Hour, MaxRun: 6 * time.Hour, P0Share: 0.02, Teams: 4, Seed: 42},
-		Modes:    ModeNames, Tick: 10 * time.Second, Drain: 24 * time.Hour, AgeStep: 30 * time.Minute, Policy: "tessera",
+		Workload: WorkloadConfig{Load: 1.5, Horizon: 4 * time.Hour, MaxRun: 6 * time.Hour, P0Share: 0.02, Teams: 4, Seed: 42},
+		Modes:    ModeNames, Tick: 10 * time.Second, Drain: 24 * time.Hour, Warmup: time.Hour, AgeStep: 30 * time.Minute, AgeCeiling: priority.P2, Policy: "tessera",
 	}
 }
 
@@ -45,7 +51,7 @@ func Compare(nodes []partition.NodeSpec, pods []trace.Pod, o Options) ([]*Result
 	}
 	modes := make([]Mode, len(o.Modes))
 	for i, name := range o.Modes {
-		if modes[i], err = Modes(name, o.AgeStep); err != nil {
+		if modes[i], err = Modes(name, priority.Ageing{Step: o.AgeStep, Ceiling: o.AgeCeiling}); err != nil {
 			return nil, info, err
 		}
 	}
@@ -58,7 +64,7 @@ func Compare(nodes []partition.NodeSpec, pods []trace.Pod, o Options) ([]*Result
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			results[i], errs[i] = Simulate(nodes, jobs, o.Workload.Horizon, Config{Mode: modes[i], Tick: o.Tick, Drain: o.Drain, Deadline: o.Deadline, Policy: o.Policy})
+			results[i], errs[i] = Simulate(nodes, jobs, o.Workload.Horizon, Config{Mode: modes[i], Tick: o.Tick, Drain: o.Drain, Warmup: o.Warmup, Deadline: o.Deadline, Policy: o.Policy})
 		}()
 	}
 	wg.Wait()

@@ -33,10 +33,10 @@ var ModeNames = []string{"fifo", "priority_noaging", "full"}
 //     of P2/P3 by more urgent classes (10 min minimum run time, 30 min
 //     cooldown), reservations after 10 min for pods that wait at the head.
 //   - full: priority_noaging plus ageing: a waiting pod gains one class per
-//     AgeStep, up to P2 (an old experiment competes with training, never
-//     with inference, and never preempts anything: preemption uses the
-//     base class).
-func Modes(name string, ageStep time.Duration) (Mode, error) {
+//     ageing step, up to the ceiling (by default P2: an old experiment
+//     competes with training, not with inference); ageing never gives the
+//     right to preempt: preemption uses the base class.
+func Modes(name string, ageing priority.Ageing) (Mode, error) {
 	noBackoff := queue.Config{EscalateTo: priority.P0}
 	switch name {
 	case "fifo":
@@ -44,9 +44,9 @@ func Modes(name string, ageStep time.Duration) (Mode, error) {
 	case "priority_noaging", "full":
 		m := Mode{Name: name, Priorities: true, MinRun: 10 * time.Minute, Preemptible: [4]bool{false, false, true, true},
 			Engine: engine.Config{Queue: noBackoff, Preemption: true, Cooldown: 30 * time.Minute, RequeuePreempted: true,
-				ReserveAfter: 10 * time.Minute, MaxReservations: 16}}
+				ReserveAfter: 10 * time.Minute, MaxReservations: 16, PreemptionSearches: 32}}
 		if name == "full" {
-			m.Engine.Queue.Ageing = priority.Ageing{Step: ageStep, Ceiling: priority.P2}
+			m.Engine.Queue.Ageing = ageing
 		}
 		return m, nil
 	}

@@ -25,7 +25,7 @@ type ClassStats struct {
 type Result struct {
 	Mode             string
 	capacityGPUs     float64
-	horizon          time.Duration
+	warmup, horizon  time.Duration
 	gpuSecondsAlloc  float64
 	Classes          [priority.NumClasses]*ClassStats
 	rejected         int
@@ -37,8 +37,8 @@ type Result struct {
 	Unfinished int
 }
 
-func newResult(mode string, capacityMilli int64, horizon time.Duration) *Result {
-	r := &Result{Mode: mode, capacityGPUs: float64(capacityMilli) / 1000, horizon: horizon}
+func newResult(mode string, capacityMilli int64, warmup, horizon time.Duration) *Result {
+	r := &Result{Mode: mode, capacityGPUs: float64(capacityMilli) / 1000, warmup: min(warmup, horizon), horizon: horizon}
 	for i := range r.Classes {
 		r.Classes[i] = &ClassStats{}
 	}
@@ -61,9 +61,14 @@ func (r *Result) Preemptions() int {
 }
 
 func (r *Result) finish(s *state, horizon time.Duration) {
-	r.AllocPct = 100 * r.gpuSecondsAlloc / (r.capacityGPUs * horizon.Seconds())
+	if span := (r.horizon - r.warmup).Seconds(); span > 0 {
+		r.AllocPct = 100 * r.gpuSecondsAlloc / (r.capacityGPUs * span)
+	}
 	s.eng.EachPending(func(p *engine.Pod) {
 		j := s.byKey[p.Key]
+		if !s.reported(j) {
+			return
+		}
 		cs := r.class(j.Class)
 		cs.waiting++
 		cs.stillWaiting = append(cs.stillWaiting, s.now-j.Arrive)

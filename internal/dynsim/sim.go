@@ -20,6 +20,8 @@ type Config struct {
 	// Drain bounds the simulated time after the last arrival; pods still
 	// pending then are reported as waiting (their wait so far counts).
 	Drain time.Duration
+	// Warmup: arrivals before it are not reported (see Options.Warmup).
+	Warmup time.Duration
 	// Deadline per class (0: none): a pod still pending that long after it
 	// arrived is dropped.
 	Deadline [priority.NumClasses]time.Duration
@@ -82,7 +84,7 @@ func Simulate(nodes []partition.NodeSpec, jobs []Job, horizon time.Duration, cfg
 		return nil, err
 	}
 	s := &state{cfg: cfg, eng: eng, byKey: map[string]*Job{}, running: map[string]*runningJob{}, epochs: map[string]int{},
-		res: newResult(cfg.Mode.Name, c.GPUCapacityMilli(), horizon)}
+		res: newResult(cfg.Mode.Name, c.GPUCapacityMilli(), cfg.Warmup, horizon)}
 	s.run(jobs, horizon)
 	return s.res, nil
 }
@@ -147,8 +149,9 @@ func (s *state) advance(jobs []Job, next int) {
 
 // account integrates allocated GPUs over [now, to) within the horizon.
 func (s *state) account(to time.Duration) {
-	if s.now < s.res.horizon {
-		s.res.gpuSecondsAlloc += s.allocd * (min(to, s.res.horizon) - s.now).Seconds()
+	from, until := max(s.now, s.res.warmup), min(to, s.res.horizon)
+	if from < until {
+		s.res.gpuSecondsAlloc += s.allocd * (until - from).Seconds()
 	}
 }
 
@@ -167,8 +170,13 @@ func (s *state) submit(j *Job) {
 		s.res.rejected++
 		return
 	}
-	s.res.class(j.Class).arrived++
+	if s.reported(j) {
+		s.res.class(j.Class).arrived++
+	}
 }
+
+// reported: the job arrived after the warm-up.
+func (s *state) reported(j *Job) bool { return j.Arrive >= s.cfg.Warmup }
 
 func (s *state) finish(key string, rj *runningJob) {
 	if err := s.eng.Complete(key); err != nil {
@@ -176,7 +184,9 @@ func (s *state) finish(key string, rj *runningJob) {
 	}
 	s.allocd -= rj.gpus
 	delete(s.running, key)
-	s.res.class(rj.job.Class).completed++
+	if s.reported(rj.job) {
+		s.res.class(rj.job.Class).completed++
+	}
 }
 
 // consume applies the engine's events to the simulation.
@@ -184,6 +194,9 @@ func (s *state) consume() {
 	for _, ev := range s.eng.Events() {
 		j := s.byKey[ev.Pod.Key]
 		cs := s.res.class(j.Class)
+		if !s.reported(j) {
+			cs = &ClassStats{} // simulated, not reported
+		}
 		switch ev.Kind {
 		case engine.Placed:
 			if ev.Pod.Preemptions == 0 {

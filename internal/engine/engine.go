@@ -24,6 +24,11 @@ type Config struct {
 	// Cooldown protects a pod evicted once from being evicted again for
 	// this long, so a long training job is not killed over and over.
 	Cooldown time.Duration
+	// PreemptionSearches bounds the victim searches per cycle (0: no
+	// bound). A search visits every node; on a full cluster with a long
+	// queue most fail, and the queue order already gives the searches to
+	// the most urgent pods first.
+	PreemptionSearches int
 	// RequeuePreempted puts evicted pods back in the queue in their old
 	// place (the simulator); the Kubernetes side deletes them instead and
 	// their controller submits new ones.
@@ -62,6 +67,7 @@ type Engine struct {
 	preemptibleMilli [][priority.NumClasses]int64
 	noPlan           map[planKey]planStamp
 	exhausted        *exhaustion
+	searches         int // victim searches in this cycle
 }
 
 // New builds an engine over the scheduler's cluster. admit may be nil (no
@@ -203,10 +209,11 @@ func (e *Engine) Events() []Event {
 // how many pods it tried.
 func (e *Engine) Cycle(now time.Time) int {
 	e.q.Advance(now) // deadlines and escalations even when nothing is tried
+	e.searches = 0
 	e.refreshReservations(now)
 	var failed []*queue.Entry[*Pod]
 	tried := 0
-	for !e.exhausted.done(e.placer.gen) {
+	for !e.exhausted.done(e.placer.gen, now) {
 		en := e.q.Pop(now)
 		if en == nil {
 			break
@@ -251,6 +258,7 @@ func (e *Engine) attempt(p *Pod, now time.Time) bool {
 	} else if d, ok := e.placer.find(&p.Request); ok {
 		return e.start(p, d, now) == nil
 	}
+	budget := e.searches
 	if e.cfg.Preemption {
 		if pl, ok := e.planPreemption(p, now); ok {
 			if e.preempt(p, pl, now) {
@@ -260,10 +268,12 @@ func (e *Engine) attempt(p *Pod, now time.Time) bool {
 		}
 	}
 	e.reserve(p, now)
-	if e.res.byPod[p.Key] == nil {
+	searchSkipped := e.cfg.Preemption && e.cfg.PreemptionSearches > 0 && budget >= e.cfg.PreemptionSearches
+	if e.res.byPod[p.Key] == nil && !searchSkipped {
 		// A pod with a reservation is not interchangeable with others of
-		// its triple: it may use capacity they may not.
-		e.exhausted.fail(e.keyOf(p), e.placer.gen)
+		// its triple (it may use capacity they may not), nor is one whose
+		// victim search this cycle's budget did not allow.
+		e.exhausted.fail(e.keyOf(p), e.placer.gen, now)
 	}
 	return false
 }
@@ -272,7 +282,7 @@ func (e *Engine) admitted(p *Pod, now time.Time) bool {
 	if e.admit == nil || e.admit.Admit(p, now) == nil {
 		return true
 	}
-	e.exhausted.fail(e.keyOf(p), e.placer.gen)
+	e.exhausted.fail(e.keyOf(p), e.placer.gen, now)
 	return false
 }
 

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"time"
+
 	"github.com/tessera-gpu/tessera/internal/placement"
 	"github.com/tessera-gpu/tessera/internal/priority"
 )
@@ -18,6 +20,9 @@ type exhaustion struct {
 	failed  map[pairKey]uint64 // generation at which the triple failed
 	count   int                // triples failed at gen
 	gen     uint64
+	// now: time changes what preemption may do (minimum run times and
+	// cooldowns pass), so a triple failed at an earlier cycle is tried again.
+	now time.Time
 }
 
 type pairKey struct {
@@ -31,7 +36,11 @@ func newExhaustion() *exhaustion {
 }
 
 func (e *Engine) keyOf(p *Pod) pairKey {
-	return pairKey{e.cluster.ShapeOf(&p.Request), p.Class, p.Team}
+	k := pairKey{shape: e.cluster.ShapeOf(&p.Request), class: p.Class}
+	if e.admit != nil {
+		k.team = p.Team // teams matter only to admission
+	}
+	return k
 }
 
 // pendingAdd and pendingDel track the pods waiting per triple.
@@ -48,10 +57,11 @@ func (x *exhaustion) pendingDel(k pairKey, gen uint64) {
 	delete(x.failed, k)
 }
 
-// fail records that a pod of triple k failed every stage at gen.
-func (x *exhaustion) fail(k pairKey, gen uint64) {
-	if x.gen != gen {
-		x.gen, x.count = gen, 0
+// fail records that a pod of triple k failed every stage at gen and now.
+func (x *exhaustion) fail(k pairKey, gen uint64, now time.Time) {
+	if x.gen != gen || !x.now.Equal(now) {
+		x.gen, x.now, x.count = gen, now, 0
+		clear(x.failed)
 	}
 	if x.failed[k] != gen {
 		x.failed[k] = gen
@@ -59,7 +69,7 @@ func (x *exhaustion) fail(k pairKey, gen uint64) {
 	}
 }
 
-// done reports whether every pending triple failed at gen.
-func (x *exhaustion) done(gen uint64) bool {
-	return x.gen == gen && x.count >= len(x.pending) && len(x.pending) > 0
+// done reports whether every pending triple failed at gen and now.
+func (x *exhaustion) done(gen uint64, now time.Time) bool {
+	return x.gen == gen && x.now.Equal(now) && x.count >= len(x.pending) && len(x.pending) > 0
 }

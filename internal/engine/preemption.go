@@ -60,6 +60,10 @@ func (e *Engine) planPreemption(p *Pod, now time.Time) (plan, bool) {
 	if st, ok := e.noPlan[key]; ok && st.gen == e.placer.gen && st.now.Equal(now) {
 		return plan{}, false
 	}
+	if e.cfg.PreemptionSearches > 0 && e.searches >= e.cfg.PreemptionSearches {
+		return plan{}, false
+	}
+	e.searches++
 	pl, ok := e.searchPlan(p, now)
 	if !ok {
 		e.noPlan[key] = planStamp{e.placer.gen, now}
