@@ -14,8 +14,10 @@ type Admission interface {
 	// the pod ends or is evicted.
 	Charge(p *Pod, r *Running)
 	Uncharge(p *Pod, r *Running)
-	// Reclaimable reports whether running pod v may be evicted so that p's
-	// queue gets its guarantee back: v's queue borrows beyond its own
-	// guarantee and p's queue is below its guarantee with p.
-	Reclaimable(p, v *Pod) bool
+	// Borrowing reports whether running pod v holds capacity its queue
+	// borrowed beyond its guarantee; WithinGuarantee whether pending pod p
+	// fits its queue's guarantee. Such a p may reclaim such a v of another
+	// queue whatever their classes (internal/preempt decides).
+	Borrowing(v *Pod) bool
+	WithinGuarantee(p *Pod) bool
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tessera-gpu/tessera/internal/placement"
+	"github.com/tessera-gpu/tessera/internal/preempt"
 	"github.com/tessera-gpu/tessera/internal/priority"
 	"github.com/tessera-gpu/tessera/internal/queue"
 )
@@ -68,6 +69,8 @@ type Engine struct {
 	noPlan           map[planKey]planStamp
 	exhausted        *exhaustion
 	searches         int // victim searches in this cycle
+	preemptor        *preempt.Preemptor
+	candBuf          []preempt.Running
 }
 
 // New builds an engine over the scheduler's cluster. admit may be nil (no
@@ -84,6 +87,9 @@ func New(cfg Config, s *placement.Scheduler, admit Admission) (*Engine, error) {
 		placer: newPlacer(s), res: newReservations(cfg.ReserveAfter, cfg.MaxReservations),
 		running: map[string]*Running{}, noPlan: map[planKey]planStamp{}, exhausted: newExhaustion(), onNode: make([][]*Running, len(s.Cluster().Nodes)),
 		preemptibleMilli: make([][priority.NumClasses]int64, len(s.Cluster().Nodes))}
+	// Pods opt out of preemption one by one (Pod.Preemptible); the class
+	// policy lets every class be a victim of a more urgent one.
+	e.preemptor = preempt.New(s, preempt.Policy{Cooldown: cfg.Cooldown, Preemptible: []bool{true, true, true, true}})
 	s.Cluster().Watch(func(int) {}, func(n int) {
 		for len(e.onNode) < n {
 			e.onNode = append(e.onNode, nil)

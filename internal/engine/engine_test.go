@@ -196,7 +196,10 @@ func TestPreemptionRules(t *testing.T) {
 		{"never pointless", []victim{{"v", priority.P3, 1, 0, true, 0, 0}, {"w", priority.P1, 1, 0, true, 0, 0}}, gpus("p", priority.P1, 2, 100), 100, ""},
 		{"fewest victims", []victim{{"a", priority.P3, 1, 0, true, 0, 0}, {"b", priority.P3, 1, 0, true, 0, 0}, {"c", priority.P2, 2, 0, true, 0, 0}}, gpus("p", priority.P1, 2, 100), 100, "evict:c p@n1"},
 		{"youngest first", []victim{{"old", priority.P3, 1, 0, true, 0, 0}, {"young", priority.P3, 1, 90, true, 0, 0}, {"x", priority.P1, 1, 0, false, 0, 0}, {"y", priority.P1, 1, 0, false, 0, 0}}, gpus("p", priority.P1, 1, 100), 100, "evict:young p@n1"},
-		{"lowest class before youngest", []victim{{"p2", priority.P2, 1, 95, true, 0, 0}, {"p3", priority.P3, 1, 0, true, 0, 0}, {"x", priority.P1, 2, 0, false, 0, 0}}, gpus("p", priority.P1, 1, 100), 100, "evict:p3 p@n1"},
+		// internal/preempt orders by work lost before class: the P2 pod
+		// that ran 5 s goes before the P3 pod that ran 100 s.
+		{"least work lost before class", []victim{{"p2", priority.P2, 1, 95, true, 0, 0}, {"p3", priority.P3, 1, 0, true, 0, 0}, {"x", priority.P1, 2, 0, false, 0, 0}}, gpus("p", priority.P1, 1, 100), 100, "evict:p2 p@n1"},
+		{"equal work: lower class", []victim{{"p2", priority.P2, 1, 50, true, 0, 0}, {"p3", priority.P3, 1, 50, true, 0, 0}, {"x", priority.P1, 2, 0, false, 0, 0}}, gpus("p", priority.P1, 1, 100), 100, "evict:p3 p@n1"},
 	}
 	for _, c := range cases {
 		cfg := baseConfig()
