@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,6 +30,7 @@ func dynamicFlags(fs *flag.FlagSet) func() (dynsim.Options, error) {
 	warmup := fs.Duration("warmup", d.Warmup, "dynamic: arrivals before this are simulated but not reported")
 	age := fs.Duration("age-step", d.AgeStep, "dynamic (full): wait that gains one priority class")
 	ceiling := fs.String("age-ceiling", d.AgeCeiling.String(), "dynamic (full): the most urgent class ageing reaches")
+	shares := fs.String("team-quota", "", "dynamic: the teams' guaranteed shares of GPU compute, e.g. 0.4,0.3,0.2,0.1 (default: equal)")
 	deadlines := fs.String("deadline", "", "dynamic: per-class deadlines, e.g. P1=1h,P3=12h (pods still pending then are dropped)")
 	return func() (dynsim.Options, error) {
 		o := d
@@ -41,6 +43,15 @@ func dynamicFlags(fs *flag.FlagSet) func() (dynsim.Options, error) {
 			return o, fmt.Errorf("--age-ceiling: %w", err)
 		}
 		o.AgeCeiling = c
+		if *shares != "" {
+			for _, part := range strings.Split(*shares, ",") {
+				v, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
+				if err != nil || v < 0 || v > 1 {
+					return o, fmt.Errorf("--team-quota %q: %q is not a share in [0, 1]", *shares, part)
+				}
+				o.TeamShares = append(o.TeamShares, v)
+			}
+		}
 		if *deadlines != "" {
 			for _, part := range strings.Split(*deadlines, ",") {
 				k, v, ok := strings.Cut(part, "=")

@@ -1,6 +1,7 @@
 package dynsim
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"time"
@@ -25,6 +26,9 @@ type Options struct {
 	AgeCeiling priority.Class
 	Deadline   [priority.NumClasses]time.Duration
 	Policy     string
+	// TeamShares are the teams' guaranteed shares of GPU compute (team-0
+	// first); empty: equal shares of the whole cluster.
+	TeamShares []float64
 }
 
 // DefaultOptions: load 1.5 for 4 hours of arrivals of which the first hour
@@ -55,6 +59,16 @@ func Compare(nodes []partition.NodeSpec, pods []trace.Pod, o Options) ([]*Result
 			return nil, info, err
 		}
 	}
+	teams := make([]TeamQuota, o.Workload.Teams)
+	for i := range teams {
+		teams[i] = TeamQuota{Name: fmt.Sprintf("team-%d", i), Share: 1 / float64(len(teams))}
+		if len(o.TeamShares) > 0 {
+			if len(o.TeamShares) != len(teams) {
+				return nil, info, fmt.Errorf("%d team shares for %d teams", len(o.TeamShares), len(teams))
+			}
+			teams[i].Share = o.TeamShares[i]
+		}
+	}
 	results := make([]*Result, len(modes))
 	errs := make([]error, len(modes))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
@@ -64,7 +78,7 @@ func Compare(nodes []partition.NodeSpec, pods []trace.Pod, o Options) ([]*Result
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			results[i], errs[i] = Simulate(nodes, jobs, o.Workload.Horizon, Config{Mode: modes[i], Tick: o.Tick, Drain: o.Drain, Warmup: o.Warmup, Deadline: o.Deadline, Policy: o.Policy})
+			results[i], errs[i] = Simulate(nodes, jobs, o.Workload.Horizon, Config{Mode: modes[i], Tick: o.Tick, Drain: o.Drain, Warmup: o.Warmup, Teams: teams, Deadline: o.Deadline, Policy: o.Policy})
 		}()
 	}
 	wg.Wait()

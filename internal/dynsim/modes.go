@@ -14,7 +14,10 @@ type Mode struct {
 	Name string
 	// Priorities: pods queue by class (else all queue as one class, FIFO).
 	Priorities bool
-	Engine     engine.Config
+	// Quotas: teams' queues with guarantees in one cohort (internal/quota
+	// through the engine's admission stage), borrowing and reclaim.
+	Quotas bool
+	Engine engine.Config
 	// MinRun protects preemptible pods (P2, P3) for this long after they
 	// start; Preemptible says which classes may be evicted.
 	MinRun      time.Duration
@@ -29,7 +32,8 @@ var ModeNames = []string{"fifo", "priority_noaging", "full"}
 //
 //   - fifo: one class, first come first served with backfill; no
 //     preemption, no reservations, no ageing (a plain batch queue).
-//   - priority_noaging: the full engine without ageing: classes, preemption
+//   - priority_noaging: the full engine without ageing: classes, team
+//     quotas (equal guarantees in one cohort unless configured), preemption
 //     of P2/P3 by more urgent classes (10 min minimum run time, 30 min
 //     cooldown), reservations after 10 min for pods that wait at the head.
 //   - full: priority_noaging plus ageing: a waiting pod gains one class per
@@ -42,7 +46,7 @@ func Modes(name string, ageing priority.Ageing) (Mode, error) {
 	case "fifo":
 		return Mode{Name: name, Engine: engine.Config{Queue: noBackoff}}, nil
 	case "priority_noaging", "full":
-		m := Mode{Name: name, Priorities: true, MinRun: 10 * time.Minute, Preemptible: [4]bool{false, false, true, true},
+		m := Mode{Name: name, Priorities: true, Quotas: true, MinRun: 10 * time.Minute, Preemptible: [4]bool{false, false, true, true},
 			Engine: engine.Config{Queue: noBackoff, Preemption: true, Cooldown: 30 * time.Minute, RequeuePreempted: true,
 				ReserveAfter: 10 * time.Minute, MaxReservations: 16, PreemptionSearches: 32}}
 		if name == "full" {

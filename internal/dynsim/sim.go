@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"time"
 
+	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
 	"github.com/tessera-gpu/tessera/internal/engine"
 	"github.com/tessera-gpu/tessera/internal/partition"
 	"github.com/tessera-gpu/tessera/internal/placement"
 	"github.com/tessera-gpu/tessera/internal/priority"
+	"github.com/tessera-gpu/tessera/internal/quota"
 )
 
 // Config is one simulation run.
@@ -26,6 +28,26 @@ type Config struct {
 	// arrived is dropped.
 	Deadline [priority.NumClasses]time.Duration
 	Policy   string
+	// Teams are the teams' names and guaranteed shares of the cluster's GPU
+	// compute (used when the mode has quotas).
+	Teams []TeamQuota
+}
+
+// TeamQuota is one team's guarantee, a share of the GPU compute.
+type TeamQuota struct {
+	Name  string
+	Share float64
+}
+
+// quotaConfig is every team a queue in one cohort, nominal = its share of
+// the cluster's GPU compute; no borrowing or lending limits.
+func quotaConfig(teams []TeamQuota, capacityMilli int64) *schedv1.Config {
+	c := schedv1.Default()
+	for _, t := range teams {
+		c.Queues = append(c.Queues, schedv1.QueueConfig{Name: t.Name, Cohort: "cluster",
+			Nominal: schedv1.Resources{GPUMilli: int64(t.Share * float64(capacityMilli))}})
+	}
+	return c
 }
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -79,7 +101,15 @@ func Simulate(nodes []partition.NodeSpec, jobs []Job, horizon time.Duration, cfg
 	if err != nil {
 		return nil, err
 	}
-	eng, err := engine.New(cfg.Mode.Engine, placement.NewScheduler(c, pol, false), nil)
+	var admit engine.Admission
+	if cfg.Mode.Quotas && len(cfg.Teams) > 0 {
+		books, err := quota.New(quotaConfig(cfg.Teams, c.GPUCapacityMilli()))
+		if err != nil {
+			return nil, err
+		}
+		admit = &engine.QuotaAdmission{Books: books, Cluster: c}
+	}
+	eng, err := engine.New(cfg.Mode.Engine, placement.NewScheduler(c, pol, false), admit)
 	if err != nil {
 		return nil, err
 	}
