@@ -22,6 +22,9 @@ type Config struct {
 	MaxReservations int
 	// Preemption lets a pod that fits nowhere evict less urgent ones.
 	Preemption bool
+	// GangTimeout releases a pod group not complete this long after its
+	// first member arrived (0: 5 minutes).
+	GangTimeout time.Duration
 	// Cooldown protects a pod evicted once from being evicted again for
 	// this long, so a long training job is not killed over and over.
 	Cooldown time.Duration
@@ -70,6 +73,7 @@ type Engine struct {
 	exhausted        *exhaustion
 	searches         int // victim searches in this cycle
 	preemptor        *preempt.Preemptor
+	gangs            *gangs
 	candBuf          []preempt.Running
 }
 
@@ -89,6 +93,11 @@ func New(cfg Config, s *placement.Scheduler, admit Admission) (*Engine, error) {
 		preemptibleMilli: make([][priority.NumClasses]int64, len(s.Cluster().Nodes))}
 	// Pods opt out of preemption one by one (Pod.Preemptible); the class
 	// policy lets every class be a victim of a more urgent one.
+	timeout := cfg.GangTimeout
+	if timeout == 0 {
+		timeout = 5 * time.Minute
+	}
+	e.gangs = newGangs(s, timeout)
 	e.preemptor = preempt.New(s, preempt.Policy{Cooldown: cfg.Cooldown, Preemptible: []bool{true, true, true, true}})
 	s.Cluster().Watch(func(int) {}, func(n int) {
 		for len(e.onNode) < n {
@@ -122,6 +131,12 @@ func (e *Engine) Submit(p *Pod) error {
 	if _, ok := e.q.Get(p.Key); ok {
 		return fmt.Errorf("pod %s: %w", p.Key, ErrKnown)
 	}
+	if !p.Class.Valid() {
+		return fmt.Errorf("pod %s: class %v is not P0..P3", p.Key, p.Class)
+	}
+	if p.Gang != nil {
+		return e.submitMember(p, p.Submitted)
+	}
 	return e.enqueue(p)
 }
 
@@ -140,6 +155,13 @@ func (e *Engine) entry(p *Pod) *queue.Entry[*Pod] {
 
 // Delete forgets a pending pod (deleted before it ran).
 func (e *Engine) Delete(key string) bool {
+	for name, m := range e.gangs.pending {
+		if _, ok := m[key]; ok {
+			_ = e.gangs.tracker.RemoveMember(name, key)
+			delete(m, key)
+			return true
+		}
+	}
 	e.dropReservation(key)
 	en, ok := e.q.Get(key)
 	if ok {
@@ -173,6 +195,12 @@ func (e *Engine) stop(r *Running) {
 	list[r.slot].slot = r.slot
 	e.onNode[r.Decision.Node] = list[:last]
 	delete(e.running, r.Pod.Key)
+	if g := r.Pod.Gang; g != nil {
+		e.gangs.running[g.Name] = slices.DeleteFunc(e.gangs.running[g.Name], func(x *Running) bool { return x == r })
+		if len(e.gangs.running[g.Name]) == 0 {
+			delete(e.gangs.running, g.Name)
+		}
+	}
 	if r.Pod.Preemptible {
 		e.preemptible[r.Pod.Class]--
 		e.preemptibleMilli[r.Decision.Node][r.Pod.Class] -= grantMilli(r)
@@ -186,6 +214,12 @@ func (e *Engine) start(p *Pod, d placement.Decision, now time.Time) error {
 		return err
 	}
 	e.exhausted.pendingDel(e.keyOf(p), e.placer.gen)
+	e.book(p, d, now)
+	return nil
+}
+
+// book records p as running on d, already reserved on the cluster.
+func (e *Engine) book(p *Pod, d placement.Decision, now time.Time) {
 	r := &Running{Pod: p, Decision: d, Started: now, slot: len(e.onNode[d.Node])}
 	e.onNode[d.Node] = append(e.onNode[d.Node], r)
 	e.running[p.Key] = r
@@ -196,8 +230,10 @@ func (e *Engine) start(p *Pod, d placement.Decision, now time.Time) error {
 	if e.admit != nil {
 		e.admit.Charge(p, r)
 	}
+	if p.Gang != nil {
+		e.gangs.running[p.Gang.Name] = append(e.gangs.running[p.Gang.Name], r)
+	}
 	e.emit(Event{Kind: Placed, Time: now, Pod: p, Decision: d})
-	return nil
 }
 
 func (e *Engine) emit(ev Event) { e.events = append(e.events, ev) }
@@ -216,6 +252,7 @@ func (e *Engine) Events() []Event {
 func (e *Engine) Cycle(now time.Time) int {
 	e.q.Advance(now) // deadlines and escalations even when nothing is tried
 	e.searches = 0
+	e.cycleGangs(now)
 	e.refreshReservations(now)
 	var failed []*queue.Entry[*Pod]
 	tried := 0
@@ -293,7 +330,7 @@ func (e *Engine) admitted(p *Pod, now time.Time) bool {
 }
 
 // Pending is how many pods wait; Running how many hold a placement.
-func (e *Engine) Pending() int { return e.q.Len() }
+func (e *Engine) Pending() int { return e.q.Len() + e.gangPending() }
 
 // RunningCount is how many pods hold a placement.
 func (e *Engine) RunningCount() int { return len(e.running) }
@@ -337,4 +374,9 @@ func (e *Engine) HeldGrants() []placement.Decision {
 // EachPending calls fn for every pending pod, in no particular order.
 func (e *Engine) EachPending(fn func(p *Pod)) {
 	e.q.Each(func(en *queue.Entry[*Pod]) { fn(en.Pod) })
+	for _, m := range e.gangs.pending {
+		for _, p := range m {
+			fn(p)
+		}
+	}
 }

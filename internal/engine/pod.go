@@ -14,6 +14,7 @@ package engine
 import (
 	"time"
 
+	"github.com/tessera-gpu/tessera/internal/gang"
 	"github.com/tessera-gpu/tessera/internal/placement"
 	"github.com/tessera-gpu/tessera/internal/priority"
 )
@@ -35,6 +36,9 @@ type Pod struct {
 	Preemptible bool
 	// MinRun protects a pod from preemption until it has run this long.
 	MinRun time.Duration
+	// Gang, when set, makes the pod a member of a pod group placed all or
+	// nothing (internal/gang); such pods bypass the queue.
+	Gang *gang.Spec
 
 	// preemptedAt is when the pod was last evicted (zero: never): it is
 	// not evicted again within the engine's cooldown after that.

@@ -83,19 +83,31 @@ func (e *Engine) candidates(p *Pod) []preempt.Running {
 			continue
 		}
 		for _, r := range e.onNode[i] {
-			if !r.Pod.Preemptible {
-				continue
+			if r.Pod.Preemptible {
+				out = append(out, e.asVictim(r))
 			}
-			pr := preempt.Running{ID: r.Pod.Key, Decision: r.Decision, Class: int(r.Pod.Class), Queue: r.Pod.Team,
-				Start: r.Started, LastPreempted: r.Pod.preemptedAt, MinRunTime: r.Pod.MinRun}
-			if e.admit != nil {
-				pr.Borrowing = e.admit.Borrowing(r.Pod)
-			}
-			out = append(out, pr)
 		}
 	}
+	out = e.gangMembers(out, e.asVictim)
 	e.candBuf = out
 	return out
+}
+
+// asVictim is r as internal/preempt sees it. A gang member that opted out
+// of preemption is still listed (its gang then protects the others).
+func (e *Engine) asVictim(r *Running) preempt.Running {
+	pr := preempt.Running{ID: r.Pod.Key, Decision: r.Decision, Class: int(r.Pod.Class), Queue: r.Pod.Team,
+		Start: r.Started, LastPreempted: r.Pod.preemptedAt, MinRunTime: r.Pod.MinRun}
+	if !r.Pod.Preemptible {
+		pr.MinRunTime = 1 << 62 // never: protected
+	}
+	if r.Pod.Gang != nil {
+		pr.Gang = r.Pod.Gang.Name
+	}
+	if e.admit != nil {
+		pr.Borrowing = e.admit.Borrowing(r.Pod)
+	}
+	return pr
 }
 
 // mayMakeRoom is the O(1) bound: the node's free GPU compute plus what
@@ -146,6 +158,10 @@ func (e *Engine) evict(v *Running, by *Pod, now time.Time) {
 	v.Pod.Preemptions++
 	e.emit(Event{Kind: Preempted, Time: now, Pod: v.Pod, Decision: v.Decision, By: by, Ran: now.Sub(v.Started)})
 	if e.cfg.RequeuePreempted {
-		_ = e.enqueue(v.Pod)
+		if v.Pod.Gang != nil {
+			_ = e.submitMember(v.Pod, now) // the gang assembles again
+		} else {
+			_ = e.enqueue(v.Pod)
+		}
 	}
 }
