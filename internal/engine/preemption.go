@@ -23,7 +23,10 @@ import (
 // A failed plan is remembered per (shape, class) until capacity is freed or
 // time moves.
 func (e *Engine) planPreemption(p *Pod, now time.Time) (*preempt.Plan, bool) {
-	if !e.anyLessUrgent(p.Class) && e.admit == nil {
+	// Quota reclaim (any class) only for a pod within its queue's
+	// guarantee; otherwise only less urgent classes can make room.
+	reclaim := e.admit != nil && e.admit.WithinGuarantee(p)
+	if !e.anyLessUrgent(p.Class) && !reclaim {
 		return nil, false
 	}
 	key := planKey{e.cluster.ShapeOf(&p.Request), p.Class}
@@ -34,7 +37,7 @@ func (e *Engine) planPreemption(p *Pod, now time.Time) (*preempt.Plan, bool) {
 		return nil, false
 	}
 	e.searches++
-	pl, err := e.preemptor.Find(e.pending(p), e.candidates(p), now)
+	pl, err := e.preemptor.Find(e.pending(p, reclaim), e.candidates(p, reclaim), now)
 	if err != nil {
 		e.noPlan[key] = planStamp{e.placer.gen, now}
 		return nil, false
@@ -63,23 +66,19 @@ func (e *Engine) anyLessUrgent(c priority.Class) bool {
 	return false
 }
 
-func (e *Engine) pending(p *Pod) preempt.Pending {
-	pp := preempt.Pending{Request: p.Request, Class: int(p.Class), Queue: p.Team}
-	if e.admit != nil {
-		pp.WithinGuarantee = e.admit.WithinGuarantee(p)
-	}
-	return pp
+func (e *Engine) pending(p *Pod, withinGuarantee bool) preempt.Pending {
+	return preempt.Pending{Request: p.Request, Class: int(p.Class), Queue: p.Team, WithinGuarantee: withinGuarantee}
 }
 
 // candidates lists, as preempt sees them, the preemptible pods on nodes
 // whose free GPU compute plus what such pods hold could reach p's need.
 // Pods that opted out of preemption are left out (so they are not even
 // reclaimed).
-func (e *Engine) candidates(p *Pod) []preempt.Running {
+func (e *Engine) candidates(p *Pod, reclaim bool) []preempt.Running {
 	need := int64(p.Request.NumGPU) * int64(p.Request.GPUMilli)
 	out := e.candBuf[:0]
 	for i := range e.cluster.Nodes {
-		if len(e.onNode[i]) == 0 || !e.cluster.Admits(i, &p.Request) || !e.mayMakeRoom(i, p, need) {
+		if len(e.onNode[i]) == 0 || !e.cluster.Admits(i, &p.Request) || !e.mayMakeRoom(i, p, need, reclaim) {
 			continue
 		}
 		for _, r := range e.onNode[i] {
@@ -113,10 +112,10 @@ func (e *Engine) asVictim(r *Running) preempt.Running {
 // mayMakeRoom is the O(1) bound: the node's free GPU compute plus what
 // preemptible pods of less urgent classes hold reaches the pod's need. With
 // quota reclaim any class may be a victim, so the bound counts them all.
-func (e *Engine) mayMakeRoom(i int, p *Pod, need int64) bool {
+func (e *Engine) mayMakeRoom(i int, p *Pod, need int64, reclaim bool) bool {
 	room := e.cluster.Nodes[i].FreeMilli()
 	first := p.Class + 1
-	if e.admit != nil {
+	if reclaim {
 		first = priority.P0
 	}
 	for k := first; k <= priority.Lowest; k++ {
