@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
 )
 
 func TestResolve(t *testing.T) {
@@ -148,5 +150,32 @@ func TestParseClass(t *testing.T) {
 	}
 	if P2.String() != "P2" || Class(9).String() != "Class(9)" {
 		t.Error("String")
+	}
+}
+
+// The table built from the typed configuration resolves as the
+// configuration's own ClassOf does.
+func TestTableFromConfigAgrees(t *testing.T) {
+	c := schedv1.Default()
+	tab, err := TableFrom(&c.Priority)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ann := range []string{"P0", "realtime", "training", "best-effort", "nope"} {
+		want, werr := c.Priority.ClassOf(ann, true, 0, false)
+		got, gerr := tab.Resolve(ann, true, 0)
+		if (werr == nil) != (gerr == nil) || (gerr == nil && got.String() != string(want)) {
+			t.Errorf("annotation %q: table %v %v, config %v %v", ann, got, gerr, want, werr)
+		}
+	}
+	for _, v := range []int32{-5, 0, 999, 1000, 100_000, 2_000_000_000} {
+		want, _ := c.Priority.ClassOf("", false, v, true)
+		if got, _ := tab.Resolve("", false, v); got.String() != string(want) {
+			t.Errorf("value %d: table %v, config %v", v, got, want)
+		}
+	}
+	c.Priority.DefaultClass = "P7"
+	if _, err := TableFrom(&c.Priority); err == nil || !strings.Contains(err.Error(), "defaultClass") {
+		t.Errorf("bad default: %v", err)
 	}
 }
