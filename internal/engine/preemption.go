@@ -70,10 +70,12 @@ func (e *Engine) pending(p *Pod, withinGuarantee bool) preempt.Pending {
 	return preempt.Pending{Request: p.Request, Class: int(p.Class), Queue: p.Team, WithinGuarantee: withinGuarantee}
 }
 
-// candidates lists, as preempt sees them, the preemptible pods on nodes
-// whose free GPU compute plus what such pods hold could reach p's need.
-// Pods that opted out of preemption are left out (so they are not even
-// reclaimed).
+// candidates lists, as preempt sees them, the pods that may be victims of
+// p — preemptible pods of a less urgent class, and with reclaim pods of
+// other queues that borrow — on nodes where their GPU compute plus the
+// free compute could reach p's need (the O(1) class bound first). Pods
+// that opted out of preemption are left out (so they are not even
+// reclaimed), except as members of a gang that has a candidate.
 func (e *Engine) candidates(p *Pod, reclaim bool) []preempt.Running {
 	need := int64(p.Request.NumGPU) * int64(p.Request.GPUMilli)
 	out := e.candBuf[:0]
@@ -81,10 +83,19 @@ func (e *Engine) candidates(p *Pod, reclaim bool) []preempt.Running {
 		if len(e.onNode[i]) == 0 || !e.cluster.Admits(i, &p.Request) || !e.mayMakeRoom(i, p, need, reclaim) {
 			continue
 		}
+		room, first := e.cluster.Nodes[i].FreeMilli(), len(out)
 		for _, r := range e.onNode[i] {
-			if r.Pod.Preemptible {
-				out = append(out, e.asVictim(r))
+			if !r.Pod.Preemptible {
+				continue
 			}
+			lower := p.Class.Above(r.Pod.Class)
+			if lower || (reclaim && r.Pod.Team != p.Team && e.admit.Borrowing(r.Pod)) {
+				out = append(out, e.asVictim(r))
+				room += grantMilli(r)
+			}
+		}
+		if room < need {
+			out = out[:first] // these victims could not make room here
 		}
 	}
 	out = e.gangMembers(out, e.asVictim)
