@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tessera-gpu/tessera/internal/dynsim"
+	enginebench "github.com/tessera-gpu/tessera/internal/engine/bench"
 	"github.com/tessera-gpu/tessera/internal/partition"
 	"github.com/tessera-gpu/tessera/internal/placement"
 	"github.com/tessera-gpu/tessera/internal/placement/bench"
@@ -31,6 +33,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	variants := fs.String("variants", "all", "pod-list variants, comma-separated, or all")
 	throughput := fs.Bool("throughput", true, "measure decisions/s, latency and memory on a synthetic cluster")
 	nodes := fs.Int("nodes", 10000, "nodes of the synthetic cluster")
+	dynamic := fs.Bool("dynamic", true, "run the dynamic simulation (simulate --mode dynamic, default options) on the shipped trace")
+	quality := fs.Bool("quality", true, "run the openb placement-quality comparison")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -44,11 +48,18 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if err := benchOpenB(stdout, stderr, *dir, *shipped, *variants, strings.Split(*pols, ","), seedList, heldoutList); err != nil {
-		return err
+	if *quality {
+		if err := benchOpenB(stdout, stderr, *dir, *shipped, *variants, strings.Split(*pols, ","), seedList, heldoutList); err != nil {
+			return err
+		}
 	}
 	if *throughput {
-		return benchThroughput(stdout, *shipped, *nodes)
+		if err := benchThroughput(stdout, *shipped, *nodes); err != nil {
+			return err
+		}
+	}
+	if *dynamic {
+		return runDynamic(stdout, filepath.Join(*shipped, "openb_node_list_gpu_node.csv"), filepath.Join(*shipped, "openb_pod_list_default.csv"), dynsim.DefaultOptions(), true)
 	}
 	return nil
 }
@@ -138,7 +149,24 @@ func benchThroughput(stdout io.Writer, shipped string, nodes int) error {
 	if err := measure(stdout, fmt.Sprintf("nodes%d", nodes), syn.Specs(), pods, 1.0); err != nil {
 		return err
 	}
-	return measure(stdout, "openb_cluster", t.Nodes, t.Pods, 1.3)
+	if err := measure(stdout, "openb_cluster", t.Nodes, t.Pods, 1.3); err != nil {
+		return err
+	}
+	return measureCycle(stdout, fmt.Sprintf("nodes%d", nodes), syn.Specs(), pods)
+}
+
+// measureCycle is the scheduling engine's full cycle (pop, admit, fit,
+// place or fail, requeue) with 10,000 pods pending on the filled cluster.
+func measureCycle(stdout io.Writer, tag string, specs []partition.NodeSpec, pods []placement.Request) error {
+	res, err := enginebench.RunCycle(enginebench.CycleSetup{Nodes: specs, Pods: pods, Pending: 10000, Rounds: 5, FreedPerRound: 500, Engine: enginebench.FullConfig(), Seed: 42})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "BENCH sched.cycle_per_s.%s %.0f pods/s\n", tag, res.PerSecond())
+	fmt.Fprintf(stdout, "BENCH sched.cycle_attempts.%s %d pods\n", tag, res.Attempts)
+	fmt.Fprintf(stdout, "BENCH sched.cycle_placed.%s %d pods\n", tag, res.Placed)
+	fmt.Fprintf(stdout, "BENCH sched.cycle_preempted.%s %d pods\n", tag, res.Preempted)
+	return nil
 }
 
 // measure prints throughput, latency and memory of tessera with the index,

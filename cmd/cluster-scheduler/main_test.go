@@ -104,13 +104,38 @@ func TestParseSeeds(t *testing.T) {
 
 func TestBenchWithoutOpenBDirSaysSo(t *testing.T) {
 	code, stdout, stderr := runCLI("bench", "--openb-dir", filepath.Join(t.TempDir(), "absent"),
-		"--shipped", "../../internal/placement/testdata/openb", "--seeds", "42", "--policies", "fgd", "--throughput=false")
+		"--shipped", "../../internal/placement/testdata/openb", "--seeds", "42", "--policies", "fgd", "--throughput=false", "--dynamic=false")
 	if code != 0 || !strings.Contains(stderr, "is absent") || !strings.Contains(stdout, "BENCH sched.openb.default.fgd.unalloc_pct ") {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
 	for _, l := range strings.Split(strings.TrimSpace(stdout), "\n") {
 		if f := strings.Fields(l); len(f) != 4 || f[0] != "BENCH" {
 			t.Errorf("not a BENCH line: %q", l)
+		}
+	}
+}
+
+// The short dynamic run: every mode, the BENCH metrics the issue names, and
+// bad flags refused with the flag named.
+func TestSimulateDynamicShort(t *testing.T) {
+	code, stdout, stderr := runCLI("simulate", "--mode", "dynamic", "--nodes", testNodes, "--pods", testPods,
+		"--horizon", "40m", "--warmup", "10m", "--drain", "2h", "--format", "bench")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, m := range []string{"fifo", "priority_noaging", "full"} {
+		for _, metric := range []string{"p0_wait_p99_s", "p1_wait_p99_s", "p3_wait_max_s", "gpu_alloc_mean_pct", "preemptions", "min_run_violations 0 "} {
+			if !strings.Contains(stdout, "BENCH sched.dynamic."+m+"."+metric) {
+				t.Errorf("no BENCH sched.dynamic.%s.%s", m, metric)
+			}
+		}
+	}
+	for _, bad := range []struct{ flag, value, want string }{
+		{"--load", "0", "load 0"}, {"--deadline", "P9=1h", "--deadline"}, {"--modes", "lifo", `mode "lifo"`}, {"--warmup", "5h", "--warmup"},
+	} {
+		code, _, stderr := runCLI("simulate", "--mode", "dynamic", "--nodes", testNodes, "--pods", testPods, "--horizon", "2h", bad.flag, bad.value)
+		if code == 0 || !strings.Contains(stderr, bad.want) {
+			t.Errorf("%s %s: exit %d, %s", bad.flag, bad.value, code, stderr)
 		}
 	}
 }

@@ -28,11 +28,28 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", "", "directory for one per-pod CSV per run")
 	order := fs.String("node-order", "shuffled", "order that breaks score ties: shuffled (one random order per seed, as the published simulator behaves) or file (the node list's order)")
 	scan := fs.Bool("scan", false, "score every node for every pod instead of using the score index")
+	mode := fs.String("mode", "fgd", "fgd (the FGD paper's protocol: pods only arrive) or dynamic (pods arrive, wait, run and leave; compares scheduling modes)")
+	dynamic := dynamicFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *nodes == "" || *pods == "" {
 		return errors.New("--nodes and --pods are required")
+	}
+	switch *mode {
+	case "dynamic":
+		o, err := dynamic()
+		if err != nil {
+			return err
+		}
+		o.Policy = *policy
+		if *format != "table" && *format != "bench" {
+			return fmt.Errorf("--format %q: dynamic mode writes table or bench", *format)
+		}
+		return runDynamic(stdout, *nodes, *pods, o, *format == "bench")
+	case "fgd":
+	default:
+		return fmt.Errorf("--mode %q: want fgd or dynamic", *mode)
 	}
 	if *order != "shuffled" && *order != "file" {
 		return fmt.Errorf("--node-order %q: want shuffled or file", *order)

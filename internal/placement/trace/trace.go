@@ -32,6 +32,13 @@ type Pod struct {
 	NumGPU   int
 	GPUMilli int
 	GPUSpec  []string
+	// QoS is the trace's qos column (LS, Burstable, Guaranteed, BE; empty
+	// when absent).
+	QoS string
+	// Creation, Deletion and Scheduled are the trace's times in seconds;
+	// -1 when the column is absent or empty (a pod that never ran has no
+	// scheduled_time).
+	Creation, Deletion, Scheduled int64
 }
 
 // Limits that reject absurd values rather than let them overflow the engine.
@@ -40,6 +47,7 @@ const (
 	maxMemMiB   = 1 << 26     // 64 TiB: above the largest single machines (openb's largest node has 1 TiB)
 	maxGPUs     = 64
 	maxGPUMilli = 1000
+	maxTime     = 1 << 40 // seconds: far beyond any trace, far below overflow
 )
 
 // column describes one CSV column the reader understands.
@@ -110,6 +118,10 @@ func ReadPods(name string, r io.Reader) ([]Pod, error) {
 		p.MemMiB = row.int("memory_mib", 0, maxMemMiB)
 		p.NumGPU = int(row.int("num_gpu", 0, maxGPUs))
 		p.GPUMilli = int(row.int("gpu_milli", 0, maxGPUMilli))
+		p.QoS = row.str("qos")
+		p.Creation = row.optInt("creation_time", 0, maxTime)
+		p.Deletion = row.optInt("deletion_time", 0, maxTime)
+		p.Scheduled = row.optInt("scheduled_time", 0, maxTime)
 		if row.err != nil {
 			return row.err
 		}
@@ -171,6 +183,14 @@ func (r *row) int(col string, lo, hi int64) int64 {
 		return 0
 	}
 	return v
+}
+
+// optInt is int for a column that may be absent or empty: -1 then.
+func (r *row) optInt(col string, lo, hi int64) int64 {
+	if r.str(col) == "" {
+		return -1
+	}
+	return r.int(col, lo, hi)
 }
 
 // unique checks that column col holds a name not seen on an earlier line,

@@ -30,6 +30,24 @@ func TestReadShippedOpenB(t *testing.T) {
 	if p := pods[1]; p.Name != "openb-pod-0001" || p.CPUMilli != 6000 || p.MemMiB != 12288 || p.NumGPU != 1 || p.GPUMilli != 460 {
 		t.Errorf("second pod parsed as %+v", p)
 	}
+	if p := pods[1]; p.QoS != "LS" || p.Creation != 427061 || p.Deletion != 12902960 || p.Scheduled != 427061 {
+		t.Errorf("second pod's qos and times parsed as %+v", p)
+	}
+	// openb-pod-0061 never ran: no scheduled_time.
+	if p := pods[61]; p.Name != "openb-pod-0061" || p.Scheduled != -1 || p.Creation != 10001278 {
+		t.Errorf("pending pod parsed as %+v", p)
+	}
+}
+
+func TestReadPodsTimes(t *testing.T) {
+	_, err := ReadPods("p.csv", strings.NewReader("name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time\na,1,1,0,0,-5\n"))
+	if err == nil || !strings.Contains(err.Error(), "p.csv:2: field creation_time") {
+		t.Errorf("negative time: %v", err)
+	}
+	pods, err := ReadPods("p.csv", strings.NewReader("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,0,0\n"))
+	if err != nil || pods[0].Creation != -1 || pods[0].Deletion != -1 || pods[0].Scheduled != -1 || pods[0].QoS != "" {
+		t.Errorf("absent columns: %+v, %v", pods, err)
+	}
 }
 
 func TestReadPodsWithoutOptionalColumns(t *testing.T) {

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tessera-gpu/tessera/internal/dynsim"
+	"github.com/tessera-gpu/tessera/internal/placement/sim"
+	"github.com/tessera-gpu/tessera/internal/placement/trace"
+	"github.com/tessera-gpu/tessera/internal/priority"
+)
+
+// dynamicFlags registers the flags of `simulate --mode dynamic` on fs.
+func dynamicFlags(fs *flag.FlagSet) func() (dynsim.Options, error) {
+	d := dynsim.DefaultOptions()
+	load := fs.Float64("load", d.Workload.Load, "dynamic: offered GPU load as a multiple of capacity")
+	horizon := fs.Duration("horizon", d.Workload.Horizon, "dynamic: how long pods arrive (simulated)")
+	maxRun := fs.Duration("max-run", d.Workload.MaxRun, "dynamic: cap on a pod's run time")
+	p0 := fs.Float64("p0-share", d.Workload.P0Share, "dynamic: share of LS pods that are P0")
+	teams := fs.Int("teams", d.Workload.Teams, "dynamic: teams pods are spread over by hash")
+	seed := fs.Uint64("seed", d.Workload.Seed, "dynamic: seed of the P0 and team draws")
+	modes := fs.String("modes", strings.Join(d.Modes, ","), "dynamic: modes to compare: "+strings.Join(dynsim.ModeNames, ", "))
+	tick := fs.Duration("tick", d.Tick, "dynamic: interval between scheduling cycles")
+	drain := fs.Duration("drain", d.Drain, "dynamic: simulated time allowed after the last arrival")
+	warmup := fs.Duration("warmup", d.Warmup, "dynamic: arrivals before this are simulated but not reported")
+	age := fs.Duration("age-step", d.AgeStep, "dynamic (full): wait that gains one priority class")
+	ceiling := fs.String("age-ceiling", d.AgeCeiling.String(), "dynamic (full): the most urgent class ageing reaches")
+	shares := fs.String("team-quota", "", "dynamic: the teams' guaranteed shares of GPU compute, e.g. 0.4,0.3,0.2,0.1 (default: equal)")
+	deadlines := fs.String("deadline", "", "dynamic: per-class deadlines, e.g. P1=1h,P3=12h (pods still pending then are dropped)")
+	return func() (dynsim.Options, error) {
+		o := d
+		o.Workload.Load, o.Workload.Horizon, o.Workload.MaxRun = *load, *horizon, *maxRun
+		o.Workload.P0Share, o.Workload.Teams, o.Workload.Seed = *p0, *teams, *seed
+		o.Modes = strings.Split(*modes, ",")
+		o.Tick, o.Drain, o.AgeStep, o.Warmup = *tick, *drain, *age, *warmup
+		c, err := priority.ParseClass(*ceiling)
+		if err != nil {
+			return o, fmt.Errorf("--age-ceiling: %w", err)
+		}
+		o.AgeCeiling = c
+		if *shares != "" {
+			for _, part := range strings.Split(*shares, ",") {
+				v, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
+				if err != nil || v < 0 || v > 1 {
+					return o, fmt.Errorf("--team-quota %q: %q is not a share in [0, 1]", *shares, part)
+				}
+				o.TeamShares = append(o.TeamShares, v)
+			}
+		}
+		if *deadlines != "" {
+			for _, part := range strings.Split(*deadlines, ",") {
+				k, v, ok := strings.Cut(part, "=")
+				c, err := priority.ParseClass(k)
+				dl, derr := time.ParseDuration(v)
+				if !ok || err != nil || derr != nil || dl <= 0 {
+					return o, fmt.Errorf("--deadline %q: want CLASS=DURATION pairs like P3=12h", part)
+				}
+				o.Deadline[c] = dl
+			}
+		}
+		if o.Tick <= 0 || o.Drain < 0 || o.AgeStep < 0 || o.Warmup < 0 || o.Warmup >= o.Workload.Horizon {
+			return o, errors.New("--tick must be positive, --drain, --age-step and --warmup not negative, --warmup below --horizon")
+		}
+		return o, nil
+	}
+}
+
+// runDynamic is `simulate --mode dynamic`: every mode on one workload, a
+// table (or BENCH lines), and an error if any pod was preempted inside its
+// minimum run time.
+func runDynamic(stdout io.Writer, nodesCSV, podsCSV string, o dynsim.Options, bench bool) error {
+	nodes, err := trace.ReadNodesFile(nodesCSV)
+	if err != nil {
+		return err
+	}
+	pods, err := trace.ReadPodsFile(podsCSV)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	results, info, err := dynsim.Compare(sim.FromTrace(nodes, nil).Nodes, pods, o)
+	if err != nil {
+		return err
+	}
+	if bench {
+		for _, r := range results {
+			dynsim.WriteBench(stdout, r)
+		}
+		fmt.Fprintf(stdout, "BENCH sched.dynamic.run_s %.1f s\n", time.Since(start).Seconds())
+	} else {
+		fmt.Fprintf(stdout, "load %.2f: trace compressed %.0f×, one replay %v, %d replays over %v (first %v not reported); run times capped at %v\n",
+			o.Workload.Load, info.Compression, info.Period.Round(time.Second), info.Replays, o.Workload.Horizon, o.Warmup, o.Workload.MaxRun)
+		dynsim.WriteTable(stdout, results)
+	}
+	for _, r := range results {
+		if v := r.MinRunViolations(); v > 0 {
+			return fmt.Errorf("mode %s: %d pods preempted inside their minimum run time", r.Mode, v)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,256 @@
+package dynsim
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"time"
+
+	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
+	"github.com/tessera-gpu/tessera/internal/engine"
+	"github.com/tessera-gpu/tessera/internal/partition"
+	"github.com/tessera-gpu/tessera/internal/placement"
+	"github.com/tessera-gpu/tessera/internal/priority"
+	"github.com/tessera-gpu/tessera/internal/quota"
+)
+
+// Config is one simulation run.
+type Config struct {
+	Mode Mode
+	// Tick is how often a scheduling cycle runs (when anything changed).
+	Tick time.Duration
+	// Drain bounds the simulated time after the last arrival; pods still
+	// pending then are reported as waiting (their wait so far counts).
+	Drain time.Duration
+	// Warmup: arrivals before it are not reported (see Options.Warmup).
+	Warmup time.Duration
+	// Deadline per class (0: none): a pod still pending that long after it
+	// arrived is dropped.
+	Deadline [priority.NumClasses]time.Duration
+	Policy   string
+	// Teams are the teams' names and guaranteed shares of the cluster's GPU
+	// compute (used when the mode has quotas).
+	Teams []TeamQuota
+}
+
+// TeamQuota is one team's guarantee, a share of the GPU compute.
+type TeamQuota struct {
+	Name  string
+	Share float64
+}
+
+// quotaConfig is every team a queue in one cohort, nominal = its share of
+// the cluster's GPU compute; no borrowing or lending limits.
+func quotaConfig(teams []TeamQuota, capacityMilli int64) *schedv1.Config {
+	c := schedv1.Default()
+	for _, t := range teams {
+		c.Queues = append(c.Queues, schedv1.QueueConfig{Name: t.Name, Cohort: "cluster",
+			Nominal: schedv1.Resources{GPUMilli: int64(t.Share * float64(capacityMilli))}})
+	}
+	return c
+}
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type runningJob struct {
+	job   *Job
+	epoch int // bumps when the job is evicted: its old end is stale
+	gpus  float64
+	since time.Duration
+}
+
+// completion is a pending end of a running job.
+type completion struct {
+	at    time.Duration
+	key   string
+	epoch int
+}
+
+type completions []completion
+
+func (c completions) Len() int { return len(c) }
+func (c completions) Less(i, j int) bool {
+	if c[i].at != c[j].at {
+		return c[i].at < c[j].at
+	}
+	return c[i].key < c[j].key
+}
+func (c completions) Swap(i, j int) { c[i], c[j] = c[j], c[i] }
+func (c *completions) Push(x any)   { *c = append(*c, x.(completion)) }
+func (c *completions) Pop() any {
+	old := *c
+	x := old[len(old)-1]
+	*c = old[:len(old)-1]
+	return x
+}
+
+// Simulate replays jobs (sorted by arrival) on a cluster of nodes.
+func Simulate(nodes []partition.NodeSpec, jobs []Job, horizon time.Duration, cfg Config) (*Result, error) {
+	if cfg.Tick <= 0 {
+		return nil, errors.New("tick must be positive")
+	}
+	c, err := placement.NewCluster(nodes)
+	if err != nil {
+		return nil, err
+	}
+	reqs := make([]placement.Request, 0, len(jobs))
+	for i := range jobs {
+		reqs = append(reqs, jobs[i].Request)
+	}
+	pol, err := placement.NewPolicy(cfg.Policy, c, placement.Options{Workload: placement.NewWorkload(c, reqs, 0.95)})
+	if err != nil {
+		return nil, err
+	}
+	var admit engine.Admission
+	if cfg.Mode.Quotas && len(cfg.Teams) > 0 {
+		books, err := quota.New(quotaConfig(cfg.Teams, c.GPUCapacityMilli()))
+		if err != nil {
+			return nil, err
+		}
+		admit = &engine.QuotaAdmission{Books: books, Cluster: c}
+	}
+	eng, err := engine.New(cfg.Mode.Engine, placement.NewScheduler(c, pol, false), admit)
+	if err != nil {
+		return nil, err
+	}
+	s := &state{cfg: cfg, eng: eng, byKey: map[string]*Job{}, running: map[string]*runningJob{}, epochs: map[string]int{},
+		res: newResult(cfg.Mode.Name, c.GPUCapacityMilli(), cfg.Warmup, horizon)}
+	s.run(jobs, horizon)
+	return s.res, nil
+}
+
+type state struct {
+	cfg     Config
+	eng     *engine.Engine
+	byKey   map[string]*Job
+	running map[string]*runningJob
+	epochs  map[string]int
+	ends    completions
+	res     *Result
+	now     time.Duration
+	allocd  float64 // GPUs allocated now
+}
+
+func (s *state) run(jobs []Job, horizon time.Duration) {
+	next := 0
+	end := horizon + s.cfg.Drain
+	for s.now = 0; s.now <= end; {
+		changed := false
+		for ; next < len(jobs) && jobs[next].Arrive <= s.now; next++ {
+			s.submit(&jobs[next])
+			changed = true
+		}
+		for len(s.ends) > 0 && s.ends[0].at <= s.now {
+			e := heap.Pop(&s.ends).(completion)
+			if rj, ok := s.running[e.key]; ok && rj.epoch == e.epoch {
+				s.finish(e.key, rj)
+				changed = true
+			}
+		}
+		if changed || s.eng.Pending() > 0 {
+			s.eng.Cycle(epoch.Add(s.now))
+			s.consume()
+		}
+		if next == len(jobs) && s.eng.Pending() == 0 && len(s.running) == 0 {
+			break
+		}
+		s.advance(jobs, next)
+	}
+	s.res.finish(s, horizon)
+}
+
+// advance moves time to the next tick, or straight to the next arrival or
+// completion when nothing is pending (an idle stretch costs nothing).
+func (s *state) advance(jobs []Job, next int) {
+	step := s.now + s.cfg.Tick
+	if s.eng.Pending() == 0 {
+		far := time.Duration(1<<62 - 1)
+		if next < len(jobs) {
+			far = jobs[next].Arrive
+		}
+		if len(s.ends) > 0 {
+			far = min(far, s.ends[0].at)
+		}
+		step = max(step, far)
+	}
+	s.account(step)
+	s.now = step
+}
+
+// account integrates allocated GPUs over [now, to) within the horizon.
+func (s *state) account(to time.Duration) {
+	from, until := max(s.now, s.res.warmup), min(to, s.res.horizon)
+	if from < until {
+		s.res.gpuSecondsAlloc += s.allocd * (until - from).Seconds()
+	}
+}
+
+func (s *state) submit(j *Job) {
+	s.byKey[j.Name] = j
+	class := j.Class
+	if !s.cfg.Mode.Priorities {
+		class = priority.P2 // one class for everyone
+	}
+	p := &engine.Pod{Key: j.Name, Request: j.Request, Class: class, Team: j.Team, Submitted: epoch.Add(j.Arrive),
+		Preemptible: s.cfg.Mode.Preemptible[j.Class], MinRun: s.cfg.Mode.MinRun}
+	if d := s.cfg.Deadline[j.Class]; d > 0 {
+		p.Deadline = epoch.Add(j.Arrive + d)
+	}
+	if err := s.eng.Submit(p); err != nil {
+		s.res.rejected++
+		return
+	}
+	if s.reported(j) {
+		s.res.class(j.Class).arrived++
+	}
+}
+
+// reported: the job arrived after the warm-up.
+func (s *state) reported(j *Job) bool { return j.Arrive >= s.cfg.Warmup }
+
+func (s *state) finish(key string, rj *runningJob) {
+	if err := s.eng.Complete(key); err != nil {
+		panic(fmt.Sprintf("dynsim: %v", err))
+	}
+	s.allocd -= rj.gpus
+	delete(s.running, key)
+	if s.reported(rj.job) {
+		s.res.class(rj.job.Class).completed++
+	}
+}
+
+// consume applies the engine's events to the simulation.
+func (s *state) consume() {
+	for _, ev := range s.eng.Events() {
+		j := s.byKey[ev.Pod.Key]
+		cs := s.res.class(j.Class)
+		if !s.reported(j) {
+			cs = &ClassStats{} // simulated, not reported
+		}
+		switch ev.Kind {
+		case engine.Placed:
+			if ev.Pod.Preemptions == 0 {
+				cs.waits = append(cs.waits, s.now-j.Arrive)
+			}
+			s.epochs[j.Name]++
+			rj := &runningJob{job: j, epoch: s.epochs[j.Name], gpus: j.GPUs(), since: s.now}
+			s.running[j.Name] = rj
+			s.allocd += rj.gpus
+			heap.Push(&s.ends, completion{at: s.now + j.Run, key: j.Name, epoch: rj.epoch})
+		case engine.Preempted:
+			rj := s.running[j.Name]
+			delete(s.running, j.Name)
+			s.allocd -= rj.gpus
+			cs.preempted++
+			cs.gpuHoursLost += rj.gpus * ev.Ran.Hours()
+			if ev.Ran < ev.Pod.MinRun {
+				s.res.minRunViolations++
+			}
+		case engine.Dropped:
+			cs.dropped++
+			cs.droppedWaits = append(cs.droppedWaits, s.now-j.Arrive)
+		case engine.Escalated:
+			cs.escalated++
+		}
+	}
+}

@@ -1,0 +1,23 @@
+package engine
+
+import "time"
+
+// Admission is the quota stage: whether a pod's queue (team) may start it
+// now, and the books of what each queue holds. A nil Admission admits
+// everything (the fifo and priority-only modes).
+type Admission interface {
+	// Admit returns nil when the pod fits its queue's guarantee, or may
+	// borrow idle capacity; otherwise an error that says why (the pod
+	// waits and is tried again).
+	Admit(p *Pod, now time.Time) error
+	// Charge books a placed pod to its queue; Uncharge gives it back when
+	// the pod ends or is evicted.
+	Charge(p *Pod, r *Running)
+	Uncharge(p *Pod, r *Running)
+	// Borrowing reports whether running pod v holds capacity its queue
+	// borrowed beyond its guarantee; WithinGuarantee whether pending pod p
+	// fits its queue's guarantee. Such a p may reclaim such a v of another
+	// queue whatever their classes (internal/preempt decides).
+	Borrowing(v *Pod) bool
+	WithinGuarantee(p *Pod) bool
+}

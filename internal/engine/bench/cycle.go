@@ -1,0 +1,142 @@
+// Package bench measures the scheduling engine's cycle: pods per second
+// through pop, admission, fit, place or fail, and requeue, on a large
+// cluster with a large pending queue.
+package bench
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/tessera-gpu/tessera/internal/engine"
+	"github.com/tessera-gpu/tessera/internal/partition"
+	"github.com/tessera-gpu/tessera/internal/placement"
+	"github.com/tessera-gpu/tessera/internal/placement/sim"
+	"github.com/tessera-gpu/tessera/internal/priority"
+	"github.com/tessera-gpu/tessera/internal/queue"
+)
+
+// CycleSetup describes one measurement.
+type CycleSetup struct {
+	Nodes   []partition.NodeSpec
+	Pods    []placement.Request // shapes to draw pods from
+	Pending int                 // pods waiting when the measurement starts
+	Rounds  int                 // cycles over the whole queue
+	// FreedPerRound running pods end before each round, so some pending
+	// pods fit and the rest fail.
+	FreedPerRound int
+	Engine        engine.Config
+	Seed          uint64
+}
+
+// CycleResult is what was measured.
+type CycleResult struct {
+	Attempts, Placed, Preempted int
+	Elapsed                     time.Duration
+	Running, Pending            int
+}
+
+// PerSecond is pods attempted per second.
+func (r CycleResult) PerSecond() float64 { return float64(r.Attempts) / r.Elapsed.Seconds() }
+
+// FullConfig is the engine configuration the benchmark measures: ageing,
+// backoff, bounded reservations and preemption all on.
+func FullConfig() engine.Config {
+	return engine.Config{
+		Queue:        queue.Config{Ageing: priority.Ageing{Step: 10 * time.Minute, Ceiling: priority.P1}, EscalateTo: priority.P1, BackoffInitial: time.Second, BackoffMax: 10 * time.Second},
+		ReserveAfter: 5 * time.Minute, MaxReservations: 16,
+		Preemption: true, Cooldown: 30 * time.Minute, RequeuePreempted: true,
+	}
+}
+
+// RunCycle fills the cluster to capacity through the engine (untimed), then
+// queues Pending more pods of random classes and times Rounds full cycles:
+// before each, FreedPerRound random running pods end (untimed), then every
+// pending pod is popped and tried once.
+func RunCycle(s CycleSetup) (CycleResult, error) {
+	c, err := placement.NewCluster(s.Nodes)
+	if err != nil {
+		return CycleResult{}, err
+	}
+	pol, err := placement.NewPolicy("tessera", c, placement.Options{Workload: placement.NewWorkload(c, s.Pods, 0.95)})
+	if err != nil {
+		return CycleResult{}, err
+	}
+	e, err := engine.New(s.Engine, placement.NewScheduler(c, pol, false), nil)
+	if err != nil {
+		return CycleResult{}, err
+	}
+	rng := rand.New(rand.NewPCG(s.Seed, 0xbe4c))
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var running []string
+	n := 0
+	submit := func(r placement.Request, class priority.Class) error {
+		n++
+		r.Name = fmt.Sprintf("pod-%d", n)
+		return e.Submit(&engine.Pod{Key: r.Name, Request: r, Class: class, Submitted: now, Preemptible: class >= priority.P2, MinRun: 10 * time.Minute})
+	}
+	// Fill: the simulator's arrival order until the GPU requests reach capacity.
+	for _, r := range sim.Arrivals(s.Pods, s.Seed, 1.0, c.GPUCapacityMilli()) {
+		if err := submit(r, priority.Class(2+rng.IntN(2))); err != nil {
+			return CycleResult{}, err
+		}
+	}
+	e.Cycle(now)
+	for _, ev := range e.Events() {
+		if ev.Kind == engine.Placed {
+			running = append(running, ev.Pod.Key)
+		}
+	}
+	for _, key := range pendingKeys(e) {
+		e.Delete(key)
+	}
+	for i := 0; i < s.Pending; i++ {
+		if err := submit(s.Pods[rng.IntN(len(s.Pods))], priority.Class(rng.IntN(priority.NumClasses))); err != nil {
+			return CycleResult{}, err
+		}
+	}
+	now = now.Add(time.Hour) // past every minimum run time
+	var res CycleResult
+	for round := 0; round < s.Rounds; round++ {
+		for k := 0; k < s.FreedPerRound && len(running) > 0; k++ {
+			j := rng.IntN(len(running))
+			if err := e.Complete(running[j]); err != nil {
+				return res, err
+			}
+			running[j] = running[len(running)-1]
+			running = running[:len(running)-1]
+		}
+		now = now.Add(10 * time.Second) // every backoff has ended
+		t := time.Now()
+		res.Attempts += e.Cycle(now)
+		res.Elapsed += time.Since(t)
+		for _, ev := range e.Events() {
+			switch ev.Kind {
+			case engine.Placed:
+				res.Placed++
+				running = append(running, ev.Pod.Key)
+			case engine.Preempted:
+				res.Preempted++
+				running = remove(running, ev.Pod.Key)
+			}
+		}
+	}
+	res.Running, res.Pending = e.RunningCount(), e.Pending()
+	return res, nil
+}
+
+func pendingKeys(e *engine.Engine) []string {
+	var out []string
+	e.EachPending(func(p *engine.Pod) { out = append(out, p.Key) })
+	return out
+}
+
+func remove(keys []string, k string) []string {
+	for i, x := range keys {
+		if x == k {
+			keys[i] = keys[len(keys)-1]
+			return keys[:len(keys)-1]
+		}
+	}
+	return keys
+}

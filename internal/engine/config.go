@@ -1,0 +1,54 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
+	"github.com/tessera-gpu/tessera/internal/priority"
+	"github.com/tessera-gpu/tessera/internal/queue"
+)
+
+// ConfigFrom turns the typed scheduler configuration into the engine's:
+// ageing in whole classes (one class per Interval × 100 ÷ Step of wait, at
+// most MaxBoost, never above Ceiling), escalation to the front (P0) after a
+// class's MaxWait, backfill reservations, the cooldown. Per-pod values
+// (minimum run time, maximum wait) come from PodDefaults.
+func ConfigFrom(c *schedv1.Config) (Config, error) {
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("engine: %w", err)
+	}
+	a := c.Priority.Ageing
+	ceiling, err := priority.ParseClass(string(a.Ceiling))
+	if a.Ceiling == "" {
+		ceiling, err = priority.P0, nil
+	}
+	if err != nil {
+		return Config{}, fmt.Errorf("engine: priority.ageing.ceiling: %w", err)
+	}
+	// MaxBoost bounds the classes gained: the ceiling is at most that far
+	// above P3; a per-class bound the whole-class queue does not model
+	// finer (documented in docs/scheduler.md).
+	if boost := a.MaxBoost / schedv1.PointsPerClass; int(priority.Lowest)-boost > int(ceiling) {
+		ceiling = priority.Class(int(priority.Lowest) - boost)
+	}
+	return Config{
+		Queue: queue.Config{Ageing: priority.Ageing{Step: a.ClassStep(), Ceiling: ceiling}, EscalateTo: priority.P0,
+			BackoffInitial: time.Second, BackoffMax: 10 * time.Second},
+		ReserveAfter:    c.Priority.Backfill.ReserveAfter.Duration,
+		MaxReservations: c.Priority.Backfill.MaxReservations,
+		Preemption:      true,
+		Cooldown:        c.Preemption.Cooldown.Duration,
+	}, nil
+}
+
+// PodDefaults fills what the configuration says about a pod of class c:
+// whether it is preemptible, its minimum run time, its maximum wait.
+func PodDefaults(c *schedv1.Config, p *Pod) {
+	k := schedv1.Classes[p.Class]
+	p.Preemptible = c.Preemption.Preemptible[k]
+	p.MinRun = max(p.MinRun, c.Preemption.MinRunTime.Duration)
+	if w, ok := c.Priority.MaxWait[k]; ok && p.MaxWait == 0 {
+		p.MaxWait = w.Duration
+	}
+}

@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tessera-gpu/tessera/internal/gang"
+	"github.com/tessera-gpu/tessera/internal/placement"
+	"github.com/tessera-gpu/tessera/internal/preempt"
+)
+
+type preemptRunning = preempt.Running
+
+// The gang stage is glue around internal/gang: members of a pod group do
+// not enter the priority queue one by one; the group assembles in the
+// tracker, and each cycle every group with min-member members present is
+// reserved all or nothing (internal/gang.Reserve places the members with
+// the placement pipeline, honouring node or NVLink-island locality, and
+// releases what it took if any member does not fit). A complete group's
+// members start together. A group that is not complete timeout after its
+// first member arrived releases what it holds and its members are dropped
+// with the tracker's reason. Preemption takes a running gang whole or not
+// at all (internal/preempt; the engine hands it every running member of a
+// gang that has one on a candidate node).
+type gangs struct {
+	tracker *gang.Tracker
+	pending map[string]map[string]*Pod // group → member key → pod
+	running map[string][]*Running      // group → running members
+}
+
+func newGangs(s *placement.Scheduler, timeout time.Duration) *gangs {
+	return &gangs{tracker: gang.NewTracker(s, timeout), pending: map[string]map[string]*Pod{}, running: map[string][]*Running{}}
+}
+
+// submitMember registers a gang member with the tracker.
+func (e *Engine) submitMember(p *Pod, now time.Time) error {
+	if err := e.gangs.tracker.Add(*p.Gang, gang.Member{Name: p.Key, Request: p.Request}, now); err != nil {
+		return fmt.Errorf("pod %s: %w", p.Key, err)
+	}
+	if e.gangs.pending[p.Gang.Name] == nil {
+		e.gangs.pending[p.Gang.Name] = map[string]*Pod{}
+	}
+	e.gangs.pending[p.Gang.Name][p.Key] = p
+	return nil
+}
+
+// cycleGangs expires groups past their timeout and reserves the ready
+// ones, in group-name order (deterministic).
+func (e *Engine) cycleGangs(now time.Time) {
+	for _, x := range e.gangs.tracker.Expire(now) {
+		for _, key := range x.Members {
+			if p := e.gangs.pending[x.Name][key]; p != nil {
+				e.emit(Event{Kind: Dropped, Time: now, Pod: p, Reason: x.Err.Error()})
+			}
+		}
+		delete(e.gangs.pending, x.Name)
+	}
+	names := make([]string, 0, len(e.gangs.pending))
+	for name := range e.gangs.pending {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if !e.gangs.tracker.Ready(name) {
+			continue
+		}
+		if e.admit != nil && !e.admitGang(name, now) {
+			continue
+		}
+		got, err := e.gangs.tracker.Reserve(name)
+		if err != nil {
+			continue // all or nothing: nothing was kept; the group waits
+		}
+		if st, _ := e.gangs.tracker.Status(name); !st.Complete {
+			continue
+		}
+		// Reserve is only called on a ready group, and on success it holds
+		// every present member: got is the whole group.
+		e.startGang(name, got, now)
+	}
+}
+
+// admitGang asks admission for every member; the group waits unless all
+// are admitted.
+func (e *Engine) admitGang(name string, now time.Time) bool {
+	for _, p := range e.gangs.pending[name] {
+		if e.admit.Admit(p, now) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// startGang books the members the tracker reserved as running pods.
+func (e *Engine) startGang(name string, decisions map[string]placement.Decision, now time.Time) {
+	e.gangs.tracker.Done(name)
+	keys := make([]string, 0, len(decisions))
+	for k := range decisions {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		p := e.gangs.pending[name][k]
+		delete(e.gangs.pending[name], k)
+		e.book(p, decisions[k], now)
+	}
+	// Members beyond those reserved (more than min-member arrived and not
+	// all fitted) start a new group of their own.
+	rest := e.gangs.pending[name]
+	delete(e.gangs.pending, name)
+	for _, p := range rest {
+		_ = e.submitMember(p, now)
+	}
+}
+
+// gangMembers appends the running members of the gangs in out that out
+// does not hold yet: preempt takes a gang whole, so it must see all of it.
+func (e *Engine) gangMembers(out []preemptRunning, convert func(*Running) preemptRunning) []preemptRunning {
+	seen := map[string]bool{}
+	gangs := map[string]bool{}
+	for _, r := range out {
+		seen[r.ID] = true
+		if r.Gang != "" {
+			gangs[r.Gang] = true
+		}
+	}
+	for g := range gangs {
+		for _, r := range e.gangs.running[g] {
+			if !seen[r.Pod.Key] {
+				out = append(out, convert(r))
+			}
+		}
+	}
+	return out
+}
+
+func (e *Engine) gangPending() int {
+	n := 0
+	for _, m := range e.gangs.pending {
+		n += len(m)
+	}
+	return n
+}

@@ -1,0 +1,177 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/tessera-gpu/tessera/internal/placement"
+	"github.com/tessera-gpu/tessera/internal/preempt"
+	"github.com/tessera-gpu/tessera/internal/priority"
+)
+
+// The preemption stage is glue around internal/preempt, which owns the
+// rules (lower preemptible class or quota reclaim, minimum run time,
+// cooldown, checkpoint-aware work lost, gangs whole or none) and verifies
+// every plan on a copy of the node. The engine adds what a cycle needs:
+// an O(1) per-node bound that hands preempt only the pods of nodes that
+// could make room, a memo of shapes no plan helps, and a budget of searches
+// per cycle.
+
+// planPreemption asks internal/preempt for the cheapest victim set on one
+// node after which p fits; false when there is none (then nobody is
+// evicted: never preempt for a pod that would still not fit).
+//
+// A failed plan is remembered per (shape, class) until capacity is freed or
+// time moves.
+func (e *Engine) planPreemption(p *Pod, now time.Time) (*preempt.Plan, bool) {
+	// Quota reclaim (any class) only for a pod within its queue's
+	// guarantee; otherwise only less urgent classes can make room.
+	reclaim := e.admit != nil && e.admit.WithinGuarantee(p)
+	if !e.anyLessUrgent(p.Class) && !reclaim {
+		return nil, false
+	}
+	key := planKey{e.cluster.ShapeOf(&p.Request), p.Class}
+	if st, ok := e.noPlan[key]; ok && st.gen == e.placer.gen && st.now.Equal(now) {
+		return nil, false
+	}
+	if e.cfg.PreemptionSearches > 0 && e.searches >= e.cfg.PreemptionSearches {
+		return nil, false
+	}
+	e.searches++
+	pl, err := e.preemptor.Find(e.pending(p, reclaim), e.candidates(p, reclaim), now)
+	if err != nil {
+		e.noPlan[key] = planStamp{e.placer.gen, now}
+		return nil, false
+	}
+	return pl, true
+}
+
+type planKey struct {
+	shape placement.Shape
+	class priority.Class
+}
+
+type planStamp struct {
+	gen uint64
+	now time.Time
+}
+
+// anyLessUrgent reports whether a preemptible pod of a class less urgent
+// than c runs anywhere.
+func (e *Engine) anyLessUrgent(c priority.Class) bool {
+	for k := c + 1; k <= priority.Lowest; k++ {
+		if e.preemptible[k] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *Engine) pending(p *Pod, withinGuarantee bool) preempt.Pending {
+	return preempt.Pending{Request: p.Request, Class: int(p.Class), Queue: p.Team, WithinGuarantee: withinGuarantee}
+}
+
+// candidates lists, as preempt sees them, the pods that may be victims of
+// p — preemptible pods of a less urgent class, and with reclaim pods of
+// other queues that borrow — on nodes where their GPU compute plus the
+// free compute could reach p's need (the O(1) class bound first). Pods
+// that opted out of preemption are left out (so they are not even
+// reclaimed), except as members of a gang that has a candidate.
+func (e *Engine) candidates(p *Pod, reclaim bool) []preempt.Running {
+	need := int64(p.Request.NumGPU) * int64(p.Request.GPUMilli)
+	out := e.candBuf[:0]
+	for i := range e.cluster.Nodes {
+		if len(e.onNode[i]) == 0 || !e.cluster.Admits(i, &p.Request) || !e.mayMakeRoom(i, p, need, reclaim) {
+			continue
+		}
+		room, first := e.cluster.Nodes[i].FreeMilli(), len(out)
+		for _, r := range e.onNode[i] {
+			if !r.Pod.Preemptible {
+				continue
+			}
+			lower := p.Class.Above(r.Pod.Class)
+			if lower || (reclaim && r.Pod.Team != p.Team && e.admit.Borrowing(r.Pod)) {
+				out = append(out, e.asVictim(r))
+				room += grantMilli(r)
+			}
+		}
+		if room < need {
+			out = out[:first] // these victims could not make room here
+		}
+	}
+	out = e.gangMembers(out, e.asVictim)
+	e.candBuf = out
+	return out
+}
+
+// asVictim is r as internal/preempt sees it. A gang member that opted out
+// of preemption is still listed (its gang then protects the others).
+func (e *Engine) asVictim(r *Running) preempt.Running {
+	pr := preempt.Running{ID: r.Pod.Key, Decision: r.Decision, Class: int(r.Pod.Class), Queue: r.Pod.Team,
+		Start: r.Started, LastPreempted: r.Pod.preemptedAt, MinRunTime: r.Pod.MinRun}
+	if !r.Pod.Preemptible {
+		pr.MinRunTime = 1 << 62 // never: protected
+	}
+	if r.Pod.Gang != nil {
+		pr.Gang = r.Pod.Gang.Name
+	}
+	if e.admit != nil {
+		pr.Borrowing = e.admit.Borrowing(r.Pod)
+	}
+	return pr
+}
+
+// mayMakeRoom is the O(1) bound: the node's free GPU compute plus what
+// preemptible pods of less urgent classes hold reaches the pod's need. With
+// quota reclaim any class may be a victim, so the bound counts them all.
+func (e *Engine) mayMakeRoom(i int, p *Pod, need int64, reclaim bool) bool {
+	room := e.cluster.Nodes[i].FreeMilli()
+	first := p.Class + 1
+	if reclaim {
+		first = priority.P0
+	}
+	for k := first; k <= priority.Lowest; k++ {
+		room += e.preemptibleMilli[i][k]
+	}
+	return room >= need
+}
+
+func grantMilli(r *Running) int64 {
+	var m int64
+	for _, s := range r.Decision.Grant.Shares {
+		m += int64(s.Milli)
+	}
+	return m
+}
+
+// preempt carries a plan out: the victims are evicted (released and, when
+// the engine requeues evicted pods, put back in the queue in their old
+// place) and p is placed where the plan verified it fits; the freed
+// capacity is held for p by placing it in the same step, so no other pod
+// can take it. (The Kubernetes side evicts with the victims' grace period
+// and binds p when they are gone.)
+func (e *Engine) preempt(p *Pod, pl *preempt.Plan, now time.Time) bool {
+	for _, v := range pl.Victims {
+		if r, ok := e.running[v.ID]; ok {
+			e.evict(r, p, now)
+		}
+	}
+	if err := e.start(p, pl.Decision, now); err != nil {
+		// The plan was verified on the cluster; failing here is a bug.
+		panic("engine: preemption plan did not make room: " + err.Error())
+	}
+	return true
+}
+
+func (e *Engine) evict(v *Running, by *Pod, now time.Time) {
+	e.stop(v)
+	v.Pod.preemptedAt = now
+	v.Pod.Preemptions++
+	e.emit(Event{Kind: Preempted, Time: now, Pod: v.Pod, Decision: v.Decision, By: by, Ran: now.Sub(v.Started)})
+	if e.cfg.RequeuePreempted {
+		if v.Pod.Gang != nil {
+			_ = e.submitMember(v.Pod, now) // the gang assembles again
+		} else {
+			_ = e.enqueue(v.Pod)
+		}
+	}
+}

@@ -1,0 +1,61 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tessera-gpu/tessera/internal/placement"
+	"github.com/tessera-gpu/tessera/internal/quota"
+)
+
+// QuotaAdmission is the admission stage over internal/quota's books: a pod
+// starts when its queue's guarantee covers it or the cohort lends it idle
+// capacity; a pod within its guarantee whose capacity others borrowed is
+// admitted too, and placement's failure then lets preemption reclaim the
+// borrowed pods (internal/preempt, WithinGuarantee/Borrowing).
+type QuotaAdmission struct {
+	Books   *quota.Books
+	Cluster *placement.Cluster
+}
+
+// usageBefore is what a pending pod would be charged: on the first model
+// it accepts (any model: the default weight).
+func usageBefore(p *Pod) quota.Usage {
+	model := ""
+	if len(p.Request.Models) > 0 {
+		model = p.Request.Models[0]
+	}
+	return quota.UsageOf(&p.Request, model)
+}
+
+// Admit implements Admission.
+func (a *QuotaAdmission) Admit(p *Pod, _ time.Time) error {
+	d := a.Books.Decide(p.Team, usageBefore(p))
+	if d.Admit() || d.Verdict == quota.NeedsReclaim {
+		return nil
+	}
+	return fmt.Errorf("pod %s: %s", p.Key, d.Reason)
+}
+
+// Charge implements Admission: the books take the model the pod landed on.
+func (a *QuotaAdmission) Charge(p *Pod, r *Running) {
+	u := quota.UsageOf(&p.Request, a.Cluster.Nodes[r.Decision.Node].Model)
+	if err := a.Books.Add(quota.Pod{ID: p.Key, Queue: p.Team, Class: int(p.Class), Start: r.Started, Usage: u}); err != nil {
+		panic("engine: quota books refused a placed pod: " + err.Error())
+	}
+}
+
+// Uncharge implements Admission.
+func (a *QuotaAdmission) Uncharge(p *Pod, _ *Running) {
+	if err := a.Books.Remove(p.Key); err != nil {
+		panic("engine: quota books lost a running pod: " + err.Error())
+	}
+}
+
+// Borrowing implements Admission.
+func (a *QuotaAdmission) Borrowing(v *Pod) bool { return a.Books.Borrowing(v.Key) }
+
+// WithinGuarantee implements Admission.
+func (a *QuotaAdmission) WithinGuarantee(p *Pod) bool {
+	return a.Books.WithinGuarantee(p.Team, usageBefore(p))
+}

@@ -1,0 +1,172 @@
+package gang
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tessera-gpu/tessera/internal/placement"
+)
+
+// Pod annotations that make a pod a group member.
+const (
+	GroupAnnotation     = "tessera.io/pod-group"
+	MinMemberAnnotation = "tessera.io/min-member"
+	// LocalityAnnotation is "node" or "nvlink-island"; absent: anywhere.
+	LocalityAnnotation = "tessera.io/pod-group-locality"
+)
+
+// Locality is where a group's members must be relative to each other.
+type Locality int
+
+const (
+	Anywhere   Locality = iota
+	SameNode            // every member on one node
+	SameIsland          // every member on one NVLink island of one node
+)
+
+var localityNames = map[string]Locality{"": Anywhere, "node": SameNode, "nvlink-island": SameIsland}
+
+func (l Locality) String() string {
+	return [...]string{"anywhere", "node", "nvlink-island"}[l]
+}
+
+// Spec is a group as its members describe it.
+type Spec struct {
+	Name      string
+	MinMember int
+	// Members is how many pods the group has in all, when known (0: not
+	// known; the Kubernetes side counts the pods carrying the group name).
+	Members  int
+	Locality Locality
+}
+
+// Validate rejects a group that can never be placed or makes no sense.
+func (s Spec) Validate() error {
+	switch {
+	case s.Name == "":
+		return fmt.Errorf("%s: empty group name", GroupAnnotation)
+	case s.MinMember < 1:
+		return fmt.Errorf("group %s: %s %d is below 1", s.Name, MinMemberAnnotation, s.MinMember)
+	case s.Members > 0 && s.MinMember > s.Members:
+		return fmt.Errorf("group %s: %s %d exceeds the group's %d members: it could never start", s.Name, MinMemberAnnotation, s.MinMember, s.Members)
+	}
+	return nil
+}
+
+// FromAnnotations reads a pod's group; ok is false for a pod outside any
+// group. Every malformed value is an error naming the annotation.
+func FromAnnotations(a map[string]string) (s Spec, ok bool, err error) {
+	name, ok := a[GroupAnnotation]
+	if !ok {
+		if _, has := a[MinMemberAnnotation]; has {
+			return Spec{}, false, fmt.Errorf("%s without %s", MinMemberAnnotation, GroupAnnotation)
+		}
+		return Spec{}, false, nil
+	}
+	s.Name = name
+	raw, has := a[MinMemberAnnotation]
+	if !has {
+		return Spec{}, true, fmt.Errorf("group %s: %s missing", name, MinMemberAnnotation)
+	}
+	s.MinMember, err = strconv.Atoi(strings.TrimSpace(raw))
+	if err != nil {
+		return Spec{}, true, fmt.Errorf("group %s: %s %q is not an integer", name, MinMemberAnnotation, raw)
+	}
+	l, known := localityNames[a[LocalityAnnotation]]
+	if !known {
+		return Spec{}, true, fmt.Errorf("group %s: %s %q (want node or nvlink-island)", name, LocalityAnnotation, a[LocalityAnnotation])
+	}
+	s.Locality = l
+	return s, true, s.Validate()
+}
+
+// Member is one pod of a group.
+type Member struct {
+	Name    string
+	Request placement.Request
+}
+
+// ErrTimedOut marks groups released by Expire.
+var ErrTimedOut = errors.New("pod group timed out")
+
+type group struct {
+	spec     Spec
+	first    time.Time
+	members  []Member
+	reserved map[string]placement.Decision
+}
+
+func (g *group) complete() bool { return len(g.reserved) >= g.spec.MinMember }
+
+// Tracker holds the groups being assembled on one cluster.
+type Tracker struct {
+	sched   *placement.Scheduler
+	timeout time.Duration
+	groups  map[string]*group
+}
+
+// NewTracker tracks groups placed by s; a group not complete timeout after
+// its first member arrived is expired.
+func NewTracker(s *placement.Scheduler, timeout time.Duration) *Tracker {
+	return &Tracker{sched: s, timeout: timeout, groups: map[string]*group{}}
+}
+
+// Add registers a member that arrived at now. Its spec must agree with the
+// group's earlier members.
+func (t *Tracker) Add(spec Spec, m Member, now time.Time) error {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if err := m.Request.Validate(); err != nil {
+		return fmt.Errorf("group %s member %s: %w", spec.Name, m.Name, err)
+	}
+	if spec.Locality == SameIsland && m.Request.NumGPU > 0 && m.Request.GPUMilli != 1000 {
+		return fmt.Errorf("group %s member %s: an nvlink-island group takes whole GPUs (asks %d milli)", spec.Name, m.Name, m.Request.GPUMilli)
+	}
+	g := t.groups[spec.Name]
+	if g == nil {
+		g = &group{spec: spec, first: now, reserved: map[string]placement.Decision{}}
+		t.groups[spec.Name] = g
+	}
+	if g.spec != spec {
+		return fmt.Errorf("group %s member %s: says %+v, earlier members said %+v", spec.Name, m.Name, spec, g.spec)
+	}
+	if slices.ContainsFunc(g.members, func(o Member) bool { return o.Name == m.Name }) {
+		return fmt.Errorf("group %s: member %s added twice", spec.Name, m.Name)
+	}
+	if spec.Members > 0 && len(g.members) == spec.Members {
+		return fmt.Errorf("group %s: member %s is one more than the group's %d members", spec.Name, m.Name, spec.Members)
+	}
+	g.members = append(g.members, m)
+	return nil
+}
+
+// Status is a group's progress.
+type Status struct {
+	Spec     Spec
+	Present  int
+	Reserved int
+	// Complete: at least MinMember members hold their reservation.
+	Complete bool
+	Since    time.Time
+}
+
+// Status reports a group.
+func (t *Tracker) Status(name string) (Status, bool) {
+	g, ok := t.groups[name]
+	if !ok {
+		return Status{}, false
+	}
+	return Status{Spec: g.spec, Present: len(g.members), Reserved: len(g.reserved), Complete: g.complete(), Since: g.first}, true
+}
+
+// Ready reports whether enough members are present to try reserving the
+// group (MinMember of them).
+func (t *Tracker) Ready(name string) bool {
+	g, ok := t.groups[name]
+	return ok && len(g.members) >= g.spec.MinMember
+}

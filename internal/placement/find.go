@@ -1,0 +1,68 @@
+package placement
+
+import "github.com/tessera-gpu/tessera/internal/partition"
+
+// Find is Schedule for a caller that retries: it says only whether the
+// request fits, without the per-filter explanation Schedule builds by
+// visiting every node (the cost a scheduling loop must not pay for each pod
+// that stays pending). The decision is the one Schedule would return.
+func (s *Scheduler) Find(r *Request) (Decision, bool) {
+	if r.Validate() != nil {
+		return Decision{}, false
+	}
+	sh := s.cluster.ShapeOf(r)
+	node := -1
+	if s.index != nil {
+		node = s.index.Best(&sh)
+	} else {
+		node = s.scan(&sh)
+	}
+	if node < 0 {
+		return Decision{}, false
+	}
+	_, c := s.evalNode(node, &sh)
+	return Decision{Node: node, NodeName: s.cluster.Nodes[node].Name, Grant: grant(&sh, c)}, true
+}
+
+// ScheduleOn decides where on node i the request goes, as the policy would
+// choose among that node's GPUs; false when the node cannot host it (or is
+// cordoned). A capacity reservation held for a pod uses it to place the pod
+// on the node it waited for.
+func (s *Scheduler) ScheduleOn(i int, r *Request) (Decision, bool) {
+	if i < 0 || i >= len(s.cluster.Nodes) || r.Validate() != nil {
+		return Decision{}, false
+	}
+	sh := s.cluster.ShapeOf(r)
+	sc, c := s.evalNode(i, &sh)
+	if sc == infeasible {
+		return Decision{}, false
+	}
+	return Decision{Node: i, NodeName: s.cluster.Nodes[i].Name, Grant: grant(&sh, c)}, true
+}
+
+// FitsState reports whether a node of node i's GPU model, in state n (a
+// copy the caller changed, e.g. with some pods' grants released), could host
+// the request. Preemption uses it to test a victim set before evicting
+// anyone.
+func (c *Cluster) FitsState(i int, n *partition.Node, r *Request) bool {
+	if i < 0 || i >= len(c.Nodes) || c.cordoned[i] {
+		return false
+	}
+	sh := c.ShapeOf(r)
+	m := c.modelOf[i]
+	if feasible(n, m, &sh) >= 0 {
+		return false
+	}
+	var buf [8]Candidate
+	return len(candidates(n, &sh, buf[:0])) > 0
+}
+
+// Admits reports whether node i's GPU model is one the request accepts and
+// the node is not cordoned.
+func (c *Cluster) Admits(i int, r *Request) bool {
+	if c.cordoned[i] {
+		return false
+	}
+	sh := c.ShapeOf(r)
+	return sh.NumGPU == 0 || sh.Admits(c.modelOf[i])
+}
