@@ -239,3 +239,37 @@ func TestOnlyPreloadMountedUsesEnvironment(t *testing.T) {
 		t.Logf("stderr:\n%s", stderr)
 	}
 }
+
+// TestVolumeFromUnderStateDirFailsClosed: with a stateDir that also holds
+// pod-writable directories on its filesystem (stateDir: /var/lib, and
+// kubelet's pod volumes under /var/lib/kubelet), a subPath volume stacked
+// over the limits file comes from "under the state directory" too. Only a
+// container file of the plugin's layout, containers/<allocation>/limits,
+// may be taken.
+func TestVolumeFromUnderStateDirFailsClosed(t *testing.T) {
+	n := newHookNode(t)
+	f := n.forged(t)
+	vol := filepath.Join(n.builder.StateDir, "kubelet", "pods", "uid", "volumes", "v")
+	if err := os.MkdirAll(vol, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"limits", "region"} {
+		data, err := os.ReadFile(filepath.Join(f, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(vol, name), data, 0o666); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tenant := "mount --bind " + q(filepath.Join(vol, "limits")) + " /run/tessera/limits && mount -o remount,bind,ro /run/tessera/limits && " +
+		"mount --bind " + q(filepath.Join(vol, "region")) + " /run/tessera/region"
+	out, stderr := n.runInContainer(t, n.allocate4GiB(t), nil, tenant)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) < 5 || !strings.HasPrefix(lines[4], "err 3") {
+		t.Errorf("3 GiB allocation: want err 3 (CUDA_ERROR_NOT_INITIALIZED: failed closed); stdout:\n%s\nstderr:\n%s", out, stderr)
+	}
+	if want := "not from the device plugin's " + n.builder.StateDir + "/containers/<allocation>/"; !strings.Contains(stderr, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, stderr)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/ledger"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
 )
 
@@ -58,5 +59,33 @@ func TestSidecarPlacedByItsOwnSize(t *testing.T) {
 	ids := f.c.Preferred(resource.Memory, f.available(resource.Memory, map[int]int{0: 74}), nil, 4)
 	if g := resource.GPUsOf(ids); len(ids) != 4 || len(g) != 1 || g[0] != f.gpus[0].UUID {
 		t.Fatalf("sidecar: proposed %d IDs on %v, want 4 on the fullest GPU that fits, %s", len(ids), g, f.gpus[0].UUID)
+	}
+}
+
+// TestInitContainerCoreFirstLeavesRoomForAppMemory: kubelet allocates a
+// container's resources in map order, so the init container's gpu-core may
+// be placed first; its GPU (which its gpu-mem then follows) must have room
+// for the app container's gpu-mem too.
+func TestInitContainerCoreFirstLeavesRoomForAppMemory(t *testing.T) {
+	f := newFixture(t, configv1.PlacementBinpack, false)
+	pod := pendingPod("p", "app", map[string]int64{resource.Memory: 8, resource.Core: 30})
+	pod.Spec.InitContainers = []corev1.Container{{Name: "init", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+		resource.Memory: *apiresource.NewQuantity(4, apiresource.DecimalSI),
+		resource.Core:   *apiresource.NewQuantity(30, apiresource.DecimalSI)}}}}
+	f.c.Pods = staticSource{pod}
+	// Binpack prefers GPU 0: its compute is the fullest, and its 6 free
+	// memory units (74 held by another pod) hold the init container's 4 but
+	// not the app container's 8.
+	var held []string
+	for _, d := range f.c.Manager.IDs(resource.Memory) {
+		if d.ID.GPU == f.gpus[0].UUID && d.ID.N < 74 {
+			held = append(held, d.Key)
+		}
+	}
+	f.c.Ledger.Record(ledger.ContainerRef{PodUID: "u0", Namespace: "ns", Pod: "other", Container: "c"}, resource.Memory, held)
+	coreIDs := f.c.Preferred(resource.Core, f.available(resource.Core, map[int]int{0: 50}), nil, 30)
+	if g := resource.GPUsOf(coreIDs); len(g) != 1 || g[0] == f.gpus[0].UUID {
+		t.Fatalf("init container's gpu-core went to %v; GPU 0 (%s) has no room for the app container's 8 memory units",
+			g, f.gpus[0].UUID)
 	}
 }

@@ -196,12 +196,14 @@ func reusedUpTo(cand *Candidate, res string, size int) int {
 }
 
 // roomFor restricts the pool to GPUs where the container's other tessera
-// resources would still fit, judged by what the ledger knows is allocated.
+// resources would still fit (for an init container, as much as the later
+// containers it hands them on to need: reusedUpTo), judged by what the
+// ledger knows is allocated.
 func (c *Chooser) roomFor(cand *Candidate, res string, p *pool, span int) *pool {
 	need := map[string]int{} // other resource → IDs needed per GPU
 	for _, r := range []string{resource.GPU, resource.Memory, resource.Core} {
 		if q := int(pods.Request(cand.Container, r)); r != res && q > 0 {
-			need[r] = (q + span - 1) / span
+			need[r] = (reusedUpTo(cand, r, q) + span - 1) / span
 			if r == resource.GPU {
 				need[r] = 1
 			}

@@ -146,6 +146,24 @@ static int read_hook_conf(struct hook_config *cfg, char *err, size_t errlen)
     return r;
 }
 
+/* A container's file must be where the plugin lays it out (internal/deviceplugin/
+ * allocation): <dir>/containers/<allocation>/<name>. Anything else merely under the
+ * state directory is refused: a stateDir whose filesystem also holds pod-writable
+ * directories below it (kubelet's volumes under stateDir /var/lib) would otherwise
+ * pass a subPath volume, and another file of the container cannot stand in for it. */
+static int container_file(const char *path, const struct mount_entry *e, char *err, size_t errlen)
+{
+    static const char sub[] = "/containers/";
+    const char *rest = e->root + strlen(g_dir), *name = strrchr(path, '/') + 1;
+    const char *slash = strncmp(rest, sub, sizeof sub - 1) == 0 ? strchr(rest + sizeof sub - 1, '/') : NULL;
+    if (slash == NULL || slash == rest + sizeof sub - 1 || strcmp(slash + 1, name) != 0) {
+        snprintf(err, errlen, "%s: mounted from %s, not from the device plugin's %s/containers/<allocation>/%s", path,
+                 e->root, g_dir, name);
+        return -1;
+    }
+    return 0;
+}
+
 /* An optional file: used when the plugin mounted it, refused when tampered with.
  * A runtime follows the image's symlinks when it mounts (runc resolves them in the
  * rootfs), so the plugin's mount of path may sit elsewhere and the symlink be
@@ -158,7 +176,8 @@ static int plugin_file(const char *text, const char *path, bool writable, char *
     if (!mountinfo_has_point(text, path) &&
         !mountinfo_has_root(text, g_dir, g_anchor.major, g_anchor.minor, strrchr(path, '/') + 1))
         return 0;
-    if (visible_mount(text, path, writable, &g_entry, err, errlen) != 0 || from_plugin(path, &g_entry, err, errlen) != 0)
+    if (visible_mount(text, path, writable, &g_entry, err, errlen) != 0 ||
+        from_plugin(path, &g_entry, err, errlen) != 0 || container_file(path, &g_entry, err, errlen) != 0)
         return -1;
     snprintf(out, PATH_MAX, "%s", path);
     *present = true;
