@@ -33,11 +33,11 @@ type Options struct {
 
 // DefaultOptions: load 1.5 for 4 hours of arrivals of which the first hour
 // warms up, run times capped at 6 hours, 2 % of LS pods P0, 4 teams, a
-// cycle every 10 s, 24 h to drain, ageing one class per 30 min.
+// cycle every 10 s, 12 h to drain, ageing one class per 30 min.
 func DefaultOptions() Options {
 	return Options{
 		Workload: WorkloadConfig{Load: 1.5, Horizon: 4 * time.Hour, MaxRun: 6 * time.Hour, P0Share: 0.02, Teams: 4, Seed: 42},
-		Modes:    ModeNames, Tick: 10 * time.Second, Drain: 24 * time.Hour, Warmup: time.Hour, AgeStep: 30 * time.Minute, AgeCeiling: priority.P2, Policy: "tessera",
+		Modes:    ModeNames, Tick: 10 * time.Second, Drain: 12 * time.Hour, Warmup: time.Hour, AgeStep: 30 * time.Minute, AgeCeiling: priority.P2, Policy: "tessera",
 	}
 }
 
