@@ -152,6 +152,12 @@ func New(cfg *schedv1.Config) (*Books, error) {
 		qc := &cfg.Queues[i]
 		q := &queue{name: qc.Name, weight: qc.FairShareWeight(), pods: map[string]*entry{},
 			nominal: make([]int64, dims), guard: make([]int64, dims), ceiling: make([]int64, dims), usage: make([]int64, dims)}
+		// A model the queue sets no quota for has nominal 0 and no
+		// borrowing limit: the queue may borrow it from the cohort like
+		// any other resource, never "over a borrowing limit of 0".
+		for r := range q.ceiling {
+			q.ceiling[r] = math.MaxInt64
+		}
 		b.fill(q, 0, qc.Nominal, qc.BorrowingLimit, qc.LendingLimit)
 		for m, mq := range qc.Models {
 			b.fill(q, b.models[m]*perSet, mq.Nominal, mq.BorrowingLimit, mq.LendingLimit)

@@ -249,3 +249,28 @@ func TestUsageOfRequest(t *testing.T) {
 		t.Errorf("UsageOf = %+v", u)
 	}
 }
+
+// A queue that sets no quota for a GPU model, in a cohort where another
+// queue does, borrows that model's idle capacity like any resource. It was
+// held "over nominal 0 + borrowing limit 0" for every pod of that model:
+// adding a per-model quota to one team locked every other team out of the
+// model.
+func TestQueueWithoutModelQuotaBorrowsThatModel(t *testing.T) {
+	b := books(t, nil,
+		schedv1.QueueConfig{Name: "a", Cohort: "c", Nominal: res(8000)},
+		schedv1.QueueConfig{Name: "b", Cohort: "c", Nominal: res(8000), Models: map[string]schedv1.ModelQuota{"H100": {Nominal: schedv1.Resources{GPUs: 4}}}})
+	if d := b.Decide("a", gpus(2, "H100")); d.Verdict != Borrows {
+		t.Fatalf("a asks 2 idle H100 of b: %v (%s), want borrows", d.Verdict, d.Reason)
+	}
+	if d := b.Decide("a", gpus(5, "H100")); d.Verdict != Held || !strings.Contains(d.Reason, "H100.gpus") {
+		t.Fatalf("a asks 5 H100, cohort lends 4: %v (%s), want held on H100.gpus", d.Verdict, d.Reason)
+	}
+	add(t, b, "a1", "a", 3, 0, gpus(3, "H100"))
+	if d := b.Decide("b", gpus(4, "H100")); d.Verdict != NeedsReclaim {
+		t.Fatalf("b wants its 4 H100 back: %v (%s), want needs-reclaim", d.Verdict, d.Reason)
+	}
+	v, err := b.Reclaim("b", 2, gpus(4, "H100"))
+	if err != nil || ids(v) != "a1" {
+		t.Fatalf("reclaim for b: %v %v, want a1", ids(v), err)
+	}
+}
