@@ -114,14 +114,14 @@ func (c *Config) Validate() error {
 	c.Priority.validate(v, "priority")
 	c.validateQueues(v)
 	if !validWeight(c.DefaultModelWeight) {
-		v.bad("defaultModelWeight", "%v out of range (0, %v]", c.DefaultModelWeight, MaxModelWeight)
+		v.bad("defaultModelWeight", "%v out of range [%v, %v]", c.DefaultModelWeight, MinModelWeight, MaxModelWeight)
 	}
 	for _, m := range sortedKeys(c.ModelWeights) {
 		if m == "" {
 			v.bad("modelWeights", "empty model name")
 		}
 		if w := c.ModelWeights[m]; !validWeight(w) {
-			v.bad("modelWeights."+m, "%v out of range (0, %v]", w, MaxModelWeight)
+			v.bad("modelWeights."+m, "%v out of range [%v, %v]", w, MinModelWeight, MaxModelWeight)
 		}
 	}
 	c.Preemption.validate(v, "preemption")
@@ -135,7 +135,12 @@ func (c *Config) Validate() error {
 // quota arithmetic multiplies amounts by it and must not overflow.
 const MaxModelWeight = 1000
 
-func validWeight(w float64) bool { return w > 0 && w <= MaxModelWeight && !math.IsNaN(w) }
+// MinModelWeight is the finest weight quota accounting resolves (it counts
+// weights in thousandths): a smaller one would round to 0 and make a
+// model's GPUs free of quota.
+const MinModelWeight = 0.001
+
+func validWeight(w float64) bool { return w >= MinModelWeight && w <= MaxModelWeight && !math.IsNaN(w) }
 
 type validator struct{ errs []error }
 
@@ -219,7 +224,7 @@ func (c *Config) validateQueues(v *validator) {
 			}
 		}
 		if q.FairWeight != 0 && !validWeight(q.FairWeight) {
-			v.bad(at+".fairWeight", "%v out of range (0, %v]", q.FairWeight, MaxModelWeight)
+			v.bad(at+".fairWeight", "%v out of range [%v, %v]", q.FairWeight, MinModelWeight, MaxModelWeight)
 		}
 		validateLimits(v, at, q.Nominal, q.BorrowingLimit, q.LendingLimit)
 		for _, m := range sortedKeys(q.Models) {

@@ -106,6 +106,8 @@ func TestInvalidValuesNameTheirField(t *testing.T) {
 		"defaultQueue: nobody":                                                        {"defaultQueue", "nobody"},
 		"modelWeights: {T4: 0}":                                                       {"modelWeights.T4"},
 		"defaultModelWeight: -1":                                                      {"defaultModelWeight"},
+		"modelWeights: {T4: 0.0004}":                                                  {"modelWeights.T4", "0.0004"},
+		"defaultModelWeight: 0.0001":                                                  {"defaultModelWeight"},
 		"preemption: {minRunTime: -1m}":                                               {"preemption.minRunTime"},
 		"preemption: {cooldown: -1m}":                                                 {"preemption.cooldown"},
 		"preemption: {preemptible: {PX: true}}":                                       {"preemption.preemptible", "PX"},
