@@ -274,3 +274,44 @@ func TestQueueWithoutModelQuotaBorrowsThatModel(t *testing.T) {
 		t.Fatalf("reclaim for b: %v %v, want a1", ids(v), err)
 	}
 }
+
+// A borrowingLimit or lendingLimit limits only the resources it names, as
+// the documented example means it (borrowingLimit: {gpuMilli: 8000}). An
+// unnamed resource read as 0: team-a, with 16 nominal GPUs, could not borrow
+// a 17th whole GPU, and lent none of its GPUs or memory.
+func TestLimitsLimitOnlyTheResourcesTheyName(t *testing.T) {
+	cfg, err := schedv1.Parse([]byte(`apiVersion: scheduler.tessera.io/v1
+kind: SchedulerConfig
+queues:
+- name: team-a
+  cohort: research
+  nominal: {gpuMilli: 16000, gpus: 16, gpuMemMiB: 655360}
+  borrowingLimit: {gpuMilli: 8000}
+  lendingLimit: {gpuMilli: 12000}
+- name: team-b
+  cohort: research
+  nominal: {gpuMilli: 16000, gpus: 16, gpuMemMiB: 655360}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := func(n int) Usage { return Usage{GPUs: n, MilliPerGPU: 1000, MemMiBPerGPU: 40960} }
+	if d := b.Decide("team-a", whole(20)); d.Verdict != Borrows {
+		t.Errorf("team-a asks 20 whole GPUs (4 borrowed, within its gpuMilli limit): %v (%s), want borrows", d.Verdict, d.Reason)
+	}
+	if d := b.Decide("team-a", whole(25)); d.Verdict != Held || !strings.Contains(d.Reason, "gpuMilli") {
+		t.Errorf("team-a asks 25 GPUs (9 borrowed, limit 8000 milli): %v (%s), want held on gpuMilli", d.Verdict, d.Reason)
+	}
+	// team-a lends 12 GPUs' worth of compute and all its GPUs and memory:
+	// team-b may borrow 12 GPUs, not 13.
+	if d := b.Decide("team-b", whole(28)); d.Verdict != Borrows {
+		t.Errorf("team-b asks 28 GPUs (12 borrowed): %v (%s), want borrows", d.Verdict, d.Reason)
+	}
+	if d := b.Decide("team-b", whole(29)); d.Verdict != Held || !strings.Contains(d.Reason, "gpuMilli") {
+		t.Errorf("team-b asks 29 GPUs: %v (%s), want held on gpuMilli", d.Verdict, d.Reason)
+	}
+}

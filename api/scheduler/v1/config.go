@@ -96,10 +96,74 @@ func Parse(data []byte) (*Config, error) {
 	if err := yaml.UnmarshalStrict(data, c); err != nil {
 		return nil, err
 	}
+	if err := defaultLimits(data, c); err != nil {
+		return nil, err
+	}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// limitKeys records which resources a borrowingLimit or lendingLimit names.
+type limitKeys struct {
+	GPUMemMiB *int64 `json:"gpuMemMiB"`
+	GPUMilli  *int64 `json:"gpuMilli"`
+	GPUs      *int64 `json:"gpus"`
+}
+
+type limitsPresent struct {
+	BorrowingLimit *limitKeys `json:"borrowingLimit"`
+	LendingLimit   *limitKeys `json:"lendingLimit"`
+}
+
+type queueLimitsPresent struct {
+	limitsPresent
+	Models map[string]limitsPresent `json:"models"`
+}
+
+// defaultLimits fills the resources a limit in the file does not name: a
+// borrowingLimit of {gpuMilli: 8000} limits GPU compute only (GPUs and
+// memory: unlimited, maxAmount), a lendingLimit of {gpuMilli: 12000} keeps
+// back GPU compute only (the rest of nominal is all lendable). Without
+// this an unnamed resource would read as 0 and forbid borrowing or lending
+// it, which the YAML does not say.
+func defaultLimits(data []byte, c *Config) error {
+	var raw struct {
+		Queues []queueLimitsPresent `json:"queues"`
+	}
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	for i := range min(len(raw.Queues), len(c.Queues)) {
+		q, rq := &c.Queues[i], &raw.Queues[i]
+		fillLimits(q.Nominal, q.BorrowingLimit, q.LendingLimit, rq.limitsPresent)
+		for m, rm := range rq.Models {
+			if mq, ok := q.Models[m]; ok {
+				fillLimits(mq.Nominal, mq.BorrowingLimit, mq.LendingLimit, rm)
+			}
+		}
+	}
+	return nil
+}
+
+func fillLimits(nominal Resources, borrow, lend *Resources, present limitsPresent) {
+	fill := func(r *Resources, keys *limitKeys, absent func(name string) int64) {
+		if r == nil || keys == nil {
+			return
+		}
+		if keys.GPUMemMiB == nil {
+			r.GPUMemMiB = absent("gpuMemMiB")
+		}
+		if keys.GPUMilli == nil {
+			r.GPUMilli = absent("gpuMilli")
+		}
+		if keys.GPUs == nil {
+			r.GPUs = absent("gpus")
+		}
+	}
+	fill(borrow, present.BorrowingLimit, func(string) int64 { return maxAmount })
+	fill(lend, present.LendingLimit, nominal.get)
 }
 
 // Validate checks every field and reports all problems, each with its field path.
