@@ -23,7 +23,10 @@ type Running struct {
 	// Class is the priority class rank, 0 (P0) most urgent.
 	Class int
 	Queue string
-	Start time.Time
+	// Cohort is the queue's cohort (quota.Books.CohortOf): borrowed
+	// capacity is reclaimed only for a queue of the cohort it came from.
+	Cohort string
+	Start  time.Time
 	// LastPreempted is when the pod (or the job it restarts) was last
 	// preempted; zero if never.
 	LastPreempted time.Time
@@ -46,6 +49,7 @@ type Pending struct {
 	Request placement.Request
 	Class   int
 	Queue   string
+	Cohort  string
 	// WithinGuarantee: the pod is within its queue's nominal quota, so pods
 	// of other queues running on borrowed capacity may be taken for it
 	// whatever their class.
@@ -151,7 +155,10 @@ func (p *Preemptor) protection(r *Running, pod *Pending, now time.Time) string {
 		return whyCooldown
 	}
 	lower := r.Class > pod.Class && r.Class < len(p.policy.Preemptible) && p.policy.Preemptible[r.Class]
-	reclaim := r.Borrowing && pod.WithinGuarantee && r.Queue != pod.Queue
+	// A borrower gives way only to a queue of its own cohort: what it
+	// borrowed came from that cohort's lenders, and evicting it (whatever
+	// its class) for a queue of another cohort restores no guarantee.
+	reclaim := r.Borrowing && pod.WithinGuarantee && r.Queue != pod.Queue && r.Cohort == pod.Cohort
 	if !lower && !reclaim {
 		return whyPriority
 	}

@@ -235,6 +235,22 @@ func TestBorrowedCapacityIsReclaimed(t *testing.T) {
 	}
 }
 
+// A borrowing pod gives way only to a queue of its own cohort: a P3 pod of
+// a queue in cohort "vision", within its guarantee, evicted a realtime (P0)
+// pod that borrowed in cohort "nlp", where no guarantee of "vision" was owed.
+func TestBorrowerReclaimedOnlyWithinItsCohort(t *testing.T) {
+	f := newFixture(t, "A100")
+	f.run("nlp-borrower", 0, 4, 0, hour, func(r *Running) { r.Queue, r.Cohort, r.Borrowing = "nlp-a", "nlp", true })
+	vision := func(p *Pending) { p.Queue, p.Cohort, p.WithinGuarantee = "vision-a", "vision", true }
+	if plan, err := f.find(3, 2, vision); !errors.Is(err, ErrNoPlan) {
+		t.Fatalf("a queue of another cohort reclaimed a P0 borrower: plan %v, %v", plan, err)
+	}
+	sameCohort := func(p *Pending) { p.Queue, p.Cohort, p.WithinGuarantee = "nlp-b", "nlp", true }
+	if plan, err := f.find(3, 2, sameCohort); err != nil || victims(plan) != "nlp-borrower" {
+		t.Fatalf("the borrower's own cohort reclaims: plan %v, %v", plan, err)
+	}
+}
+
 func TestFitsWithoutVictims(t *testing.T) {
 	f := newFixture(t, "A100")
 	f.run("v", 0, 2, 3, hour)

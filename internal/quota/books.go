@@ -381,6 +381,15 @@ func (b *Books) apply(q *queue, delta []amount, sign int64) {
 	}
 }
 
+// CohortOf is the cohort of the queue that pods naming queue are booked to
+// ("" for a queue without a cohort, or Unmanaged pods).
+func (b *Books) CohortOf(queueName string) string {
+	if q := b.resolve(queueName); q != nil {
+		return q.cohort.name
+	}
+	return ""
+}
+
 // Pod returns a booked pod (its Queue resolved to the queue it is booked to).
 func (b *Books) Pod(id string) (Pod, bool) {
 	e, ok := b.pods[id]

@@ -315,3 +315,11 @@ queues:
 		t.Errorf("team-b asks 29 GPUs: %v (%s), want held on gpuMilli", d.Verdict, d.Reason)
 	}
 }
+
+func TestCohortOf(t *testing.T) {
+	b := books(t, func(c *schedv1.Config) { c.DefaultQueue = "a" },
+		schedv1.QueueConfig{Name: "a", Cohort: "c", Nominal: res(1000)}, schedv1.QueueConfig{Name: "solo", Nominal: res(1000)})
+	if b.CohortOf("a") != "c" || b.CohortOf("unknown") != "c" || b.CohortOf("solo") != "" {
+		t.Errorf("CohortOf: a=%q unknown=%q solo=%q", b.CohortOf("a"), b.CohortOf("unknown"), b.CohortOf("solo"))
+	}
+}
