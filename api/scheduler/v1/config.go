@@ -299,9 +299,56 @@ func (c *Config) validateQueues(v *validator) {
 			validateLimits(v, at+".models."+m, mq.Nominal, mq.BorrowingLimit, mq.LendingLimit)
 		}
 	}
+	c.validateLimitsLimitSomething(v)
 	if c.DefaultQueue != "" {
 		if _, ok := names[c.DefaultQueue]; !ok {
 			v.bad("defaultQueue", "%q is not one of the queues", c.DefaultQueue)
+		}
+	}
+}
+
+// validateLimitsLimitSomething rejects a borrowing limit on a resource that
+// no queue of the cohort has a nominal amount of: such a resource is not
+// limited in the cohort at all (see Resources), so the limit would be
+// silently ignored ({gpuMilli: 8000} nominal with borrowingLimit {gpus: 2}
+// would borrow any number of GPUs).
+func (c *Config) validateLimitsLimitSomething(v *validator) {
+	active := map[string]bool{} // cohort key + "/" + model + "/" + resource
+	key := func(q *QueueConfig) string {
+		if q.Cohort == "" {
+			return "\x00" + q.Name // a queue without a cohort is a cohort of one
+		}
+		return q.Cohort
+	}
+	for i := range c.Queues {
+		q := &c.Queues[i]
+		for _, f := range q.Nominal.fields() {
+			active[key(q)+"//"+f.name] = active[key(q)+"//"+f.name] || f.value > 0
+		}
+		for m, mq := range q.Models {
+			for _, f := range mq.Nominal.fields() {
+				k := key(q) + "/" + m + "/" + f.name
+				active[k] = active[k] || f.value > 0
+			}
+		}
+	}
+	check := func(q *QueueConfig, model, at string, borrow *Resources) {
+		if borrow == nil {
+			return
+		}
+		for _, f := range borrow.fields() {
+			if f.value > 0 && f.value < maxAmount && !active[key(q)+"/"+model+"/"+f.name] {
+				v.bad(at+".borrowingLimit."+f.name, "%d limits nothing: no queue of the cohort has a nominal %s, so it is not limited there", f.value, f.name)
+			}
+		}
+	}
+	for i := range c.Queues {
+		q := &c.Queues[i]
+		at := fmt.Sprintf("queues[%d]", i)
+		check(q, "", at, q.BorrowingLimit)
+		for _, m := range sortedKeys(q.Models) {
+			mq := q.Models[m]
+			check(q, m, at+".models."+m, mq.BorrowingLimit)
 		}
 	}
 }
