@@ -185,6 +185,12 @@ func (p *Preemptor) Find(pod Pending, running []Running, now time.Time) (*Plan, 
 	if err := pod.Request.Validate(); err != nil {
 		return nil, err
 	}
+	nodes := len(p.sched.Cluster().Nodes)
+	for i := range running {
+		if d := running[i].Decision; d.Node < 0 || d.Node >= nodes {
+			return nil, fmt.Errorf("preempt: running pod %s is not reserved as given: node index %d, cluster has %d nodes", running[i].ID, d.Node, nodes)
+		}
+	}
 	units, why := p.units(&pod, running, now)
 	byNode := map[int][]*unit{}
 	for _, u := range units {
@@ -202,7 +208,7 @@ func (p *Preemptor) Find(pod Pending, running []Running, now time.Time) (*Plan, 
 		node  int
 		bound cost
 	}
-	nodes := make([]nodeBound, 0, len(byNode))
+	order := make([]nodeBound, 0, len(byNode))
 	for n, us := range byNode {
 		b := us[0].cost
 		for _, u := range us[1:] {
@@ -210,9 +216,9 @@ func (p *Preemptor) Find(pod Pending, running []Running, now time.Time) (*Plan, 
 				b = u.cost
 			}
 		}
-		nodes = append(nodes, nodeBound{n, b})
+		order = append(order, nodeBound{n, b})
 	}
-	slices.SortFunc(nodes, func(a, b nodeBound) int {
+	slices.SortFunc(order, func(a, b nodeBound) int {
 		switch {
 		case a.bound.less(b.bound):
 			return -1
@@ -224,7 +230,7 @@ func (p *Preemptor) Find(pod Pending, running []Running, now time.Time) (*Plan, 
 	var best *Plan
 	var bestCost cost
 	noRoom := 0
-	for _, nb := range nodes {
+	for _, nb := range order {
 		if best != nil && !nb.bound.less(bestCost) {
 			continue
 		}
@@ -245,7 +251,7 @@ func (p *Preemptor) Find(pod Pending, running []Running, now time.Time) (*Plan, 
 		}
 	}
 	if best == nil {
-		return nil, fmt.Errorf("pod %s: %w (%s)", pod.Request.Name, ErrNoPlan, explain(why, noRoom, len(p.sched.Cluster().Nodes)-len(nodes)))
+		return nil, fmt.Errorf("pod %s: %w (%s)", pod.Request.Name, ErrNoPlan, explain(why, noRoom, nodes-len(order)))
 	}
 	return best, nil
 }

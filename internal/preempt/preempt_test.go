@@ -269,6 +269,21 @@ func TestRunningNotReservedIsAnError(t *testing.T) {
 	}
 }
 
+// A running pod whose decision names a node the cluster does not have (a
+// stale or unplaced pod in the caller's list) is an error naming it; Find
+// panicked with an index out of range.
+func TestRunningOnUnknownNodeIsAnError(t *testing.T) {
+	for _, node := range []int{7, -1} {
+		f := newFixture(t, "A100")
+		f.run("v", 0, 4, 3, hour)
+		f.running = append(f.running, Running{ID: "ghost", Class: 3, Start: now.Add(-hour)})
+		f.running[1].Decision.Node = node
+		if _, err := f.find(0, 1); err == nil || !strings.Contains(err.Error(), "running pod ghost") {
+			t.Errorf("node %d: err = %v", node, err)
+		}
+	}
+}
+
 func TestEqualWorkLowerClassFirst(t *testing.T) {
 	f := newFixture(t, "A100")
 	f.run("p2", 0, 2, 2, hour)
