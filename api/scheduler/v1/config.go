@@ -478,7 +478,12 @@ func (a *AgeingConfig) Effective(base Class, wait time.Duration) Class {
 	if r < 0 || !a.Ages(base) || a.Step <= 0 || wait <= 0 || r <= ceil || a.Interval.Duration <= 0 {
 		return base
 	}
-	points := min(int64(wait/a.Interval.Duration)*int64(a.Step), int64(a.MaxBoost))
+	// Saturate before multiplying: a large step over many intervals would
+	// overflow int64 and turn the boost negative (an index out of range).
+	points := int64(a.MaxBoost)
+	if n := int64(wait / a.Interval.Duration); n < points/int64(a.Step)+1 {
+		points = min(n*int64(a.Step), points)
+	}
 	return Classes[max(ceil, r-int(points/PointsPerClass))]
 }
 

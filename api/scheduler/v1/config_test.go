@@ -277,3 +277,26 @@ func TestAgeing(t *testing.T) {
 		t.Errorf("bad ceiling: %v", err)
 	}
 }
+
+// A valid config with a large ageing step over a fine interval made
+// Effective overflow (intervals × step) and index Classes with a huge
+// number: a panic for any pod that waited a second.
+func TestAgeingSaturatesInsteadOfOverflowing(t *testing.T) {
+	a := AgeingConfig{Interval: Duration{Duration: time.Nanosecond}, Step: 1 << 40, MaxBoost: 200, Ceiling: P0}
+	c := Default()
+	c.Priority.Ageing = a
+	if err := c.Validate(); err != nil {
+		t.Fatalf("the config is valid: %v", err)
+	}
+	for _, w := range []time.Duration{time.Nanosecond, time.Second, time.Hour, 1000 * time.Hour} {
+		if got := a.Effective(P3, w); got != P1 {
+			t.Errorf("wait %s: %s, want P1 (maxBoost 200 = two classes)", w, got)
+		}
+	}
+	small := AgeingConfig{Interval: Duration{Duration: time.Minute}, Step: 10, MaxBoost: 200, Ceiling: P0}
+	for w, want := range map[time.Duration]Class{9 * time.Minute: P3, 10 * time.Minute: P2, 19 * time.Minute: P2, 20 * time.Minute: P1, 100 * time.Hour: P1} {
+		if got := small.Effective(P3, w); got != want {
+			t.Errorf("step 10/min, wait %s: %s, want %s", w, got, want)
+		}
+	}
+}
