@@ -459,10 +459,15 @@ func (p *PriorityConfig) ClassOf(annotation string, hasAnnotation bool, value in
 // PointsPerClass ÷ Step), for consumers that age in whole classes; 0 when
 // ageing is off (Step 0).
 func (a *AgeingConfig) ClassStep() time.Duration {
-	if a.Step <= 0 {
+	if a.Step <= 0 || a.Interval.Duration <= 0 {
 		return 0
 	}
-	return a.Interval.Duration * PointsPerClass / time.Duration(a.Step)
+	step := time.Duration(a.Step)
+	if a.Interval.Duration > math.MaxInt64/PointsPerClass { // Interval × 100 would overflow
+		return min(a.Interval.Duration/step, math.MaxInt64/PointsPerClass) * PointsPerClass
+	}
+	// At least 1ns: 0 would read as "ageing off" for the fastest ageing.
+	return max(a.Interval.Duration*PointsPerClass/step, 1)
 }
 
 // Effective is the class a pod of class base competes in after waiting

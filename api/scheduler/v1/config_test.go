@@ -300,3 +300,28 @@ func TestAgeingSaturatesInsteadOfOverflowing(t *testing.T) {
 		}
 	}
 }
+
+// ClassStep of a valid config overflowed (an interval over ~3 years × 100
+// went negative, which the engine's queue rejects as a negative step) or
+// rounded to 0 (step above interval × 100 in ns: "ageing off" for the
+// fastest ageing).
+func TestClassStepNeverNegativeOrOff(t *testing.T) {
+	for _, a := range []AgeingConfig{
+		{Interval: Duration{Duration: 100_000 * time.Hour}, Step: 10, MaxBoost: 200},
+		{Interval: Duration{Duration: time.Nanosecond}, Step: 1000, MaxBoost: 200},
+		{Interval: Duration{Duration: 1<<63 - 1}, Step: 1, MaxBoost: 200},
+	} {
+		c := Default()
+		c.Priority.Ageing = a
+		if err := c.Validate(); err != nil {
+			t.Fatalf("%+v is valid: %v", a, err)
+		}
+		if got := a.ClassStep(); got <= 0 {
+			t.Errorf("interval %s step %d: ClassStep %s, want positive", a.Interval.Duration, a.Step, got)
+		}
+	}
+	a := AgeingConfig{Interval: Duration{Duration: 100_000 * time.Hour}, Step: 10}
+	if got, want := a.ClassStep(), 1_000_000*time.Hour; got != want {
+		t.Errorf("ClassStep = %s, want %s", got, want)
+	}
+}
