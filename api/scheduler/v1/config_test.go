@@ -325,3 +325,25 @@ func TestClassStepNeverNegativeOrOff(t *testing.T) {
 		t.Errorf("ClassStep = %s, want %s", got, want)
 	}
 }
+
+// TestUnnamedLimitResources: a limit limits only what it names, also in a
+// per-model quota; Go-built configs keep every field as given.
+func TestUnnamedLimitResources(t *testing.T) {
+	c, err := Parse([]byte(head + `queues:
+- name: a
+  cohort: c
+  nominal: {gpuMilli: 4000, gpus: 4}
+  borrowingLimit: {gpus: 1}
+  models: {H100: {nominal: {gpus: 2, gpuMilli: 2000}, lendingLimit: {gpus: 1}}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := c.Queues[0]
+	if b := q.BorrowingLimit; b.GPUs != 1 || b.GPUMilli != maxAmount || b.GPUMemMiB != maxAmount {
+		t.Errorf("borrowingLimit = %+v, want gpus 1, the rest unlimited", *b)
+	}
+	if l := q.Models["H100"].LendingLimit; l.GPUs != 1 || l.GPUMilli != 2000 || l.GPUMemMiB != 0 {
+		t.Errorf("H100 lendingLimit = %+v, want gpus 1, gpuMilli all of nominal (2000)", *l)
+	}
+}
