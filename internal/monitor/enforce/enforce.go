@@ -297,6 +297,13 @@ func newAttribution(tab *hostproc.Table, allocs []accounting.Allocation, ownCgro
 			a.caps[al.Entry.Key][g.UUID] = g.MemLimitBytes
 		}
 		for _, slot := range al.Procs {
+			if slot.StartTime == 0 {
+				// A claim in progress names no process: matched
+				// against any start time it would capture every
+				// process with that pid in every pid namespace.
+				// Its owner is judged by cgroup until the claim ends.
+				continue
+			}
 			// Pids are per namespace: one slot can match processes of
 			// several containers (the same pid and start tick). All are
 			// claimed; a process claimed twice is contested below.
