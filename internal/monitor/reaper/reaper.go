@@ -49,7 +49,7 @@ func (r *Reaper) Once() (procs int, bytes uint64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	owners := map[uint32]string{}
+	claims := map[uint32]map[string]bool{} // host pid → keys whose slots name it
 	for _, e := range entries {
 		if e.Kind != "mem" {
 			continue
@@ -59,8 +59,14 @@ func (r *Reaper) Once() (procs int, bytes uint64, err error) {
 			continue // the reader reports unusable files
 		}
 		for _, slot := range left {
+			if slot.StartTime == 0 {
+				continue // a claim in progress names no process (any start time would match)
+			}
 			for _, hp := range table.Match(slot.PID, slot.StartTime) {
-				owners[hp.PID] = e.Key
+				if claims[hp.PID] == nil {
+					claims[hp.PID] = map[string]bool{}
+				}
+				claims[hp.PID][e.Key] = true
 			}
 		}
 		if p > 0 {
@@ -72,7 +78,19 @@ func (r *Reaper) Once() (procs int, bytes uint64, err error) {
 		procs += p
 		bytes += b
 	}
-	r.watch(owners)
+	owners := map[uint32]string{}
+	watched := map[uint32]string{}
+	for pid, keys := range claims {
+		for key := range keys {
+			watched[pid] = key
+			if len(keys) == 1 {
+				// Only a process one region names is charged: when
+				// two regions name it, one slot is forged.
+				owners[pid] = key
+			}
+		}
+	}
+	r.watch(watched)
 	r.ownersMu.Lock()
 	r.owners = owners
 	r.ownersMu.Unlock()
