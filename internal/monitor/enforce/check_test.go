@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
 	"github.com/tessera-gpu/tessera/internal/hostproc"
 	"github.com/tessera-gpu/tessera/internal/monitor/accounting"
 	"github.com/tessera-gpu/tessera/internal/monitor/gpus"
@@ -92,5 +93,16 @@ func TestCheckAttributesByCgroupAndNamesTheBypassingProcess(t *testing.T) {
 	e.Config.ToleranceMiB = 20
 	if vs, _ := e.Check(); len(vs) != 0 {
 		t.Errorf("within a 20 MiB tolerance: %+v", vs)
+	}
+}
+
+// A container inside its cap is never over it, whatever the tolerance: cap
+// plus tolerance must not wrap around.
+func TestOverCapToleranceDoesNotWrap(t *testing.T) {
+	e := &Enforcer{Config: configv1.EnforcementConfig{ToleranceMiB: 1<<44 - 1}}
+	usage := map[string]*Violation{"mem-a": {Kind: KindOverCap, GPU: "GPU-a", Key: "mem-a", UsedBytes: 99<<20 + 1<<19}}
+	acc := &attribution{caps: map[string]map[string]uint64{"mem-a": {"GPU-a": 100 << 20}}}
+	if vs := e.overCap("GPU-a", usage, acc); len(vs) != 0 {
+		t.Fatalf("99.5 MiB of a 100 MiB cap judged over it: %+v", vs)
 	}
 }

@@ -259,7 +259,7 @@ func (e *Enforcer) overCap(uuid string, usage map[string]*Violation, acc *attrib
 	for _, key := range keys {
 		v := usage[key]
 		limit := acc.caps[key][uuid]
-		if limit == 0 || v.UsedBytes <= limit+tolerance {
+		if limit == 0 || v.UsedBytes <= limit || v.UsedBytes-limit <= tolerance { // no cap+tolerance: it could wrap
 			continue
 		}
 		v.CapBytes = limit
