@@ -115,3 +115,28 @@ func TestOwnersIgnoreWildcardAndContestedSlots(t *testing.T) {
 		t.Errorf("owners %v", owners)
 	}
 }
+
+// Each dead slot used to cost a full scan of /proc (to catch a process that
+// claimed its slot after the first scan). A container rewrites its own region
+// at will: 1024 dead slots per pass made the reaper read every process's
+// stat and status 1024 times, starving the enforcement it shares a CPU limit
+// with. A pass must scan a bounded number of times, and still reap them all.
+func TestDeadSlotsDoNotCostAScanEach(t *testing.T) {
+	state := t.TempDir()
+	var slots []regiontest.Slot
+	for i := range 200 {
+		slots = append(slots, regiontest.Slot{PID: uint32(1000 + i), StartTime: 5, UsedBytes: map[int]uint64{0: 1}})
+	}
+	mkRegion(t, state, slots...)
+	scans := 0
+	r := &Reaper{StateDir: state, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		scan: func(string) (*hostproc.Table, error) { scans++; return hostproc.NewTable(), nil }}
+	defer r.Close()
+	procs, bytes, err := r.Once()
+	if err != nil || procs != 200 || bytes != 200 {
+		t.Fatalf("reaped %d slots, %d bytes (%v); want 200, 200", procs, bytes, err)
+	}
+	if scans > 2 {
+		t.Errorf("%d scans of /proc for one pass over 200 dead slots; want at most 2", scans)
+	}
+}
