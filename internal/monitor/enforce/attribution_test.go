@@ -25,7 +25,7 @@ func TestForgedSlotDoesNotCaptureAnotherContainersProcess(t *testing.T) {
 	victim := alloc("mem-victim", accounting.Proc{PID: 1, StartTime: 50})
 	hostile := alloc("mem-hostile", accounting.Proc{PID: 1, StartTime: 70}, accounting.Proc{PID: 1, StartTime: 50}) // forged
 	a := newAttribution(tab, []accounting.Allocation{victim, hostile}, "/monitor")
-	if !a.contested[100] {
+	if len(a.contested[100]) != 2 {
 		t.Error("a process two regions claim is not contested")
 	}
 	if k, ok := a.hooked[100]; ok {

@@ -40,6 +40,10 @@ import (
 const (
 	KindNoRegion = "no_region"
 	KindOverCap  = "over_cap"
+	// KindContested: a process the slots of containers in different pods
+	// name, holding more than the tolerance. One slot is forged; which is
+	// unknown, so it is reported and never killed.
+	KindContested = "contested"
 )
 
 // GPUs is what the enforcer needs of NVML (gpus.Node).
@@ -59,8 +63,9 @@ type Violation struct {
 	// of the container outside the hook). The kill policy ends these, or
 	// all Processes when the hook accounts for every one (a forged region).
 	Bypassing []hostproc.Process
-	UsedBytes uint64 // as the driver counts it
-	CapBytes  uint64 // over_cap: the cap
+	UsedBytes uint64   // as the driver counts it
+	CapBytes  uint64   // over_cap: the cap
+	Claimants []string // contested: the keys whose slots name the process
 }
 
 func (v Violation) id() string {
@@ -74,6 +79,10 @@ func (v Violation) String() string {
 	pids := make([]string, len(v.Processes))
 	for i, p := range v.Processes {
 		pids[i] = strconv.FormatUint(uint64(p.PID), 10)
+	}
+	if v.Kind == KindContested {
+		return fmt.Sprintf("process %s (cgroup %s) holds %d bytes on tessera GPU %s and is named by the slots of containers in different pods (%s); not counted against either",
+			strings.Join(pids, ","), v.Processes[0].Cgroup, v.UsedBytes, v.GPU, strings.Join(v.Claimants, ","))
 	}
 	if v.Kind == KindOverCap {
 		return fmt.Sprintf("container %s holds %d bytes on GPU %s as the driver counts it, over its cap of %d (processes %s)",
@@ -160,8 +169,8 @@ func (e *Enforcer) act(ctx context.Context, v Violation) {
 	if e.Event != nil && v.Owner != (identity.Owner{}) {
 		e.Event(ctx, v.Owner, "TesseraGPUMemoryViolation", v.String()+"; policy "+e.Config.Policy)
 	}
-	if e.Config.Policy != configv1.PolicyKill {
-		return
+	if e.Config.Policy != configv1.PolicyKill || v.Kind == KindContested {
+		return // a contested process may be a victim of a forged slot
 	}
 	victims := v.Bypassing
 	if len(victims) == 0 {
@@ -213,11 +222,25 @@ func (e *Enforcer) Check() ([]Violation, error) {
 			if !known {
 				hp = hostproc.Process{PID: p.PID}
 			}
-			if acc.contested[p.PID] {
-				// Slots of two regions claim it: one was forged by a
-				// container to pull another's process into its account.
-				// Judge neither, never kill it; the log says so.
-				e.Log.Warn("a process is claimed by the slots of two containers' regions; not judged", "pid", p.PID, "gpu", d.UUID)
+			if keys := acc.contested[p.PID]; len(keys) > 0 {
+				// Slots of two regions claim it. Within one pod the
+				// pod wrote both: it counts against each container.
+				// Across pods one slot may be forged to pull another
+				// tenant's process into an account: report, never kill.
+				if e.samePod(keys) {
+					for _, key := range keys {
+						v := usage[key]
+						if v == nil {
+							v = &Violation{Kind: KindOverCap, GPU: d.UUID, Key: key}
+							usage[key] = v
+						}
+						v.UsedBytes += p.UsedBytes
+						v.Processes = append(v.Processes, hp)
+					}
+				} else if p.UsedBytes > tolerance {
+					out = append(out, Violation{Kind: KindContested, GPU: d.UUID, Processes: []hostproc.Process{hp},
+						UsedBytes: p.UsedBytes, Claimants: keys})
+				}
 				continue
 			}
 			key, hooked := acc.hooked[p.PID]
@@ -248,6 +271,26 @@ func (e *Enforcer) Check() ([]Violation, error) {
 	return out, nil
 }
 
+// samePod says whether every key has a known owner and all are in one pod.
+func (e *Enforcer) samePod(keys []string) bool {
+	if e.Owner == nil {
+		return false
+	}
+	var pod identity.Owner
+	for i, key := range keys {
+		o, ok := e.Owner(key)
+		if !ok {
+			return false
+		}
+		o.Container = ""
+		if i > 0 && o != pod {
+			return false
+		}
+		pod = o
+	}
+	return true
+}
+
 func (e *Enforcer) overCap(uuid string, usage map[string]*Violation, acc *attribution) []Violation {
 	var out []Violation
 	keys := make([]string, 0, len(usage))
@@ -274,7 +317,7 @@ func (e *Enforcer) overCap(uuid string, usage map[string]*Violation, acc *attrib
 // attribution links host processes to the state directories that account for them.
 type attribution struct {
 	hooked    map[uint32]string            // host pid → key of the region with its slot
-	contested map[uint32]bool              // host pids with slots in two regions
+	contested map[uint32][]string          // host pids with slots in two regions → those keys, sorted
 	byCgroup  map[string]string            // cgroup of a hooked process → its key
 	caps      map[string]map[string]uint64 // key → GPU → cap
 	managed   map[string]bool              // GPUs some allocation names
@@ -282,7 +325,7 @@ type attribution struct {
 }
 
 func newAttribution(tab *hostproc.Table, allocs []accounting.Allocation, ownCgroup string) *attribution {
-	a := &attribution{hooked: map[uint32]string{}, contested: map[uint32]bool{}, byCgroup: map[string]string{},
+	a := &attribution{hooked: map[uint32]string{}, contested: map[uint32][]string{}, byCgroup: map[string]string{},
 		caps: map[string]map[string]uint64{}, managed: map[string]bool{}, ownGroup: ownCgroup}
 	claims := map[uint32]map[string]bool{} // host pid → keys whose slots match it
 	for _, al := range allocs {
@@ -318,7 +361,10 @@ func newAttribution(tab *hostproc.Table, allocs []accounting.Allocation, ownCgro
 	groups := map[string]map[string]bool{} // cgroup → keys of its uncontested hooked processes
 	for pid, keys := range claims {
 		if len(keys) > 1 {
-			a.contested[pid] = true
+			for key := range keys {
+				a.contested[pid] = append(a.contested[pid], key)
+			}
+			sort.Strings(a.contested[pid])
 			continue
 		}
 		for key := range keys {
