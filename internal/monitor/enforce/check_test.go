@@ -1,6 +1,7 @@
 package enforce
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -173,5 +174,39 @@ func TestProcessClaimedByTwoRegionsIsStillJudged(t *testing.T) {
 	e.act(t.Context(), vs[0])
 	if killed != 0 {
 		t.Error("a contested process was killed")
+	}
+}
+
+type failingGPU struct{ fakeGPUs }
+
+func (f failingGPU) Devices() []gpus.Device {
+	return append(f.fakeGPUs.Devices(), gpus.Device{UUID: "GPU-lost"})
+}
+
+func (f failingGPU) Processes(d gpus.Device) ([]gpus.Process, error) {
+	if d.UUID == "GPU-lost" {
+		return nil, errors.New("GPU is lost")
+	}
+	return f.fakeGPUs.Processes(d)
+}
+
+// A GPU whose process list cannot be read (fallen off the bus: Xid 79) must
+// not switch enforcement off on the node's other GPUs.
+func TestOneUnreadableGPUDoesNotStopTheCheckOfTheOthers(t *testing.T) {
+	const MiB = 1 << 20
+	root, state := t.TempDir(), t.TempDir()
+	stranger := hostproc.Process{PID: 300, NSPID: 1, StartTime: 70, Cgroup: "/pod-x/c"}
+	fakeProc(t, root, stranger)
+	writeMem(t, state, "mem-000000000000000a", 100)
+	dir := filepath.Join(statedir.Containers(state), "mem-000000000000000c")
+	os.MkdirAll(dir, 0o755)
+	region.WriteLimits(filepath.Join(dir, statedir.LimitsFile), []region.DeviceLimit{{UUID: "GPU-lost", MemLimitBytes: MiB}})
+	region.CreateRegion(filepath.Join(dir, statedir.RegionFile))
+	e := &Enforcer{ProcRoot: root, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Reader: &accounting.Reader{StateDir: state, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		GPUs:   failingGPU{fakeGPUs{"GPU-a": {{PID: 300, UsedBytes: 10 * MiB}}}}}
+	vs, err := e.Check()
+	if len(vs) != 1 || vs[0].Kind != KindNoRegion || vs[0].GPU != "GPU-a" {
+		t.Fatalf("violations %+v (err %v); want the no_region on GPU-a", vs, err)
 	}
 }

@@ -19,6 +19,7 @@ package enforce
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -129,10 +130,7 @@ func (e *Enforcer) Run(ctx context.Context, interval time.Duration) {
 
 // Once checks the node and applies the policy to violations past their grace.
 func (e *Enforcer) Once(ctx context.Context) error {
-	found, err := e.Check()
-	if err != nil {
-		return err
-	}
+	found, err := e.Check() // with an error, still the violations of the GPUs it could read
 	if e.since == nil {
 		e.since, e.acted = map[string]time.Time{}, map[string]bool{}
 	}
@@ -158,7 +156,7 @@ func (e *Enforcer) Once(ctx context.Context) error {
 			delete(e.acted, id)
 		}
 	}
-	return nil
+	return err
 }
 
 func (e *Enforcer) act(ctx context.Context, v Violation) {
@@ -207,13 +205,16 @@ func (e *Enforcer) Check() ([]Violation, error) {
 	own, _ := hostproc.Read(e.ProcRoot, uint32(os.Getpid()))
 	acc := newAttribution(tab, allocs, own.Cgroup)
 	var out []Violation
+	var errs []error
 	for _, d := range e.GPUs.Devices() {
 		if !acc.managed[d.UUID] {
 			continue // not a GPU tessera shares: whatever runs there is not ours to judge
 		}
 		procs, err := e.GPUs.Processes(d)
 		if err != nil {
-			return nil, err
+			// One lost GPU must not switch the others' checks off.
+			errs = append(errs, err)
+			continue
 		}
 		usage := map[string]*Violation{}
 		tolerance := uint64(e.Config.ToleranceMiB) << 20
@@ -268,7 +269,7 @@ func (e *Enforcer) Check() ([]Violation, error) {
 		}
 		out = append(out, e.overCap(d.UUID, usage, acc)...)
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // samePod says whether every key has a known owner and all are in one pod.
