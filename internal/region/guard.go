@@ -26,6 +26,15 @@ func Guard(path string, f func()) (err error) {
 	return nil
 }
 
+// guarded runs check under Guard and returns the fault or check's own error.
+func guarded(path string, check func() error) error {
+	var err error
+	if gerr := Guard(path, func() { err = check() }); gerr != nil {
+		return gerr
+	}
+	return err
+}
+
 // Check validates the header of an open region again: the container can
 // rewrite it while it is mapped. Call it under Guard.
 func (r *Region) Check() error { return r.validate() }

@@ -59,7 +59,7 @@ func OpenLimits(path string) (*Limits, error) {
 		return nil, err
 	}
 	l := &Limits{m: m, raw: (*rawLimits)(unsafe.Pointer(&m.data[0]))}
-	if err := l.validate(); err != nil {
+	if err := guarded(path, l.validate); err != nil {
 		l.Close()
 		return nil, err
 	}

@@ -65,7 +65,9 @@ func OpenRegion(path string) (*Region, error) {
 		return nil, err
 	}
 	r := &Region{m: m, raw: (*rawRegion)(unsafe.Pointer(&m.data[0]))}
-	if err := r.validate(); err != nil {
+	// The file can shrink between mapFile's size check and this first
+	// read (a container truncating its region): fault → error, not a crash.
+	if err := guarded(path, r.validate); err != nil {
 		r.Close()
 		return nil, err
 	}

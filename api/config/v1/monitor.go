@@ -157,8 +157,9 @@ func (c *MonitorConfig) Validate() error {
 	if c.Enforcement.Policy != PolicyReport && c.Enforcement.Policy != PolicyKill {
 		bad("enforcement.policy", "%q (want %q or %q)", c.Enforcement.Policy, PolicyReport, PolicyKill)
 	}
-	if c.Enforcement.ToleranceMiB < 0 {
-		bad("enforcement.toleranceMiB", "negative %d", c.Enforcement.ToleranceMiB)
+	const maxToleranceMiB = 1 << 30 // 1 PiB: past any GPU, and far from overflowing bytes
+	if c.Enforcement.ToleranceMiB < 0 || c.Enforcement.ToleranceMiB > maxToleranceMiB {
+		bad("enforcement.toleranceMiB", "%d outside 0..%d", c.Enforcement.ToleranceMiB, maxToleranceMiB)
 	}
 	if c.Health.RecoverAfter.Duration < 0 {
 		bad("health.recoverAfter", "negative %s", c.Health.RecoverAfter.Duration)

@@ -44,3 +44,19 @@ func TestMonitorConfigErrorsNameTheField(t *testing.T) {
 		}
 	}
 }
+
+// toleranceMiB is shifted into bytes and added to every cap: a value past
+// what uint64 bytes hold wrapped around, so a container inside its cap
+// counted as over it (and under kill was killed).
+func TestMonitorToleranceMustFitInBytes(t *testing.T) {
+	c := DefaultMonitor()
+	c.NodeName = "node-1"
+	c.Enforcement.ToleranceMiB = 1<<44 - 1
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "enforcement.toleranceMiB:") {
+		t.Fatalf("Validate: %v, want enforcement.toleranceMiB named", err)
+	}
+	c.Enforcement.ToleranceMiB = 1 << 20 // 1 TiB: larger than any GPU, still valid
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -19,6 +19,7 @@ package enforce
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -40,6 +41,10 @@ import (
 const (
 	KindNoRegion = "no_region"
 	KindOverCap  = "over_cap"
+	// KindContested: a process the slots of containers in different pods
+	// name, holding more than the tolerance. One slot is forged; which is
+	// unknown, so it is reported and never killed.
+	KindContested = "contested"
 )
 
 // GPUs is what the enforcer needs of NVML (gpus.Node).
@@ -59,8 +64,9 @@ type Violation struct {
 	// of the container outside the hook). The kill policy ends these, or
 	// all Processes when the hook accounts for every one (a forged region).
 	Bypassing []hostproc.Process
-	UsedBytes uint64 // as the driver counts it
-	CapBytes  uint64 // over_cap: the cap
+	UsedBytes uint64   // as the driver counts it
+	CapBytes  uint64   // over_cap: the cap
+	Claimants []string // contested: the keys whose slots name the process
 }
 
 func (v Violation) id() string {
@@ -74,6 +80,10 @@ func (v Violation) String() string {
 	pids := make([]string, len(v.Processes))
 	for i, p := range v.Processes {
 		pids[i] = strconv.FormatUint(uint64(p.PID), 10)
+	}
+	if v.Kind == KindContested {
+		return fmt.Sprintf("process %s (cgroup %s) holds %d bytes on tessera GPU %s and is named by the slots of containers in different pods (%s); not counted against either",
+			strings.Join(pids, ","), v.Processes[0].Cgroup, v.UsedBytes, v.GPU, strings.Join(v.Claimants, ","))
 	}
 	if v.Kind == KindOverCap {
 		return fmt.Sprintf("container %s holds %d bytes on GPU %s as the driver counts it, over its cap of %d (processes %s)",
@@ -120,10 +130,7 @@ func (e *Enforcer) Run(ctx context.Context, interval time.Duration) {
 
 // Once checks the node and applies the policy to violations past their grace.
 func (e *Enforcer) Once(ctx context.Context) error {
-	found, err := e.Check()
-	if err != nil {
-		return err
-	}
+	found, err := e.Check() // with an error, still the violations of the GPUs it could read
 	if e.since == nil {
 		e.since, e.acted = map[string]time.Time{}, map[string]bool{}
 	}
@@ -149,7 +156,7 @@ func (e *Enforcer) Once(ctx context.Context) error {
 			delete(e.acted, id)
 		}
 	}
-	return nil
+	return err
 }
 
 func (e *Enforcer) act(ctx context.Context, v Violation) {
@@ -160,8 +167,8 @@ func (e *Enforcer) act(ctx context.Context, v Violation) {
 	if e.Event != nil && v.Owner != (identity.Owner{}) {
 		e.Event(ctx, v.Owner, "TesseraGPUMemoryViolation", v.String()+"; policy "+e.Config.Policy)
 	}
-	if e.Config.Policy != configv1.PolicyKill {
-		return
+	if e.Config.Policy != configv1.PolicyKill || v.Kind == KindContested {
+		return // a contested process may be a victim of a forged slot
 	}
 	victims := v.Bypassing
 	if len(victims) == 0 {
@@ -198,13 +205,16 @@ func (e *Enforcer) Check() ([]Violation, error) {
 	own, _ := hostproc.Read(e.ProcRoot, uint32(os.Getpid()))
 	acc := newAttribution(tab, allocs, own.Cgroup)
 	var out []Violation
+	var errs []error
 	for _, d := range e.GPUs.Devices() {
 		if !acc.managed[d.UUID] {
 			continue // not a GPU tessera shares: whatever runs there is not ours to judge
 		}
 		procs, err := e.GPUs.Processes(d)
 		if err != nil {
-			return nil, err
+			// One lost GPU must not switch the others' checks off.
+			errs = append(errs, err)
+			continue
 		}
 		usage := map[string]*Violation{}
 		tolerance := uint64(e.Config.ToleranceMiB) << 20
@@ -213,11 +223,25 @@ func (e *Enforcer) Check() ([]Violation, error) {
 			if !known {
 				hp = hostproc.Process{PID: p.PID}
 			}
-			if acc.contested[p.PID] {
-				// Slots of two regions claim it: one was forged by a
-				// container to pull another's process into its account.
-				// Judge neither, never kill it; the log says so.
-				e.Log.Warn("a process is claimed by the slots of two containers' regions; not judged", "pid", p.PID, "gpu", d.UUID)
+			if keys := acc.contested[p.PID]; len(keys) > 0 {
+				// Slots of two regions claim it. Within one pod the
+				// pod wrote both: it counts against each container.
+				// Across pods one slot may be forged to pull another
+				// tenant's process into an account: report, never kill.
+				if e.samePod(keys) {
+					for _, key := range keys {
+						v := usage[key]
+						if v == nil {
+							v = &Violation{Kind: KindOverCap, GPU: d.UUID, Key: key}
+							usage[key] = v
+						}
+						v.UsedBytes += p.UsedBytes
+						v.Processes = append(v.Processes, hp)
+					}
+				} else if p.UsedBytes > tolerance {
+					out = append(out, Violation{Kind: KindContested, GPU: d.UUID, Processes: []hostproc.Process{hp},
+						UsedBytes: p.UsedBytes, Claimants: keys})
+				}
 				continue
 			}
 			key, hooked := acc.hooked[p.PID]
@@ -245,7 +269,27 @@ func (e *Enforcer) Check() ([]Violation, error) {
 		}
 		out = append(out, e.overCap(d.UUID, usage, acc)...)
 	}
-	return out, nil
+	return out, errors.Join(errs...)
+}
+
+// samePod says whether every key has a known owner and all are in one pod.
+func (e *Enforcer) samePod(keys []string) bool {
+	if e.Owner == nil {
+		return false
+	}
+	var pod identity.Owner
+	for i, key := range keys {
+		o, ok := e.Owner(key)
+		if !ok {
+			return false
+		}
+		o.Container = ""
+		if i > 0 && o != pod {
+			return false
+		}
+		pod = o
+	}
+	return true
 }
 
 func (e *Enforcer) overCap(uuid string, usage map[string]*Violation, acc *attribution) []Violation {
@@ -259,7 +303,7 @@ func (e *Enforcer) overCap(uuid string, usage map[string]*Violation, acc *attrib
 	for _, key := range keys {
 		v := usage[key]
 		limit := acc.caps[key][uuid]
-		if limit == 0 || v.UsedBytes <= limit+tolerance {
+		if limit == 0 || v.UsedBytes <= limit || v.UsedBytes-limit <= tolerance { // no cap+tolerance: it could wrap
 			continue
 		}
 		v.CapBytes = limit
@@ -274,7 +318,7 @@ func (e *Enforcer) overCap(uuid string, usage map[string]*Violation, acc *attrib
 // attribution links host processes to the state directories that account for them.
 type attribution struct {
 	hooked    map[uint32]string            // host pid → key of the region with its slot
-	contested map[uint32]bool              // host pids with slots in two regions
+	contested map[uint32][]string          // host pids with slots in two regions → those keys, sorted
 	byCgroup  map[string]string            // cgroup of a hooked process → its key
 	caps      map[string]map[string]uint64 // key → GPU → cap
 	managed   map[string]bool              // GPUs some allocation names
@@ -282,7 +326,7 @@ type attribution struct {
 }
 
 func newAttribution(tab *hostproc.Table, allocs []accounting.Allocation, ownCgroup string) *attribution {
-	a := &attribution{hooked: map[uint32]string{}, contested: map[uint32]bool{}, byCgroup: map[string]string{},
+	a := &attribution{hooked: map[uint32]string{}, contested: map[uint32][]string{}, byCgroup: map[string]string{},
 		caps: map[string]map[string]uint64{}, managed: map[string]bool{}, ownGroup: ownCgroup}
 	claims := map[uint32]map[string]bool{} // host pid → keys whose slots match it
 	for _, al := range allocs {
@@ -297,6 +341,13 @@ func newAttribution(tab *hostproc.Table, allocs []accounting.Allocation, ownCgro
 			a.caps[al.Entry.Key][g.UUID] = g.MemLimitBytes
 		}
 		for _, slot := range al.Procs {
+			if slot.StartTime == 0 {
+				// A claim in progress names no process: matched
+				// against any start time it would capture every
+				// process with that pid in every pid namespace.
+				// Its owner is judged by cgroup until the claim ends.
+				continue
+			}
 			// Pids are per namespace: one slot can match processes of
 			// several containers (the same pid and start tick). All are
 			// claimed; a process claimed twice is contested below.
@@ -311,7 +362,10 @@ func newAttribution(tab *hostproc.Table, allocs []accounting.Allocation, ownCgro
 	groups := map[string]map[string]bool{} // cgroup → keys of its uncontested hooked processes
 	for pid, keys := range claims {
 		if len(keys) > 1 {
-			a.contested[pid] = true
+			for key := range keys {
+				a.contested[pid] = append(a.contested[pid], key)
+			}
+			sort.Strings(a.contested[pid])
 			continue
 		}
 		for key := range keys {

@@ -45,22 +45,28 @@ func (r *Reaper) Once() (procs int, bytes uint64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	alive, table, err := r.liveness()
+	table, err := r.scanner()(r.ProcRoot)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("reaper: %w", err)
 	}
-	owners := map[uint32]string{}
+	claims := map[uint32]map[string]bool{} // host pid → keys whose slots name it
 	for _, e := range entries {
 		if e.Kind != "mem" {
 			continue
 		}
-		p, b, left, err := reapRegion(e.Region(), alive)
+		p, b, left, err := reapRegion(e.Region(), table, r.rescan)
 		if err != nil {
 			continue // the reader reports unusable files
 		}
 		for _, slot := range left {
+			if slot.StartTime == 0 {
+				continue // a claim in progress names no process (any start time would match)
+			}
 			for _, hp := range table.Match(slot.PID, slot.StartTime) {
-				owners[hp.PID] = e.Key
+				if claims[hp.PID] == nil {
+					claims[hp.PID] = map[string]bool{}
+				}
+				claims[hp.PID][e.Key] = true
 			}
 		}
 		if p > 0 {
@@ -72,7 +78,19 @@ func (r *Reaper) Once() (procs int, bytes uint64, err error) {
 		procs += p
 		bytes += b
 	}
-	r.watch(owners)
+	owners := map[uint32]string{}
+	watched := map[uint32]string{}
+	for pid, keys := range claims {
+		for key := range keys {
+			watched[pid] = key
+			if len(keys) == 1 {
+				// Only a process one region names is charged: when
+				// two regions name it, one slot is forged.
+				owners[pid] = key
+			}
+		}
+	}
+	r.watch(watched)
 	r.ownersMu.Lock()
 	r.owners = owners
 	r.ownersMu.Unlock()
@@ -88,12 +106,49 @@ func (r *Reaper) Owners() map[uint32]string {
 }
 
 // reapRegion clears a region's dead slots and returns the slots left.
-func reapRegion(path string, alive region.Liveness) (procs int, bytes uint64, left []region.ProcUsage, err error) {
+//
+// A process that claimed its slot after first was scanned is missing from
+// it. The slots are read once (a snapshot) before one more scan: a process
+// named by a snapshot slot existed before that scan began, so the second
+// scan decides it. A slot claimed after the snapshot is left for the next
+// pass (never take a live process's usage away). One extra scan per region
+// with misses, not one per dead slot: a container rewriting its region with
+// dead slots cannot make the reaper read /proc a thousand times a pass.
+func reapRegion(path string, first *hostproc.Table, rescan func() *hostproc.Table) (procs int, bytes uint64, left []region.ProcUsage, err error) {
 	reg, err := region.OpenRegion(path)
 	if err != nil {
 		return 0, 0, nil, err
 	}
 	defer reg.Close()
+	var snapshot []region.ProcUsage
+	if err := region.Guard(path, func() { snapshot = reg.Usage().Procs }); err != nil {
+		return 0, 0, nil, err
+	}
+	type slotID struct {
+		pid   uint32
+		start uint64
+	}
+	missed := map[slotID]bool{}
+	for _, p := range snapshot {
+		if !first.Alive(p.PID, p.StartTime) {
+			missed[slotID{p.PID, p.StartTime}] = true
+		}
+	}
+	var again *hostproc.Table
+	if len(missed) > 0 {
+		if again = rescan(); again == nil {
+			return 0, 0, snapshot, nil // cannot tell: reap nothing now
+		}
+	}
+	alive := func(pid uint32, start uint64) bool {
+		if first.Alive(pid, start) {
+			return true
+		}
+		if !missed[slotID{pid, start}] {
+			return true // claimed after the snapshot: judged next pass
+		}
+		return again.Alive(pid, start)
+	}
 	err = region.Guard(path, func() {
 		procs, bytes = reg.Reap(alive)
 		left = reg.Usage().Procs
@@ -152,29 +207,21 @@ func (r *Reaper) Close() {
 	r.watch(nil)
 }
 
-// liveness answers from a table scanned now, and on a miss scans again: a
-// process that claimed its slot after the first scan began is in /proc by the
-// time its slot was read (it existed before it claimed), so a table scanned
-// after the read sees it. Misses are the dead slots, so the rescans are few.
-func (r *Reaper) liveness() (region.Liveness, *hostproc.Table, error) {
-	scan := r.scan
-	if scan == nil {
-		scan = hostproc.Scan
+func (r *Reaper) scanner() func(string) (*hostproc.Table, error) {
+	if r.scan != nil {
+		return r.scan
 	}
-	first, err := scan(r.ProcRoot)
+	return hostproc.Scan
+}
+
+// rescan reads the process table again; nil when it cannot be read.
+func (r *Reaper) rescan() *hostproc.Table {
+	t, err := r.scanner()(r.ProcRoot)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reaper: %w", err)
+		r.Log.Warn("reaper: process table", "err", err)
+		return nil
 	}
-	return func(pid uint32, start uint64) bool {
-		if first.Alive(pid, start) {
-			return true
-		}
-		again, err := scan(r.ProcRoot)
-		if err != nil {
-			return true // cannot tell: never take a live process's usage away
-		}
-		return again.Alive(pid, start)
-	}, first, nil
+	return t
 }
 
 // Run reaps every interval, and at once when a slot's owner exits, until

@@ -74,3 +74,69 @@ func TestCorruptRegionIsSkipped(t *testing.T) {
 		t.Fatalf("%d, %v", procs, err)
 	}
 }
+
+// The slot owners feed the per-container utilisation series. A slot with start
+// time 0 (a claim in progress) matches every process with that namespace pid
+// on the node, and a forged slot can name another container's process: such
+// a process must not be charged to the forger (it would show the victim's
+// SM utilisation under the forger's labels, and a victim whose own slot names
+// it would be charged to whichever key sorts last).
+func TestOwnersIgnoreWildcardAndContestedSlots(t *testing.T) {
+	state := t.TempDir()
+	mkRegion(t, state, regiontest.Slot{PID: 1, StartTime: 50, UsedBytes: map[int]uint64{0: 7}}) // mem-...01: the victim
+	dir := filepath.Join(statedir.Containers(state), "mem-0000000000000002")
+	os.MkdirAll(dir, 0o755)
+	hostile := filepath.Join(dir, statedir.RegionFile)
+	region.CreateRegion(hostile)
+	regiontest.Write(hostile, regiontest.Contents{Slots: []regiontest.Slot{
+		{PID: 2, StartTime: 70, UsedBytes: map[int]uint64{0: 1}}, // its own
+		{PID: 1, StartTime: 50, UsedBytes: map[int]uint64{0: 1}}, // forged: the victim's pid and start
+		{PID: 3, StartTime: 0, UsedBytes: map[int]uint64{0: 1}},  // wildcard
+	}})
+	tab := hostproc.NewTable(
+		hostproc.Process{PID: 100, NSPID: 1, StartTime: 50},
+		hostproc.Process{PID: 200, NSPID: 2, StartTime: 70},
+		hostproc.Process{PID: 300, NSPID: 3, StartTime: 80}, // another container's, no slot yet
+	)
+	r := &Reaper{StateDir: state, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		scan: func(string) (*hostproc.Table, error) { return tab, nil }}
+	defer r.Close()
+	if _, _, err := r.Once(); err != nil {
+		t.Fatal(err)
+	}
+	owners := r.Owners()
+	if k, ok := owners[100]; ok {
+		t.Errorf("a process two regions claim is owned by %s", k)
+	}
+	if k, ok := owners[300]; ok {
+		t.Errorf("a process matched only by a start-time-0 slot is owned by %s", k)
+	}
+	if owners[200] != "mem-0000000000000002" {
+		t.Errorf("owners %v", owners)
+	}
+}
+
+// Each dead slot used to cost a full scan of /proc (to catch a process that
+// claimed its slot after the first scan). A container rewrites its own region
+// at will: 1024 dead slots per pass made the reaper read every process's
+// stat and status 1024 times, starving the enforcement it shares a CPU limit
+// with. A pass must scan a bounded number of times, and still reap them all.
+func TestDeadSlotsDoNotCostAScanEach(t *testing.T) {
+	state := t.TempDir()
+	var slots []regiontest.Slot
+	for i := range 200 {
+		slots = append(slots, regiontest.Slot{PID: uint32(1000 + i), StartTime: 5, UsedBytes: map[int]uint64{0: 1}})
+	}
+	mkRegion(t, state, slots...)
+	scans := 0
+	r := &Reaper{StateDir: state, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		scan: func(string) (*hostproc.Table, error) { scans++; return hostproc.NewTable(), nil }}
+	defer r.Close()
+	procs, bytes, err := r.Once()
+	if err != nil || procs != 200 || bytes != 200 {
+		t.Fatalf("reaped %d slots, %d bytes (%v); want 200, 200", procs, bytes, err)
+	}
+	if scans > 2 {
+		t.Errorf("%d scans of /proc for one pass over 200 dead slots; want at most 2", scans)
+	}
+}
