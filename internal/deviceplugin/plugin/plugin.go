@@ -34,6 +34,13 @@ type Plugin struct {
 
 	mu    sync.Mutex // guards Servers after Run started
 	added chan *server.Server
+	// registeredWith is, per server, the kubelet socket it last registered
+	// with (Run's goroutine only). Kubelet v1.37 answers a registration of
+	// a socket it still holds a stream to with "device plugin already
+	// connected" and then drops its clients but not the endpoint, refusing
+	// that socket until it restarts; so a server registers once per
+	// kubelet socket and once after each restart of the server.
+	registeredWith map[*server.Server]os.FileInfo
 }
 
 // Add serves a resource that appeared after start (a new MIG profile):
@@ -122,17 +129,21 @@ func (p *Plugin) Run(ctx context.Context) error {
 			return nil
 		case ev := <-w.Events:
 			if ev.Name == p.KubeletSocket() && ev.Has(fsnotify.Create) {
+				if registered && p.registeredWithCurrentKubelet() {
+					continue // the retry tick got there first
+				}
 				p.Log.Info("kubelet socket recreated; restarting and re-registering")
-				p.restartAll()
+				p.restartMissing()
 				registered = p.register(ctx)
-			} else if ev.Has(fsnotify.Remove) && p.ours(ev.Name) {
+			} else if ev.Has(fsnotify.Remove) && p.ours(ev.Name) && !exists(ev.Name) {
+				// (A socket that is there again was restarted since.)
 				registered = false
 			}
 		case s := <-added:
 			if err := s.Start(); err != nil {
 				p.Log.Error("start server", "resource", s.Resource(), "err", err)
 			}
-			if err := s.Register(ctx, p.KubeletSocket()); err != nil {
+			if err := p.registerServer(ctx, s); err != nil {
 				p.Log.Warn("registration failed; will retry", "resource", s.Resource(), "err", err)
 				registered = false
 			} else {
@@ -144,7 +155,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 		case <-tick.C:
 			if p.socketsMissing() {
 				p.Log.Info("plugin socket gone; restarting servers")
-				p.restartAll()
+				p.restartMissing()
 				registered = false
 			}
 			if !registered {
@@ -154,13 +165,15 @@ func (p *Plugin) Run(ctx context.Context) error {
 	}
 }
 
+// register registers every server not yet registered with the current
+// kubelet socket.
 func (p *Plugin) register(ctx context.Context) bool {
-	if _, err := os.Stat(p.KubeletSocket()); err != nil {
+	if !exists(p.KubeletSocket()) {
 		return false
 	}
 	var errs []error
 	for _, s := range p.servers() {
-		if err := s.Register(ctx, p.KubeletSocket()); err != nil {
+		if err := p.registerServer(ctx, s); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -171,6 +184,52 @@ func (p *Plugin) register(ctx context.Context) bool {
 	p.Log.Info("registered with kubelet", "resources", len(p.servers()))
 	p.signalRegistered()
 	return true
+}
+
+func (p *Plugin) registerServer(ctx context.Context, s *server.Server) error {
+	// Stat'ed before registering: a kubelet restarting meanwhile reads
+	// as a socket not registered with.
+	kubelet, err := os.Stat(p.KubeletSocket())
+	if err != nil {
+		return err
+	}
+	if was, ok := p.registeredWith[s]; ok && sameSocket(was, kubelet) {
+		return nil
+	}
+	if err := s.Register(ctx, p.KubeletSocket()); err != nil {
+		return err
+	}
+	if p.registeredWith == nil {
+		p.registeredWith = map[*server.Server]os.FileInfo{}
+	}
+	p.registeredWith[s] = kubelet
+	return nil
+}
+
+// registeredWithCurrentKubelet reports whether every server registered
+// with the kubelet socket that is there now.
+func (p *Plugin) registeredWithCurrentKubelet() bool {
+	kubelet, err := os.Stat(p.KubeletSocket())
+	if err != nil {
+		return false
+	}
+	for _, s := range p.servers() {
+		if was, ok := p.registeredWith[s]; !ok || !sameSocket(was, kubelet) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameSocket tells a socket file from one created later at the same path
+// (which may get the same inode number).
+func sameSocket(a, b os.FileInfo) bool {
+	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime())
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 func (p *Plugin) signalRegistered() {
@@ -200,8 +259,14 @@ func (p *Plugin) socketsMissing() bool {
 	return false
 }
 
-func (p *Plugin) restartAll() {
+// restartMissing restarts the servers whose socket is gone (kubelet
+// removes them when it starts); they register again.
+func (p *Plugin) restartMissing() {
 	for _, s := range p.servers() {
+		if exists(s.Socket()) {
+			continue
+		}
+		delete(p.registeredWith, s)
 		s.Stop()
 		if err := s.Start(); err != nil {
 			p.Log.Error("restart server", "resource", s.Resource(), "err", err)
