@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	annotations "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/allocation"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/ledger"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
@@ -276,24 +277,62 @@ func TestKubeletReadBack(t *testing.T) {
 		}
 	})
 
-	t.Run("a finished pod's directories go, a reused one stays", func(t *testing.T) {
-		gone := pods[0] // mem-only
-		c.mu.Lock()
-		c.pods = c.pods[1:]
-		c.mu.Unlock()
-		if err := c.client.DeletePod(gone.Namespace, gone.Name); err != nil {
-			t.Fatal(err)
+	t.Run("a finished pod's directories go", func(t *testing.T) {
+		gone := pods[1] // mem-core
+		c.endPod(t, gone)
+		pods = append(pods[:1:1], pods[2:]...)
+		// Collected two periods after the last read-back that listed it;
+		// a loaded machine may need more read-backs.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(readBackEvery) {
+			err := c.checkStateDirs(pods)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after mem-core ended: %v", err)
+			}
 		}
+	})
+
+	t.Run("a state directory reused by the next container stays", func(t *testing.T) {
+		gone := pods[0] // mem-only: the lowest 8 memory IDs of its GPU
+		goneDirs := c.expectedStateDirs([]*corev1.Pod{gone})
+		gpu := -1
+		for i := 0; i < 8; i++ {
+			if g := c.devicesOf(gone, "c", resource.Memory); len(g) == 1 && g[0] == c.uuid(i) {
+				gpu = i
+			}
+		}
+		c.endPod(t, gone)
 		pods = pods[1:]
-		time.Sleep(twoPeriods)
-		if err := c.checkStateDirs(pods); err != nil {
-			t.Fatalf("after mem-only ended: %v", err)
-		}
-		// The next pod of that shape: binpack hands it the same IDs, and
-		// kubelet lists it only after the next read-back.
+		// The next pod is assigned the same GPU and gets the same IDs
+		// while their directory is unreferenced but not collected yet.
+		shape := map[string][2]int64{"c": {8, 0}}
 		next := shapePod("mem-only-next", t0.Add(time.Hour), nil, map[string]limits{"c": {0, 8, 0}})
+		next.Annotations = map[string]string{annotations.AssignmentKey: c.assignment(map[string]int{"c": gpu}, shape)}
 		add(t, next)
+		for d := range c.expectedStateDirs([]*corev1.Pod{next}) {
+			if _, reused := goneDirs[d]; !reused {
+				t.Fatalf("mem-only-next got a directory of its own (%s), not mem-only's %v", d, goneDirs)
+			}
+		}
 		c.keepCheckingStateDirs(t, "mem-only-next running", pods, twoPeriods)
 		c.checkRestartFinds(t, next, next.Spec.Containers[0])
 	})
+}
+
+// endPod ends a pod: kubelet stops listing it and the API server deletes it.
+func (c *cluster) endPod(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	c.mu.Lock()
+	for i, q := range c.pods {
+		if q.UID == p.UID {
+			c.pods = append(c.pods[:i:i], c.pods[i+1:]...)
+			break
+		}
+	}
+	c.mu.Unlock()
+	if err := c.client.DeletePod(p.Namespace, p.Name); err != nil {
+		t.Fatal(err)
+	}
 }
