@@ -52,6 +52,8 @@ func TestProcessWithoutTheHookIsKilled(t *testing.T) {
 	g := n.openGPUs()
 	var log syncLog
 	ag := n.agentFor(slog.New(slog.NewTextHandler(&log, nil)), g, enforcing(configv1.PolicyKill))
+	// The test's processes stand for a pod's; they are not in kubepods.
+	ag.Enforcer.Killable = func(hostproc.Process) bool { return true }
 	url := start(t, ag)
 
 	rogue := n.run(nil, false)
