@@ -28,6 +28,10 @@ func enforcing(policy string) func(*configv1.MonitorConfig) {
 		c.Enforcement.Policy = policy
 		c.Enforcement.Grace = configv1.Duration{Duration: 300 * time.Millisecond}
 		c.Enforcement.Interval = configv1.Duration{Duration: 100 * time.Millisecond}
+		// The fake GPU's contexts hold no memory, and its allocations
+		// are MiB, not GiB: no tolerance for contexts is needed.
+		c.Enforcement.ToleranceMiB = 0
+		c.Enforcement.AllowLowTolerance = true
 		c.Health.Enabled = false
 	}
 }
