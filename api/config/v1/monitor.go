@@ -22,6 +22,23 @@ const (
 	PolicyKill = "kill"
 )
 
+// Enforcement tolerances. A CUDA context holds device memory the hook does
+// not charge (unless the plugin's contextReserveMiB is set): the driver's
+// per-context reserve plus the modules loaded into it, a few hundred MiB
+// on datacenter GPUs (roughly 250-600 MiB with CUDA 12 and lazy loading,
+// more with eager loading or large libraries: measure one idle context with
+// nvidia-smi on your GPUs and driver). A hooked process holds its context
+// before its first charge claims a slot, and a container at its cap holds its
+// contexts on top; a tolerance below a context's size flags both, and under
+// kill kills them.
+const (
+	// DefaultToleranceMiB covers one context on current GPUs.
+	DefaultToleranceMiB = 512
+	// MinKillToleranceMiB is the least tolerance policy kill accepts
+	// without enforcement.allowLowTolerance: less than any CUDA 12 context.
+	MinKillToleranceMiB = 256
+)
+
 // MonitorConfig is the node monitor's (cmd/vgpu-monitor) configuration file,
 // `version: v1`, resolved like Config: defaults, then the file, then flags.
 type MonitorConfig struct {
@@ -60,8 +77,16 @@ type EnforcementConfig struct {
 	// driver says a container holds, and is what a process outside any
 	// region may hold (contexts and modules, which the hook does not charge
 	// unless the plugin's contextReserveMiB is set; a hooked process holds a
-	// context before its first charge claims a slot).
+	// context before its first charge claims a slot). Default
+	// DefaultToleranceMiB; policy kill refuses less than MinKillToleranceMiB
+	// unless AllowLowTolerance is set.
 	ToleranceMiB int `json:"toleranceMiB"`
+	// AllowLowTolerance lets policy kill run with toleranceMiB below
+	// MinKillToleranceMiB. Set it only where contexts never hold memory
+	// outside the accounting (the plugin's contextReserveMiB charges them,
+	// and every process charges before its context is past the grace), or
+	// where killing a process that loads a model is acceptable.
+	AllowLowTolerance bool `json:"allowLowTolerance,omitempty"`
 	// Events posts a Warning Event on the pod when the in-cluster API
 	// configuration is available.
 	Events bool `json:"events"`
@@ -82,7 +107,7 @@ func DefaultMonitor() *MonitorConfig {
 			Policy:       PolicyReport,
 			Interval:     Duration{2 * time.Second},
 			Grace:        Duration{30 * time.Second},
-			ToleranceMiB: 0,
+			ToleranceMiB: DefaultToleranceMiB,
 			Events:       true,
 		},
 		Health: HealthConfig{Enabled: true, IgnoredXids: append([]uint64(nil), DefaultIgnoredXids...)},
@@ -160,6 +185,9 @@ func (c *MonitorConfig) Validate() error {
 	const maxToleranceMiB = 1 << 30 // 1 PiB: past any GPU, and far from overflowing bytes
 	if c.Enforcement.ToleranceMiB < 0 || c.Enforcement.ToleranceMiB > maxToleranceMiB {
 		bad("enforcement.toleranceMiB", "%d outside 0..%d", c.Enforcement.ToleranceMiB, maxToleranceMiB)
+	} else if c.Enforcement.Policy == PolicyKill && c.Enforcement.ToleranceMiB < MinKillToleranceMiB && !c.Enforcement.AllowLowTolerance {
+		bad("enforcement.toleranceMiB", "%d is below %d MiB under policy kill: a CUDA context holds more before its first charge, so legitimate processes would be killed (raise it, or set enforcement.allowLowTolerance: true to accept that)",
+			c.Enforcement.ToleranceMiB, MinKillToleranceMiB)
 	}
 	if c.Health.RecoverAfter.Duration < 0 {
 		bad("health.recoverAfter", "negative %s", c.Health.RecoverAfter.Duration)

@@ -60,3 +60,39 @@ func TestMonitorToleranceMustFitInBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// With a tolerance of 0 a legitimate process is killed: a hooked process
+// holds its CUDA context before its first charge claims a slot (no_region
+// past the grace while it loads a model), and a container at its cap holds
+// its contexts on top (over_cap). The defaults must cover a context, and
+// kill with less needs the operator's explicit opt-in.
+func TestKillNeedsAToleranceThatCoversAContext(t *testing.T) {
+	c := DefaultMonitor()
+	c.NodeName = "node-1"
+	if c.Enforcement.ToleranceMiB < MinKillToleranceMiB {
+		t.Fatalf("default toleranceMiB %d is less than a context (%d MiB)", c.Enforcement.ToleranceMiB, MinKillToleranceMiB)
+	}
+	c.Enforcement.Policy = PolicyKill
+	if err := c.Validate(); err != nil {
+		t.Fatalf("kill with the default tolerance: %v", err)
+	}
+	for _, tol := range []int{0, MinKillToleranceMiB - 1} {
+		c.Enforcement.ToleranceMiB = tol
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), "enforcement.toleranceMiB:") || !strings.Contains(err.Error(), "enforcement.allowLowTolerance") {
+			t.Errorf("kill with toleranceMiB %d: %v, want an error naming enforcement.toleranceMiB and the opt-in", tol, err)
+		}
+	}
+	c.Enforcement.AllowLowTolerance = true // contexts charged by the plugin's contextReserveMiB, say
+	if err := c.Validate(); err != nil {
+		t.Errorf("kill with toleranceMiB 0 and the opt-in: %v", err)
+	}
+	c.Enforcement = DefaultMonitor().Enforcement
+	c.Enforcement.ToleranceMiB = 0 // report kills nothing: any tolerance is fine
+	if err := c.Validate(); err != nil {
+		t.Errorf("report with toleranceMiB 0: %v", err)
+	}
+	if err := ParseMonitor([]byte("version: v1\nenforcement: {policy: kill, toleranceMiB: 0, allowLowTolerance: true}\n"), c); err != nil || !c.Enforcement.AllowLowTolerance {
+		t.Errorf("allowLowTolerance not parsed: %+v %v", c.Enforcement, err)
+	}
+}

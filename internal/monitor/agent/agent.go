@@ -61,6 +61,7 @@ func New(cfg *configv1.MonitorConfig, log *slog.Logger, source identity.Source, 
 			Reader:   &accounting.Reader{StateDir: cfg.StateDir, Log: log},
 			OnDetect: func(v enforce.Violation) { counters.Bypass.WithLabelValues(v.Kind).Inc() },
 			OnKill:   func(hostproc.Process) { counters.Kills.Inc() },
+			OnSpare:  func(_ hostproc.Process, reason string) { counters.Spared.WithLabelValues(reason).Inc() },
 		}
 	}
 	c := &metrics.Collector{Node: cfg.NodeName, Reader: a.Reader, Owner: a.Identity.Owner, Processes: a.Reaper.Owners}

@@ -28,6 +28,10 @@ func enforcing(policy string) func(*configv1.MonitorConfig) {
 		c.Enforcement.Policy = policy
 		c.Enforcement.Grace = configv1.Duration{Duration: 300 * time.Millisecond}
 		c.Enforcement.Interval = configv1.Duration{Duration: 100 * time.Millisecond}
+		// The fake GPU's contexts hold no memory, and its allocations
+		// are MiB, not GiB: no tolerance for contexts is needed.
+		c.Enforcement.ToleranceMiB = 0
+		c.Enforcement.AllowLowTolerance = true
 		c.Health.Enabled = false
 	}
 }
@@ -52,6 +56,8 @@ func TestProcessWithoutTheHookIsKilled(t *testing.T) {
 	g := n.openGPUs()
 	var log syncLog
 	ag := n.agentFor(slog.New(slog.NewTextHandler(&log, nil)), g, enforcing(configv1.PolicyKill))
+	// The test's processes stand for a pod's; they are not in kubepods.
+	ag.Enforcer.Killable = func(hostproc.Process) bool { return true }
 	url := start(t, ag)
 
 	rogue := n.run(nil, false)

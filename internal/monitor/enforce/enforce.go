@@ -14,7 +14,9 @@
 // A violation must last the grace period. Then the policy applies: report
 // (counter, log, Event on the pod when an API client is set) or kill
 // (SIGKILL through a pidfd, after checking the start time, so a reused pid is
-// never hit).
+// never hit). Kill ends only processes whose cgroup places them in a
+// Kubernetes pod: a host daemon with memory on a managed GPU (Xorg, DCGM,
+// nvidia-persistenced) is reported, never killed.
 package enforce
 
 import (
@@ -45,6 +47,15 @@ const (
 	// name, holding more than the tolerance. One slot is forged; which is
 	// unknown, so it is reported and never killed.
 	KindContested = "contested"
+)
+
+// Reasons a process the kill policy names is not killed.
+const (
+	// SpareNotInPod: its cgroup is not in the kubepods hierarchy (a host
+	// daemon, or a path this monitor cannot place).
+	SpareNotInPod = "not_in_pod"
+	// SpareNotInProc: not in this monitor's /proc (another pid namespace).
+	SpareNotInProc = "not_in_proc"
 )
 
 // GPUs is what the enforcer needs of NVML (gpus.Node).
@@ -105,6 +116,12 @@ type Enforcer struct {
 	OnDetect func(Violation)
 	// OnKill sees each process killed.
 	OnKill func(hostproc.Process)
+	// OnSpare sees each process the kill policy named but did not kill,
+	// with the reason (SpareNotInPod, SpareNotInProc).
+	OnSpare func(p hostproc.Process, reason string)
+	// Killable says whether a process may be killed; nil is InPod of its
+	// cgroup. Tests whose processes stand for a pod's set it.
+	Killable func(hostproc.Process) bool
 	// Event posts a Warning Event on a pod (nil: none).
 	Event func(ctx context.Context, owner identity.Owner, reason, message string)
 
@@ -179,6 +196,14 @@ func (e *Enforcer) act(ctx context.Context, v Violation) {
 			// Not in our /proc (another pid namespace?): its identity
 			// cannot be checked, so it is not killed.
 			e.Log.Warn("not killing a process this monitor cannot see in /proc", "pid", p.PID)
+			e.spare(p, SpareNotInProc)
+			continue
+		}
+		if !e.killable(p) {
+			// A host daemon holding memory on a shared GPU is the
+			// operator's to stop; killing Xorg or DCGM is no remedy.
+			e.Log.Warn("not killing a process outside any Kubernetes pod", "pid", p.PID, "cgroup", p.Cgroup, "kind", v.Kind)
+			e.spare(p, SpareNotInPod)
 			continue
 		}
 		if err := Kill(e.ProcRoot, p); err != nil {
@@ -190,6 +215,67 @@ func (e *Enforcer) act(ctx context.Context, v Violation) {
 			e.OnKill(p)
 		}
 	}
+}
+
+func (e *Enforcer) spare(p hostproc.Process, reason string) {
+	if e.OnSpare != nil {
+		e.OnSpare(p, reason)
+	}
+}
+
+func (e *Enforcer) killable(p hostproc.Process) bool {
+	if e.Killable != nil {
+		return e.Killable(p)
+	}
+	return InPod(p.Cgroup)
+}
+
+// InPod says whether a cgroup path (as /proc/<pid>/cgroup shows it) lies in
+// a pod of kubelet's kubepods hierarchy, for both cgroup drivers and cgroup
+// v1 and v2:
+//
+//   - cgroupfs: …/kubepods[/besteffort|/burstable]/pod<uid>/…
+//   - systemd: …/kubepods[-qos]-pod<uid>.slice/… (also with a kubelet
+//     --cgroup-root prefix, e.g. kubelet-kubepods-…-pod<uid>.slice). A
+//     systemd slice names all its ancestors, so it is recognised even when
+//     the path climbs out of a private cgroup namespace (/../../kubepods-…).
+//
+// Anything else (the root, system.slice, user.slice, a QoS level without a
+// pod, a cgroupfs path whose kubepods component is hidden) is not a pod.
+func InPod(cgroup string) bool {
+	parts := strings.Split(strings.Trim(cgroup, "/"), "/")
+	for i, c := range parts {
+		if isPodSlice(c) {
+			return true
+		}
+		if c != "kubepods" {
+			continue
+		}
+		rest := parts[i+1:]
+		if len(rest) > 0 && (rest[0] == "besteffort" || rest[0] == "burstable") {
+			rest = rest[1:]
+		}
+		return len(rest) > 0 && len(rest[0]) > len("pod") && strings.HasPrefix(rest[0], "pod")
+	}
+	return false
+}
+
+// isPodSlice matches systemd's pod slices: [prefix-]kubepods[-qos]-pod<uid>.slice.
+func isPodSlice(name string) bool {
+	name, ok := strings.CutSuffix(name, ".slice")
+	if !ok {
+		return false
+	}
+	i := strings.LastIndex(name, "-pod")
+	if i < 0 || i+len("-pod") == len(name) {
+		return false
+	}
+	for _, field := range strings.Split(name[:i], "-") {
+		if field == "kubepods" {
+			return true
+		}
+	}
+	return false
 }
 
 // Check compares the driver's processes with the regions.

@@ -57,7 +57,7 @@ func TestDocumentedMetricsAreTheRegisteredOnes(t *testing.T) {
 			c.Describe(ch)
 		}
 		a := NewAgent(nil, "n")
-		for _, c := range []prometheus.Collector{a.ReapedSlots, a.ReapedBytes, a.Kills, a.IdentityErrors} {
+		for _, c := range []prometheus.Collector{a.ReapedSlots, a.ReapedBytes, a.Kills, a.Spared, a.IdentityErrors} {
 			c.Describe(ch)
 		}
 		close(ch)
