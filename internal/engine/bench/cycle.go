@@ -40,12 +40,14 @@ type CycleResult struct {
 func (r CycleResult) PerSecond() float64 { return float64(r.Attempts) / r.Elapsed.Seconds() }
 
 // FullConfig is the engine configuration the benchmark measures: ageing,
-// backoff, bounded reservations and preemption all on.
+// backoff, bounded reservations and preemption all on, preemption bounded
+// to 16 victim searches per cycle (a search visits every node and, on a
+// cluster full of evictable pods, tens of thousands of candidates).
 func FullConfig() engine.Config {
 	return engine.Config{
 		Queue:        queue.Config{Ageing: priority.Ageing{Step: 10 * time.Minute, Ceiling: priority.P1}, EscalateTo: priority.P1, BackoffInitial: time.Second, BackoffMax: 10 * time.Second},
 		ReserveAfter: 5 * time.Minute, MaxReservations: 16,
-		Preemption: true, Cooldown: 30 * time.Minute, RequeuePreempted: true,
+		Preemption: true, PreemptionSearches: 16, Cooldown: 30 * time.Minute, RequeuePreempted: true,
 	}
 }
 
