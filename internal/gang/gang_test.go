@@ -131,6 +131,40 @@ func TestTimeoutReleasesPartialGroup(t *testing.T) {
 	}
 }
 
+// TestMinMemberStartsWithoutTheExtras: a group of min-member 2 with 3
+// members present, on a node with room for 2, starts with 2; it took
+// nothing (every present member or none) and could only time out.
+func TestMinMemberStartsWithoutTheExtras(t *testing.T) {
+	s := cluster(t, node("a", 4, 1))
+	for _, loc := range []Locality{Anywhere, SameNode, SameIsland} {
+		tr := NewTracker(s, time.Minute)
+		spec := Spec{Name: "g", MinMember: 2, Locality: loc}
+		addAll(t, tr, spec, worker("w0", 2), worker("w1", 2), worker("w2", 2))
+		got, err := tr.Reserve("g")
+		if err != nil || len(got) != 2 || got["w0"].Grant.Shares == nil || got["w1"].Grant.Shares == nil {
+			t.Fatalf("%s: Reserve = %v, %v; want w0 and w1", loc, got, err)
+		}
+		if st, _ := tr.Status("g"); !st.Complete || st.Reserved != 2 {
+			t.Errorf("%s: status %+v", loc, st)
+		}
+		before := snapshot(s)
+		if _, err := tr.Reserve("g"); err == nil {
+			t.Errorf("%s: w2 reserved on a full node", loc)
+		}
+		if !reflect.DeepEqual(before, snapshot(s)) {
+			t.Errorf("%s: the failed extra changed the cluster", loc)
+		}
+		for _, m := range []string{"w0", "w1", "w2"} {
+			if err := tr.RemoveMember("g", m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if free := s.Cluster().Nodes[0].FreeMilli(); free != 4000 {
+			t.Fatalf("%s: free %d after the group left", loc, free)
+		}
+	}
+}
+
 // TestLaterMembersRollBackAlone: members that arrive after the group holds
 // capacity are reserved together; their failure leaves the earlier ones.
 func TestLaterMembersRollBackAlone(t *testing.T) {

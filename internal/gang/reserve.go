@@ -13,7 +13,10 @@ import (
 
 // Reserve reserves every present member of group name that holds nothing
 // yet, all of them or none: on any failure what this call reserved is
-// released and the error names the member that did not fit. It returns the
+// released and the error names the member that did not fit. A group not yet
+// complete that cannot take every present member takes its first
+// min-member (in arrival order) if they fit together, so extra members do
+// not keep an elastic group from starting. It returns the
 // decisions made by this call; Status tells whether the group is complete.
 //
 // The engine normally calls it once Ready; calling it earlier holds capacity
@@ -33,17 +36,12 @@ func (t *Tracker) Reserve(name string) (map[string]placement.Decision, error) {
 	if len(todo) == 0 {
 		return map[string]placement.Decision{}, nil
 	}
-	// Largest first: they are the hardest to place, and fail early.
-	slices.SortStableFunc(todo, func(a, b Member) int { return b.Request.NumGPU - a.Request.NumGPU })
-	var got map[string]placement.Decision
-	var err error
-	switch g.spec.Locality {
-	case SameNode:
-		got, err = t.reserveSameNode(g, todo)
-	case SameIsland:
-		got, err = t.reserveSameIsland(g, todo)
-	default:
-		got, err = t.reserveOn(todo, -1)
+	got, err := t.reserveAll(g, todo)
+	if need := g.spec.MinMember - len(g.reserved); err != nil && need > 0 && need < len(todo) {
+		// min-member is what must run: when every present member does not
+		// fit, the first min-member of them (arrival order) start the group;
+		// the rest wait and are reserved by a later call.
+		got, err = t.reserveAll(g, todo[:need])
 	}
 	if err != nil {
 		return nil, fmt.Errorf("gang: group %s (%d members present, min-member %d): %w", name, len(g.members), g.spec.MinMember, err)
@@ -52,6 +50,20 @@ func (t *Tracker) Reserve(name string) (map[string]placement.Decision, error) {
 		g.reserved[k] = d
 	}
 	return got, nil
+}
+
+// reserveAll reserves ms all or none, with g's locality.
+func (t *Tracker) reserveAll(g *group, ms []Member) (map[string]placement.Decision, error) {
+	// Largest first: they are the hardest to place, and fail early.
+	ms = slices.Clone(ms)
+	slices.SortStableFunc(ms, func(a, b Member) int { return b.Request.NumGPU - a.Request.NumGPU })
+	switch g.spec.Locality {
+	case SameNode:
+		return t.reserveSameNode(g, ms)
+	case SameIsland:
+		return t.reserveSameIsland(g, ms)
+	}
+	return t.reserveOn(ms, -1)
 }
 
 // reserveOn places members one by one, anywhere (node < 0) or on node,

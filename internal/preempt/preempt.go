@@ -23,7 +23,10 @@ type Running struct {
 	// Class is the priority class rank, 0 (P0) most urgent.
 	Class int
 	Queue string
-	Start time.Time
+	// Cohort is the queue's cohort (quota.Books.CohortOf): borrowed
+	// capacity is reclaimed only for a queue of the cohort it came from.
+	Cohort string
+	Start  time.Time
 	// LastPreempted is when the pod (or the job it restarts) was last
 	// preempted; zero if never.
 	LastPreempted time.Time
@@ -46,6 +49,7 @@ type Pending struct {
 	Request placement.Request
 	Class   int
 	Queue   string
+	Cohort  string
 	// WithinGuarantee: the pod is within its queue's nominal quota, so pods
 	// of other queues running on borrowed capacity may be taken for it
 	// whatever their class.
@@ -151,7 +155,10 @@ func (p *Preemptor) protection(r *Running, pod *Pending, now time.Time) string {
 		return whyCooldown
 	}
 	lower := r.Class > pod.Class && r.Class < len(p.policy.Preemptible) && p.policy.Preemptible[r.Class]
-	reclaim := r.Borrowing && pod.WithinGuarantee && r.Queue != pod.Queue
+	// A borrower gives way only to a queue of its own cohort: what it
+	// borrowed came from that cohort's lenders, and evicting it (whatever
+	// its class) for a queue of another cohort restores no guarantee.
+	reclaim := r.Borrowing && pod.WithinGuarantee && r.Queue != pod.Queue && r.Cohort == pod.Cohort
 	if !lower && !reclaim {
 		return whyPriority
 	}
@@ -178,6 +185,12 @@ func (p *Preemptor) Find(pod Pending, running []Running, now time.Time) (*Plan, 
 	if err := pod.Request.Validate(); err != nil {
 		return nil, err
 	}
+	nodes := len(p.sched.Cluster().Nodes)
+	for i := range running {
+		if d := running[i].Decision; d.Node < 0 || d.Node >= nodes {
+			return nil, fmt.Errorf("preempt: running pod %s is not reserved as given: node index %d, cluster has %d nodes", running[i].ID, d.Node, nodes)
+		}
+	}
 	units, why := p.units(&pod, running, now)
 	byNode := map[int][]*unit{}
 	for _, u := range units {
@@ -195,7 +208,7 @@ func (p *Preemptor) Find(pod Pending, running []Running, now time.Time) (*Plan, 
 		node  int
 		bound cost
 	}
-	nodes := make([]nodeBound, 0, len(byNode))
+	order := make([]nodeBound, 0, len(byNode))
 	for n, us := range byNode {
 		b := us[0].cost
 		for _, u := range us[1:] {
@@ -203,9 +216,9 @@ func (p *Preemptor) Find(pod Pending, running []Running, now time.Time) (*Plan, 
 				b = u.cost
 			}
 		}
-		nodes = append(nodes, nodeBound{n, b})
+		order = append(order, nodeBound{n, b})
 	}
-	slices.SortFunc(nodes, func(a, b nodeBound) int {
+	slices.SortFunc(order, func(a, b nodeBound) int {
 		switch {
 		case a.bound.less(b.bound):
 			return -1
@@ -217,7 +230,7 @@ func (p *Preemptor) Find(pod Pending, running []Running, now time.Time) (*Plan, 
 	var best *Plan
 	var bestCost cost
 	noRoom := 0
-	for _, nb := range nodes {
+	for _, nb := range order {
 		if best != nil && !nb.bound.less(bestCost) {
 			continue
 		}
@@ -238,7 +251,7 @@ func (p *Preemptor) Find(pod Pending, running []Running, now time.Time) (*Plan, 
 		}
 	}
 	if best == nil {
-		return nil, fmt.Errorf("pod %s: %w (%s)", pod.Request.Name, ErrNoPlan, explain(why, noRoom, len(p.sched.Cluster().Nodes)-len(nodes)))
+		return nil, fmt.Errorf("pod %s: %w (%s)", pod.Request.Name, ErrNoPlan, explain(why, noRoom, nodes-len(order)))
 	}
 	return best, nil
 }

@@ -235,6 +235,22 @@ func TestBorrowedCapacityIsReclaimed(t *testing.T) {
 	}
 }
 
+// A borrowing pod gives way only to a queue of its own cohort: a P3 pod of
+// a queue in cohort "vision", within its guarantee, evicted a realtime (P0)
+// pod that borrowed in cohort "nlp", where no guarantee of "vision" was owed.
+func TestBorrowerReclaimedOnlyWithinItsCohort(t *testing.T) {
+	f := newFixture(t, "A100")
+	f.run("nlp-borrower", 0, 4, 0, hour, func(r *Running) { r.Queue, r.Cohort, r.Borrowing = "nlp-a", "nlp", true })
+	vision := func(p *Pending) { p.Queue, p.Cohort, p.WithinGuarantee = "vision-a", "vision", true }
+	if plan, err := f.find(3, 2, vision); !errors.Is(err, ErrNoPlan) {
+		t.Fatalf("a queue of another cohort reclaimed a P0 borrower: plan %v, %v", plan, err)
+	}
+	sameCohort := func(p *Pending) { p.Queue, p.Cohort, p.WithinGuarantee = "nlp-b", "nlp", true }
+	if plan, err := f.find(3, 2, sameCohort); err != nil || victims(plan) != "nlp-borrower" {
+		t.Fatalf("the borrower's own cohort reclaims: plan %v, %v", plan, err)
+	}
+}
+
 func TestFitsWithoutVictims(t *testing.T) {
 	f := newFixture(t, "A100")
 	f.run("v", 0, 2, 3, hour)
@@ -250,6 +266,21 @@ func TestRunningNotReservedIsAnError(t *testing.T) {
 	f.running[0].Decision.Grant.CPU++ // the caller's books disagree with the cluster
 	if _, err := f.find(0, 1); err == nil || !strings.Contains(err.Error(), "running pod v") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// A running pod whose decision names a node the cluster does not have (a
+// stale or unplaced pod in the caller's list) is an error naming it; Find
+// panicked with an index out of range.
+func TestRunningOnUnknownNodeIsAnError(t *testing.T) {
+	for _, node := range []int{7, -1} {
+		f := newFixture(t, "A100")
+		f.run("v", 0, 4, 3, hour)
+		f.running = append(f.running, Running{ID: "ghost", Class: 3, Start: now.Add(-hour)})
+		f.running[1].Decision.Node = node
+		if _, err := f.find(0, 1); err == nil || !strings.Contains(err.Error(), "running pod ghost") {
+			t.Errorf("node %d: err = %v", node, err)
+		}
 	}
 }
 

@@ -152,6 +152,12 @@ func New(cfg *schedv1.Config) (*Books, error) {
 		qc := &cfg.Queues[i]
 		q := &queue{name: qc.Name, weight: qc.FairShareWeight(), pods: map[string]*entry{},
 			nominal: make([]int64, dims), guard: make([]int64, dims), ceiling: make([]int64, dims), usage: make([]int64, dims)}
+		// A model the queue sets no quota for has nominal 0 and no
+		// borrowing limit: the queue may borrow it from the cohort like
+		// any other resource, never "over a borrowing limit of 0".
+		for r := range q.ceiling {
+			q.ceiling[r] = math.MaxInt64
+		}
 		b.fill(q, 0, qc.Nominal, qc.BorrowingLimit, qc.LendingLimit)
 		for m, mq := range qc.Models {
 			b.fill(q, b.models[m]*perSet, mq.Nominal, mq.BorrowingLimit, mq.LendingLimit)
@@ -373,6 +379,15 @@ func (b *Books) apply(q *queue, delta []amount, sign int64) {
 		q.usage[r] += sign * a.v
 		c.poolUse[r] += contribution(q.usage[r], q.guard[r]) - before
 	}
+}
+
+// CohortOf is the cohort of the queue that pods naming queue are booked to
+// ("" for a queue without a cohort, or Unmanaged pods).
+func (b *Books) CohortOf(queueName string) string {
+	if q := b.resolve(queueName); q != nil {
+		return q.cohort.name
+	}
+	return ""
 }
 
 // Pod returns a booked pod (its Queue resolved to the queue it is booked to).

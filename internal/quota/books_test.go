@@ -249,3 +249,77 @@ func TestUsageOfRequest(t *testing.T) {
 		t.Errorf("UsageOf = %+v", u)
 	}
 }
+
+// A queue that sets no quota for a GPU model, in a cohort where another
+// queue does, borrows that model's idle capacity like any resource. It was
+// held "over nominal 0 + borrowing limit 0" for every pod of that model:
+// adding a per-model quota to one team locked every other team out of the
+// model.
+func TestQueueWithoutModelQuotaBorrowsThatModel(t *testing.T) {
+	b := books(t, nil,
+		schedv1.QueueConfig{Name: "a", Cohort: "c", Nominal: res(8000)},
+		schedv1.QueueConfig{Name: "b", Cohort: "c", Nominal: res(8000), Models: map[string]schedv1.ModelQuota{"H100": {Nominal: schedv1.Resources{GPUs: 4}}}})
+	if d := b.Decide("a", gpus(2, "H100")); d.Verdict != Borrows {
+		t.Fatalf("a asks 2 idle H100 of b: %v (%s), want borrows", d.Verdict, d.Reason)
+	}
+	if d := b.Decide("a", gpus(5, "H100")); d.Verdict != Held || !strings.Contains(d.Reason, "H100.gpus") {
+		t.Fatalf("a asks 5 H100, cohort lends 4: %v (%s), want held on H100.gpus", d.Verdict, d.Reason)
+	}
+	add(t, b, "a1", "a", 3, 0, gpus(3, "H100"))
+	if d := b.Decide("b", gpus(4, "H100")); d.Verdict != NeedsReclaim {
+		t.Fatalf("b wants its 4 H100 back: %v (%s), want needs-reclaim", d.Verdict, d.Reason)
+	}
+	v, err := b.Reclaim("b", 2, gpus(4, "H100"))
+	if err != nil || ids(v) != "a1" {
+		t.Fatalf("reclaim for b: %v %v, want a1", ids(v), err)
+	}
+}
+
+// A borrowingLimit or lendingLimit limits only the resources it names, as
+// the documented example means it (borrowingLimit: {gpuMilli: 8000}). An
+// unnamed resource read as 0: team-a, with 16 nominal GPUs, could not borrow
+// a 17th whole GPU, and lent none of its GPUs or memory.
+func TestLimitsLimitOnlyTheResourcesTheyName(t *testing.T) {
+	cfg, err := schedv1.Parse([]byte(`apiVersion: scheduler.tessera.io/v1
+kind: SchedulerConfig
+queues:
+- name: team-a
+  cohort: research
+  nominal: {gpuMilli: 16000, gpus: 16, gpuMemMiB: 655360}
+  borrowingLimit: {gpuMilli: 8000}
+  lendingLimit: {gpuMilli: 12000}
+- name: team-b
+  cohort: research
+  nominal: {gpuMilli: 16000, gpus: 16, gpuMemMiB: 655360}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := func(n int) Usage { return Usage{GPUs: n, MilliPerGPU: 1000, MemMiBPerGPU: 40960} }
+	if d := b.Decide("team-a", whole(20)); d.Verdict != Borrows {
+		t.Errorf("team-a asks 20 whole GPUs (4 borrowed, within its gpuMilli limit): %v (%s), want borrows", d.Verdict, d.Reason)
+	}
+	if d := b.Decide("team-a", whole(25)); d.Verdict != Held || !strings.Contains(d.Reason, "gpuMilli") {
+		t.Errorf("team-a asks 25 GPUs (9 borrowed, limit 8000 milli): %v (%s), want held on gpuMilli", d.Verdict, d.Reason)
+	}
+	// team-a lends 12 GPUs' worth of compute and all its GPUs and memory:
+	// team-b may borrow 12 GPUs, not 13.
+	if d := b.Decide("team-b", whole(28)); d.Verdict != Borrows {
+		t.Errorf("team-b asks 28 GPUs (12 borrowed): %v (%s), want borrows", d.Verdict, d.Reason)
+	}
+	if d := b.Decide("team-b", whole(29)); d.Verdict != Held || !strings.Contains(d.Reason, "gpuMilli") {
+		t.Errorf("team-b asks 29 GPUs: %v (%s), want held on gpuMilli", d.Verdict, d.Reason)
+	}
+}
+
+func TestCohortOf(t *testing.T) {
+	b := books(t, func(c *schedv1.Config) { c.DefaultQueue = "a" },
+		schedv1.QueueConfig{Name: "a", Cohort: "c", Nominal: res(1000)}, schedv1.QueueConfig{Name: "solo", Nominal: res(1000)})
+	if b.CohortOf("a") != "c" || b.CohortOf("unknown") != "c" || b.CohortOf("solo") != "" {
+		t.Errorf("CohortOf: a=%q unknown=%q solo=%q", b.CohortOf("a"), b.CohortOf("unknown"), b.CohortOf("solo"))
+	}
+}

@@ -52,7 +52,15 @@ func randomConfig(rng *rand.Rand) *schedv1.Config {
 		}
 		q.Nominal = schedv1.Resources{GPUMilli: amount(8) * 1000, GPUs: amount(8), GPUMemMiB: amount(4) * 40960}
 		if rng.IntN(2) == 0 {
-			q.BorrowingLimit = &schedv1.Resources{GPUMilli: amount(6) * 1000, GPUs: amount(6), GPUMemMiB: amount(2) * 40960}
+			bl := schedv1.Resources{GPUMilli: amount(6) * 1000, GPUs: amount(6), GPUMemMiB: amount(2) * 40960}
+			// A limit on a resource the queue has no nominal amount of may
+			// limit nothing in its cohort (Validate rejects that): keep
+			// limits where the queue's own nominal makes them count.
+			n := q.Nominal
+			bl.GPUMilli *= min(n.GPUMilli, 1)
+			bl.GPUs *= min(n.GPUs, 1)
+			bl.GPUMemMiB *= min(n.GPUMemMiB, 1)
+			q.BorrowingLimit = &bl
 		}
 		if rng.IntN(2) == 0 {
 			n := q.Nominal

@@ -96,10 +96,74 @@ func Parse(data []byte) (*Config, error) {
 	if err := yaml.UnmarshalStrict(data, c); err != nil {
 		return nil, err
 	}
+	if err := defaultLimits(data, c); err != nil {
+		return nil, err
+	}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// limitKeys records which resources a borrowingLimit or lendingLimit names.
+type limitKeys struct {
+	GPUMemMiB *int64 `json:"gpuMemMiB"`
+	GPUMilli  *int64 `json:"gpuMilli"`
+	GPUs      *int64 `json:"gpus"`
+}
+
+type limitsPresent struct {
+	BorrowingLimit *limitKeys `json:"borrowingLimit"`
+	LendingLimit   *limitKeys `json:"lendingLimit"`
+}
+
+type queueLimitsPresent struct {
+	limitsPresent
+	Models map[string]limitsPresent `json:"models"`
+}
+
+// defaultLimits fills the resources a limit in the file does not name: a
+// borrowingLimit of {gpuMilli: 8000} limits GPU compute only (GPUs and
+// memory: unlimited, maxAmount), a lendingLimit of {gpuMilli: 12000} keeps
+// back GPU compute only (the rest of nominal is all lendable). Without
+// this an unnamed resource would read as 0 and forbid borrowing or lending
+// it, which the YAML does not say.
+func defaultLimits(data []byte, c *Config) error {
+	var raw struct {
+		Queues []queueLimitsPresent `json:"queues"`
+	}
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	for i := range min(len(raw.Queues), len(c.Queues)) {
+		q, rq := &c.Queues[i], &raw.Queues[i]
+		fillLimits(q.Nominal, q.BorrowingLimit, q.LendingLimit, rq.limitsPresent)
+		for m, rm := range rq.Models {
+			if mq, ok := q.Models[m]; ok {
+				fillLimits(mq.Nominal, mq.BorrowingLimit, mq.LendingLimit, rm)
+			}
+		}
+	}
+	return nil
+}
+
+func fillLimits(nominal Resources, borrow, lend *Resources, present limitsPresent) {
+	fill := func(r *Resources, keys *limitKeys, absent func(name string) int64) {
+		if r == nil || keys == nil {
+			return
+		}
+		if keys.GPUMemMiB == nil {
+			r.GPUMemMiB = absent("gpuMemMiB")
+		}
+		if keys.GPUMilli == nil {
+			r.GPUMilli = absent("gpuMilli")
+		}
+		if keys.GPUs == nil {
+			r.GPUs = absent("gpus")
+		}
+	}
+	fill(borrow, present.BorrowingLimit, func(string) int64 { return maxAmount })
+	fill(lend, present.LendingLimit, nominal.get)
 }
 
 // Validate checks every field and reports all problems, each with its field path.
@@ -114,14 +178,14 @@ func (c *Config) Validate() error {
 	c.Priority.validate(v, "priority")
 	c.validateQueues(v)
 	if !validWeight(c.DefaultModelWeight) {
-		v.bad("defaultModelWeight", "%v out of range (0, %v]", c.DefaultModelWeight, MaxModelWeight)
+		v.bad("defaultModelWeight", "%v out of range [%v, %v]", c.DefaultModelWeight, MinModelWeight, MaxModelWeight)
 	}
 	for _, m := range sortedKeys(c.ModelWeights) {
 		if m == "" {
 			v.bad("modelWeights", "empty model name")
 		}
 		if w := c.ModelWeights[m]; !validWeight(w) {
-			v.bad("modelWeights."+m, "%v out of range (0, %v]", w, MaxModelWeight)
+			v.bad("modelWeights."+m, "%v out of range [%v, %v]", w, MinModelWeight, MaxModelWeight)
 		}
 	}
 	c.Preemption.validate(v, "preemption")
@@ -135,7 +199,12 @@ func (c *Config) Validate() error {
 // quota arithmetic multiplies amounts by it and must not overflow.
 const MaxModelWeight = 1000
 
-func validWeight(w float64) bool { return w > 0 && w <= MaxModelWeight && !math.IsNaN(w) }
+// MinModelWeight is the finest weight quota accounting resolves (it counts
+// weights in thousandths): a smaller one would round to 0 and make a
+// model's GPUs free of quota.
+const MinModelWeight = 0.001
+
+func validWeight(w float64) bool { return w >= MinModelWeight && w <= MaxModelWeight && !math.IsNaN(w) }
 
 type validator struct{ errs []error }
 
@@ -219,7 +288,7 @@ func (c *Config) validateQueues(v *validator) {
 			}
 		}
 		if q.FairWeight != 0 && !validWeight(q.FairWeight) {
-			v.bad(at+".fairWeight", "%v out of range (0, %v]", q.FairWeight, MaxModelWeight)
+			v.bad(at+".fairWeight", "%v out of range [%v, %v]", q.FairWeight, MinModelWeight, MaxModelWeight)
 		}
 		validateLimits(v, at, q.Nominal, q.BorrowingLimit, q.LendingLimit)
 		for _, m := range sortedKeys(q.Models) {
@@ -230,9 +299,56 @@ func (c *Config) validateQueues(v *validator) {
 			validateLimits(v, at+".models."+m, mq.Nominal, mq.BorrowingLimit, mq.LendingLimit)
 		}
 	}
+	c.validateLimitsLimitSomething(v)
 	if c.DefaultQueue != "" {
 		if _, ok := names[c.DefaultQueue]; !ok {
 			v.bad("defaultQueue", "%q is not one of the queues", c.DefaultQueue)
+		}
+	}
+}
+
+// validateLimitsLimitSomething rejects a borrowing limit on a resource that
+// no queue of the cohort has a nominal amount of: such a resource is not
+// limited in the cohort at all (see Resources), so the limit would be
+// silently ignored ({gpuMilli: 8000} nominal with borrowingLimit {gpus: 2}
+// would borrow any number of GPUs).
+func (c *Config) validateLimitsLimitSomething(v *validator) {
+	active := map[string]bool{} // cohort key + "/" + model + "/" + resource
+	key := func(q *QueueConfig) string {
+		if q.Cohort == "" {
+			return "\x00" + q.Name // a queue without a cohort is a cohort of one
+		}
+		return q.Cohort
+	}
+	for i := range c.Queues {
+		q := &c.Queues[i]
+		for _, f := range q.Nominal.fields() {
+			active[key(q)+"//"+f.name] = active[key(q)+"//"+f.name] || f.value > 0
+		}
+		for m, mq := range q.Models {
+			for _, f := range mq.Nominal.fields() {
+				k := key(q) + "/" + m + "/" + f.name
+				active[k] = active[k] || f.value > 0
+			}
+		}
+	}
+	check := func(q *QueueConfig, model, at string, borrow *Resources) {
+		if borrow == nil {
+			return
+		}
+		for _, f := range borrow.fields() {
+			if f.value > 0 && f.value < maxAmount && !active[key(q)+"/"+model+"/"+f.name] {
+				v.bad(at+".borrowingLimit."+f.name, "%d limits nothing: no queue of the cohort has a nominal %s, so it is not limited there", f.value, f.name)
+			}
+		}
+	}
+	for i := range c.Queues {
+		q := &c.Queues[i]
+		at := fmt.Sprintf("queues[%d]", i)
+		check(q, "", at, q.BorrowingLimit)
+		for _, m := range sortedKeys(q.Models) {
+			mq := q.Models[m]
+			check(q, m, at+".models."+m, mq.BorrowingLimit)
 		}
 	}
 }
@@ -343,10 +459,15 @@ func (p *PriorityConfig) ClassOf(annotation string, hasAnnotation bool, value in
 // PointsPerClass ÷ Step), for consumers that age in whole classes; 0 when
 // ageing is off (Step 0).
 func (a *AgeingConfig) ClassStep() time.Duration {
-	if a.Step <= 0 {
+	if a.Step <= 0 || a.Interval.Duration <= 0 {
 		return 0
 	}
-	return a.Interval.Duration * PointsPerClass / time.Duration(a.Step)
+	step := time.Duration(a.Step)
+	if a.Interval.Duration > math.MaxInt64/PointsPerClass { // Interval × 100 would overflow
+		return min(a.Interval.Duration/step, math.MaxInt64/PointsPerClass) * PointsPerClass
+	}
+	// At least 1ns: 0 would read as "ageing off" for the fastest ageing.
+	return max(a.Interval.Duration*PointsPerClass/step, 1)
 }
 
 // Effective is the class a pod of class base competes in after waiting
@@ -362,7 +483,12 @@ func (a *AgeingConfig) Effective(base Class, wait time.Duration) Class {
 	if r < 0 || !a.Ages(base) || a.Step <= 0 || wait <= 0 || r <= ceil || a.Interval.Duration <= 0 {
 		return base
 	}
-	points := min(int64(wait/a.Interval.Duration)*int64(a.Step), int64(a.MaxBoost))
+	// Saturate before multiplying: a large step over many intervals would
+	// overflow int64 and turn the boost negative (an index out of range).
+	points := int64(a.MaxBoost)
+	if n := int64(wait / a.Interval.Duration); n < points/int64(a.Step)+1 {
+		points = min(n*int64(a.Step), points)
+	}
 	return Classes[max(ceil, r-int(points/PointsPerClass))]
 }
 

@@ -84,34 +84,38 @@ gang: {timeout: 90s}
 // its field path, and all of them at once.
 func TestInvalidValuesNameTheirField(t *testing.T) {
 	cases := map[string][]string{
-		"priority: {defaultClass: P9}":                                                {"priority.defaultClass", "P9"},
-		"priority: {annotation: {fast: P7}}":                                          {"priority.annotation.fast", "P7"},
-		"priority: {classValues: [{atLeast: 1, class: X}]}":                           {"priority.classValues[0].class"},
-		"priority: {classValues: [{atLeast: 1, class: P1}, {atLeast: 1, class: P2}]}": {"priority.classValues[1].atLeast", "twice"},
-		"priority: {ageing: {interval: 0s}}":                                          {"priority.ageing.interval"},
-		"priority: {ageing: {step: -1}}":                                              {"priority.ageing.step"},
-		"priority: {ageing: {maxBoost: 100000}}":                                      {"priority.ageing.maxBoost"},
-		"priority: {ageing: {interval: soon}}":                                        {"interval", "invalid duration"},
-		"priority: {maxWait: {P2: -1s}}":                                              {"priority.maxWait.P2"},
-		"priority: {maxWait: {Q: 1s}}":                                                {"priority.maxWait", "Q"},
-		"priority: {backfill: {maxReservations: -2}}":                                 {"priority.backfill.maxReservations"},
-		"queues: [{name: a}, {name: a}]":                                              {"queues[1].name", "already used"},
-		"queues: [{name: Team_A}]":                                                    {"queues[0].name"},
-		"queues: [{name: a, nominal: {gpuMilli: -5}}]":                                {"queues[0].nominal.gpuMilli", "-5"},
-		"queues: [{name: a, nominal: {gpus: 2}, lendingLimit: {gpus: 3}}]":            {"queues[0].lendingLimit.gpus", "exceeds nominal"},
-		"queues: [{name: a, borrowingLimit: {gpuMemMiB: -1}}]":                        {"queues[0].borrowingLimit.gpuMemMiB"},
-		"queues: [{name: a, models: {H100: {nominal: {gpus: -1}}}}]":                  {"queues[0].models.H100.nominal.gpus"},
-		"queues: [{name: a, fairWeight: -1}]":                                         {"queues[0].fairWeight"},
-		"queues: [{name: a, nominal: {gpus: two}}]":                                   {"gpus"},
-		"defaultQueue: nobody":                                                        {"defaultQueue", "nobody"},
-		"modelWeights: {T4: 0}":                                                       {"modelWeights.T4"},
-		"defaultModelWeight: -1":                                                      {"defaultModelWeight"},
-		"preemption: {minRunTime: -1m}":                                               {"preemption.minRunTime"},
-		"preemption: {cooldown: -1m}":                                                 {"preemption.cooldown"},
-		"preemption: {preemptible: {PX: true}}":                                       {"preemption.preemptible", "PX"},
-		"gang: {timeout: 0s}":                                                         {"gang.timeout"},
-		"queuez: []":                                                                  {"unknown field", "queuez"},
-		"priority: {ageing: {stepp: 1}}":                                              {"unknown field", "stepp"},
+		"priority: {defaultClass: P9}":                                                               {"priority.defaultClass", "P9"},
+		"priority: {annotation: {fast: P7}}":                                                         {"priority.annotation.fast", "P7"},
+		"priority: {classValues: [{atLeast: 1, class: X}]}":                                          {"priority.classValues[0].class"},
+		"priority: {classValues: [{atLeast: 1, class: P1}, {atLeast: 1, class: P2}]}":                {"priority.classValues[1].atLeast", "twice"},
+		"priority: {ageing: {interval: 0s}}":                                                         {"priority.ageing.interval"},
+		"priority: {ageing: {step: -1}}":                                                             {"priority.ageing.step"},
+		"priority: {ageing: {maxBoost: 100000}}":                                                     {"priority.ageing.maxBoost"},
+		"priority: {ageing: {interval: soon}}":                                                       {"interval", "invalid duration"},
+		"priority: {maxWait: {P2: -1s}}":                                                             {"priority.maxWait.P2"},
+		"priority: {maxWait: {Q: 1s}}":                                                               {"priority.maxWait", "Q"},
+		"priority: {backfill: {maxReservations: -2}}":                                                {"priority.backfill.maxReservations"},
+		"queues: [{name: a}, {name: a}]":                                                             {"queues[1].name", "already used"},
+		"queues: [{name: Team_A}]":                                                                   {"queues[0].name"},
+		"queues: [{name: a, nominal: {gpuMilli: -5}}]":                                               {"queues[0].nominal.gpuMilli", "-5"},
+		"queues: [{name: a, nominal: {gpus: 2}, lendingLimit: {gpus: 3}}]":                           {"queues[0].lendingLimit.gpus", "exceeds nominal"},
+		"queues: [{name: a, borrowingLimit: {gpuMemMiB: -1}}]":                                       {"queues[0].borrowingLimit.gpuMemMiB"},
+		"queues: [{name: a, models: {H100: {nominal: {gpus: -1}}}}]":                                 {"queues[0].models.H100.nominal.gpus"},
+		"queues: [{name: a, cohort: c, nominal: {gpuMilli: 8000}, borrowingLimit: {gpus: 2}}]":       {"queues[0].borrowingLimit.gpus", "limits nothing"},
+		"queues: [{name: a, models: {H100: {nominal: {gpus: 2}, borrowingLimit: {gpuMilli: 500}}}}]": {"queues[0].models.H100.borrowingLimit.gpuMilli", "limits nothing"},
+		"queues: [{name: a, fairWeight: -1}]":                                                        {"queues[0].fairWeight"},
+		"queues: [{name: a, nominal: {gpus: two}}]":                                                  {"gpus"},
+		"defaultQueue: nobody":                                                                       {"defaultQueue", "nobody"},
+		"modelWeights: {T4: 0}":                                                                      {"modelWeights.T4"},
+		"defaultModelWeight: -1":                                                                     {"defaultModelWeight"},
+		"modelWeights: {T4: 0.0004}":                                                                 {"modelWeights.T4", "0.0004"},
+		"defaultModelWeight: 0.0001":                                                                 {"defaultModelWeight"},
+		"preemption: {minRunTime: -1m}":                                                              {"preemption.minRunTime"},
+		"preemption: {cooldown: -1m}":                                                                {"preemption.cooldown"},
+		"preemption: {preemptible: {PX: true}}":                                                      {"preemption.preemptible", "PX"},
+		"gang: {timeout: 0s}":                                                                        {"gang.timeout"},
+		"queuez: []":                                                                                 {"unknown field", "queuez"},
+		"priority: {ageing: {stepp: 1}}":                                                             {"unknown field", "stepp"},
 	}
 	for body, want := range cases {
 		_, err := Parse([]byte(head + body + "\n"))
@@ -271,5 +275,75 @@ func TestAgeing(t *testing.T) {
 	}
 	if _, err := Parse([]byte(head + "priority: {ageing: {ceiling: P5}}\n")); err == nil || !strings.Contains(err.Error(), "priority.ageing.ceiling") {
 		t.Errorf("bad ceiling: %v", err)
+	}
+}
+
+// A valid config with a large ageing step over a fine interval made
+// Effective overflow (intervals × step) and index Classes with a huge
+// number: a panic for any pod that waited a second.
+func TestAgeingSaturatesInsteadOfOverflowing(t *testing.T) {
+	a := AgeingConfig{Interval: Duration{Duration: time.Nanosecond}, Step: 1 << 40, MaxBoost: 200, Ceiling: P0}
+	c := Default()
+	c.Priority.Ageing = a
+	if err := c.Validate(); err != nil {
+		t.Fatalf("the config is valid: %v", err)
+	}
+	for _, w := range []time.Duration{time.Nanosecond, time.Second, time.Hour, 1000 * time.Hour} {
+		if got := a.Effective(P3, w); got != P1 {
+			t.Errorf("wait %s: %s, want P1 (maxBoost 200 = two classes)", w, got)
+		}
+	}
+	small := AgeingConfig{Interval: Duration{Duration: time.Minute}, Step: 10, MaxBoost: 200, Ceiling: P0}
+	for w, want := range map[time.Duration]Class{9 * time.Minute: P3, 10 * time.Minute: P2, 19 * time.Minute: P2, 20 * time.Minute: P1, 100 * time.Hour: P1} {
+		if got := small.Effective(P3, w); got != want {
+			t.Errorf("step 10/min, wait %s: %s, want %s", w, got, want)
+		}
+	}
+}
+
+// ClassStep of a valid config overflowed (an interval over ~3 years × 100
+// went negative, which the engine's queue rejects as a negative step) or
+// rounded to 0 (step above interval × 100 in ns: "ageing off" for the
+// fastest ageing).
+func TestClassStepNeverNegativeOrOff(t *testing.T) {
+	for _, a := range []AgeingConfig{
+		{Interval: Duration{Duration: 100_000 * time.Hour}, Step: 10, MaxBoost: 200},
+		{Interval: Duration{Duration: time.Nanosecond}, Step: 1000, MaxBoost: 200},
+		{Interval: Duration{Duration: 1<<63 - 1}, Step: 1, MaxBoost: 200},
+	} {
+		c := Default()
+		c.Priority.Ageing = a
+		if err := c.Validate(); err != nil {
+			t.Fatalf("%+v is valid: %v", a, err)
+		}
+		if got := a.ClassStep(); got <= 0 {
+			t.Errorf("interval %s step %d: ClassStep %s, want positive", a.Interval.Duration, a.Step, got)
+		}
+	}
+	a := AgeingConfig{Interval: Duration{Duration: 100_000 * time.Hour}, Step: 10}
+	if got, want := a.ClassStep(), 1_000_000*time.Hour; got != want {
+		t.Errorf("ClassStep = %s, want %s", got, want)
+	}
+}
+
+// TestUnnamedLimitResources: a limit limits only what it names, also in a
+// per-model quota; Go-built configs keep every field as given.
+func TestUnnamedLimitResources(t *testing.T) {
+	c, err := Parse([]byte(head + `queues:
+- name: a
+  cohort: c
+  nominal: {gpuMilli: 4000, gpus: 4}
+  borrowingLimit: {gpus: 1}
+  models: {H100: {nominal: {gpus: 2, gpuMilli: 2000}, lendingLimit: {gpus: 1}}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := c.Queues[0]
+	if b := q.BorrowingLimit; b.GPUs != 1 || b.GPUMilli != maxAmount || b.GPUMemMiB != maxAmount {
+		t.Errorf("borrowingLimit = %+v, want gpus 1, the rest unlimited", *b)
+	}
+	if l := q.Models["H100"].LendingLimit; l.GPUs != 1 || l.GPUMilli != 2000 || l.GPUMemMiB != 0 {
+		t.Errorf("H100 lendingLimit = %+v, want gpus 1, gpuMilli all of nominal (2000)", *l)
 	}
 }

@@ -136,10 +136,12 @@ type QueueConfig struct {
 	// Nominal is the guaranteed quota.
 	Nominal Resources `json:"nominal"`
 	// BorrowingLimit caps use above Nominal; absent: only the cohort's idle
-	// capacity limits it.
+	// capacity limits it. In YAML a resource the limit does not name is not
+	// limited (Parse sets it to the largest amount).
 	BorrowingLimit *Resources `json:"borrowingLimit,omitempty"`
 	// LendingLimit caps how much of Nominal others may borrow; absent: all
-	// of it. Nominal − LendingLimit is never lent.
+	// of it. Nominal − LendingLimit is never lent. In YAML a resource the
+	// limit does not name is all lendable (Parse sets it to Nominal's).
 	LendingLimit *Resources `json:"lendingLimit,omitempty"`
 	// Models are optional per-GPU-model quotas in that model's own
 	// (unweighted) units, on top of the weighted totals above.
