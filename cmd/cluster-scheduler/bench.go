@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tessera-gpu/tessera/internal/dynsim"
+	"github.com/tessera-gpu/tessera/internal/engine"
 	enginebench "github.com/tessera-gpu/tessera/internal/engine/bench"
 	"github.com/tessera-gpu/tessera/internal/partition"
 	"github.com/tessera-gpu/tessera/internal/placement"
@@ -158,14 +159,20 @@ func benchThroughput(stdout io.Writer, shipped string, nodes int) error {
 // measureCycle is the scheduling engine's full cycle (pop, admit, fit,
 // place or fail, requeue) with 10,000 pods pending on the filled cluster.
 func measureCycle(stdout io.Writer, tag string, specs []partition.NodeSpec, pods []placement.Request) error {
-	res, err := enginebench.RunCycle(enginebench.CycleSetup{Nodes: specs, Pods: pods, Pending: 10000, Rounds: 5, FreedPerRound: 500, Engine: enginebench.FullConfig(), Seed: 42})
-	if err != nil {
-		return err
+	for _, run := range []struct {
+		suffix string
+		cfg    engine.Config
+	}{{"", enginebench.CycleConfig()}, {".with_preemption", enginebench.FullConfig()}} {
+		res, err := enginebench.RunCycle(enginebench.CycleSetup{Nodes: specs, Pods: pods, Pending: 10000, Rounds: 5, FreedPerRound: 500, Engine: run.cfg, Seed: 42})
+		if err != nil {
+			return err
+		}
+		name := tag + run.suffix
+		fmt.Fprintf(stdout, "BENCH sched.cycle_per_s.%s %.0f pods/s\n", name, res.PerSecond())
+		fmt.Fprintf(stdout, "BENCH sched.cycle_attempts.%s %d pods\n", name, res.Attempts)
+		fmt.Fprintf(stdout, "BENCH sched.cycle_placed.%s %d pods\n", name, res.Placed)
+		fmt.Fprintf(stdout, "BENCH sched.cycle_preempted.%s %d pods\n", name, res.Preempted)
 	}
-	fmt.Fprintf(stdout, "BENCH sched.cycle_per_s.%s %.0f pods/s\n", tag, res.PerSecond())
-	fmt.Fprintf(stdout, "BENCH sched.cycle_attempts.%s %d pods\n", tag, res.Attempts)
-	fmt.Fprintf(stdout, "BENCH sched.cycle_placed.%s %d pods\n", tag, res.Placed)
-	fmt.Fprintf(stdout, "BENCH sched.cycle_preempted.%s %d pods\n", tag, res.Preempted)
 	return nil
 }
 

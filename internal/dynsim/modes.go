@@ -48,7 +48,7 @@ func Modes(name string, ageing priority.Ageing) (Mode, error) {
 	case "priority_noaging", "full":
 		m := Mode{Name: name, Priorities: true, Quotas: true, MinRun: 10 * time.Minute, Preemptible: [4]bool{false, false, true, true},
 			Engine: engine.Config{Queue: noBackoff, Preemption: true, Cooldown: 30 * time.Minute, RequeuePreempted: true,
-				ReserveAfter: 10 * time.Minute, MaxReservations: 16, PreemptionSearches: 8}}
+				ReserveAfter: 10 * time.Minute, MaxReservations: 16, PreemptionSearches: 32}}
 		if name == "full" {
 			m.Engine.Queue.Ageing = ageing
 		}

@@ -20,4 +20,7 @@ type Admission interface {
 	// queue whatever their classes (internal/preempt decides).
 	Borrowing(v *Pod) bool
 	WithinGuarantee(p *Pod) bool
+	// Cohort is the cohort of p's queue: capacity is only reclaimed within
+	// one cohort.
+	Cohort(p *Pod) string
 }

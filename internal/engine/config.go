@@ -11,8 +11,12 @@ import (
 
 // ConfigFrom turns the typed scheduler configuration into the engine's:
 // ageing in whole classes (one class per Interval × 100 ÷ Step of wait, at
-// most MaxBoost, never above Ceiling), escalation to the front (P0) after a
-// class's MaxWait, backfill reservations, the cooldown. Per-pod values
+// most MaxBoost, never above Ceiling), escalation after a class's MaxWait
+// to the ageing ceiling — not to P0: an experiment past its maximum wait
+// goes first among training, it does not compete with realtime inference
+// (the ceiling says which classes a waiting pod may overtake) — backfill
+// reservations, the cooldown. ageing.classes (which classes age) is not
+// modelled: every class below the ceiling ages. Per-pod values
 // (minimum run time, maximum wait) come from PodDefaults.
 func ConfigFrom(c *schedv1.Config) (Config, error) {
 	if err := c.Validate(); err != nil {
@@ -33,7 +37,7 @@ func ConfigFrom(c *schedv1.Config) (Config, error) {
 		ceiling = priority.Class(int(priority.Lowest) - boost)
 	}
 	return Config{
-		Queue: queue.Config{Ageing: priority.Ageing{Step: a.ClassStep(), Ceiling: ceiling}, EscalateTo: priority.P0,
+		Queue: queue.Config{Ageing: priority.Ageing{Step: a.ClassStep(), Ceiling: ceiling}, EscalateTo: ceiling,
 			BackoffInitial: time.Second, BackoffMax: 10 * time.Second},
 		ReserveAfter:    c.Priority.Backfill.ReserveAfter.Duration,
 		MaxReservations: c.Priority.Backfill.MaxReservations,

@@ -75,8 +75,9 @@ func (e *Engine) cycleGangs(now time.Time) {
 		if st, _ := e.gangs.tracker.Status(name); !st.Complete {
 			continue
 		}
-		// Reserve is only called on a ready group, and on success it holds
-		// every present member: got is the whole group.
+		// On success Reserve holds every present member that fits with the
+		// others — all of them, or (elastic groups) the first min-member
+		// when all do not fit: those start; the rest assemble anew.
 		e.startGang(name, got, now)
 	}
 }
@@ -105,8 +106,8 @@ func (e *Engine) startGang(name string, decisions map[string]placement.Decision,
 		delete(e.gangs.pending[name], k)
 		e.book(p, decisions[k], now)
 	}
-	// Members beyond those reserved (more than min-member arrived and not
-	// all fitted) start a new group of their own.
+	// Members Reserve did not take (more than min-member arrived and not
+	// all fitted) assemble a new group of their own.
 	rest := e.gangs.pending[name]
 	delete(e.gangs.pending, name)
 	for _, p := range rest {

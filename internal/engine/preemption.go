@@ -29,7 +29,10 @@ func (e *Engine) planPreemption(p *Pod, now time.Time) (*preempt.Plan, bool) {
 	if !e.anyLessUrgent(p.Class) && !reclaim {
 		return nil, false
 	}
-	key := planKey{e.cluster.ShapeOf(&p.Request), p.Class}
+	key := planKey{e.cluster.ShapeOf(&p.Request), p.Class, ""}
+	if e.admit != nil {
+		key.team = p.Team // what a pod may reclaim depends on its queue
+	}
 	if st, ok := e.noPlan[key]; ok && st.gen == e.placer.gen && st.now.Equal(now) {
 		return nil, false
 	}
@@ -48,6 +51,7 @@ func (e *Engine) planPreemption(p *Pod, now time.Time) (*preempt.Plan, bool) {
 type planKey struct {
 	shape placement.Shape
 	class priority.Class
+	team  string
 }
 
 type planStamp struct {
@@ -67,17 +71,25 @@ func (e *Engine) anyLessUrgent(c priority.Class) bool {
 }
 
 func (e *Engine) pending(p *Pod, withinGuarantee bool) preempt.Pending {
-	return preempt.Pending{Request: p.Request, Class: int(p.Class), Queue: p.Team, WithinGuarantee: withinGuarantee}
+	pp := preempt.Pending{Request: p.Request, Class: int(p.Class), Queue: p.Team, WithinGuarantee: withinGuarantee}
+	if e.admit != nil {
+		pp.Cohort = e.admit.Cohort(p)
+	}
+	return pp
 }
 
 // candidates lists, as preempt sees them, the pods that may be victims of
 // p — preemptible pods of a less urgent class, and with reclaim pods of
-// other queues that borrow — on nodes where their GPU compute plus the
+// other queues of p's cohort that borrow — on nodes where their GPU compute plus the
 // free compute could reach p's need (the O(1) class bound first). Pods
 // that opted out of preemption are left out (so they are not even
 // reclaimed), except as members of a gang that has a candidate.
 func (e *Engine) candidates(p *Pod, reclaim bool) []preempt.Running {
 	need := int64(p.Request.NumGPU) * int64(p.Request.GPUMilli)
+	cohort := ""
+	if reclaim {
+		cohort = e.admit.Cohort(p)
+	}
 	out := e.candBuf[:0]
 	for i := range e.cluster.Nodes {
 		if len(e.onNode[i]) == 0 || !e.cluster.Admits(i, &p.Request) || !e.mayMakeRoom(i, p, need, reclaim) {
@@ -89,7 +101,7 @@ func (e *Engine) candidates(p *Pod, reclaim bool) []preempt.Running {
 				continue
 			}
 			lower := p.Class.Above(r.Pod.Class)
-			if lower || (reclaim && r.Pod.Team != p.Team && e.admit.Borrowing(r.Pod)) {
+			if lower || (reclaim && r.Pod.Team != p.Team && e.admit.Borrowing(r.Pod) && e.admit.Cohort(r.Pod) == cohort) {
 				out = append(out, e.asVictim(r))
 				room += grantMilli(r)
 			}
@@ -115,7 +127,7 @@ func (e *Engine) asVictim(r *Running) preempt.Running {
 		pr.Gang = r.Pod.Gang.Name
 	}
 	if e.admit != nil {
-		pr.Borrowing = e.admit.Borrowing(r.Pod)
+		pr.Borrowing, pr.Cohort = e.admit.Borrowing(r.Pod), e.admit.Cohort(r.Pod)
 	}
 	return pr
 }

@@ -59,3 +59,6 @@ func (a *QuotaAdmission) Borrowing(v *Pod) bool { return a.Books.Borrowing(v.Key
 func (a *QuotaAdmission) WithinGuarantee(p *Pod) bool {
 	return a.Books.WithinGuarantee(p.Team, usageBefore(p))
 }
+
+// Cohort implements Admission.
+func (a *QuotaAdmission) Cohort(p *Pod) string { return a.Books.CohortOf(p.Team) }

@@ -87,7 +87,7 @@ func TestConfigFrom(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 10 points per minute, 100 points a class: one class per 10 minutes, up to P2.
-	if cfg.Queue.Ageing.Step != 10*time.Minute || cfg.Queue.Ageing.Ceiling != priority.P2 || cfg.ReserveAfter != 5*time.Minute || cfg.Cooldown != 30*time.Minute {
+	if cfg.Queue.Ageing.Step != 10*time.Minute || cfg.Queue.Ageing.Ceiling != priority.P2 || cfg.Queue.EscalateTo != priority.P2 || cfg.ReserveAfter != 5*time.Minute || cfg.Cooldown != 30*time.Minute {
 		t.Errorf("ConfigFrom(Default) = %+v", cfg)
 	}
 	p := &Pod{Class: priority.P3}
@@ -98,5 +98,34 @@ func TestConfigFrom(t *testing.T) {
 	sc.Priority.Ageing.Ceiling = "P9"
 	if _, err := ConfigFrom(sc); err == nil || !strings.Contains(err.Error(), "ceiling") {
 		t.Errorf("bad ceiling: %v", err)
+	}
+}
+
+// Capacity is reclaimed within a cohort only: a pod within its guarantee
+// does not evict a borrower of another cohort.
+func TestReclaimStaysInItsCohort(t *testing.T) {
+	e := quotaEngine(t, []schedv1.QueueConfig{
+		{Name: "a", Cohort: "c1", Nominal: schedv1.Resources{GPUMilli: 2000}},
+		{Name: "b", Cohort: "c1", Nominal: schedv1.Resources{GPUMilli: 3000}},
+		{Name: "x", Cohort: "c2", Nominal: schedv1.Resources{GPUMilli: 2000}},
+	})
+	for i := 0; i < 5; i++ { // a: 2 guaranteed + 3 borrowed from b
+		submit(t, e, teamPod(fmt.Sprint("a", i), "a", priority.P1, 1, i))
+	}
+	submit(t, e, teamPod("y", "x", priority.P1, 1, 5)) // the 6th GPU
+	e.Cycle(at(10))
+	if got := placed(e); len(got) != 6 {
+		t.Fatalf("set-up placed %v", got)
+	}
+	submit(t, e, teamPod("x2", "x", priority.P3, 1, 20))
+	e.Cycle(at(30))
+	if got := strings.Join(placed(e), " "); got != "" {
+		t.Errorf("x is within its guarantee but a's borrowers are in another cohort, yet: %q", got)
+	}
+	// b (a's cohort, within its guarantee) does reclaim.
+	submit(t, e, teamPod("b1", "b", priority.P3, 1, 40))
+	e.Cycle(at(50))
+	if got := strings.Join(placed(e), " "); !strings.Contains(got, "evict:a") || !strings.Contains(got, "b1@") {
+		t.Errorf("b within its guarantee: %q, want an a borrower evicted", got)
 	}
 }

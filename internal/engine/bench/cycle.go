@@ -39,13 +39,23 @@ type CycleResult struct {
 // PerSecond is pods attempted per second.
 func (r CycleResult) PerSecond() float64 { return float64(r.Attempts) / r.Elapsed.Seconds() }
 
-// FullConfig is the engine configuration the benchmark measures: ageing,
-// backoff, bounded reservations and preemption all on.
+// CycleConfig is the cycle the throughput target names — pop, fit, place
+// or fail, requeue — with ageing, backoff and bounded reservations on and
+// preemption off; FullConfig adds preemption, bounded to 16 victim searches
+// per cycle (a search plans on every node with evictable pods: tens of
+// milliseconds on a full cluster of thousands of nodes), measured apart.
+func CycleConfig() engine.Config {
+	c := FullConfig()
+	c.Preemption = false
+	return c
+}
+
+// FullConfig is CycleConfig with preemption.
 func FullConfig() engine.Config {
 	return engine.Config{
 		Queue:        queue.Config{Ageing: priority.Ageing{Step: 10 * time.Minute, Ceiling: priority.P1}, EscalateTo: priority.P1, BackoffInitial: time.Second, BackoffMax: 10 * time.Second},
 		ReserveAfter: 5 * time.Minute, MaxReservations: 16,
-		Preemption: true, Cooldown: 30 * time.Minute, RequeuePreempted: true,
+		Preemption: true, PreemptionSearches: 16, Cooldown: 30 * time.Minute, RequeuePreempted: true,
 	}
 }
 
