@@ -3,6 +3,7 @@ package dynsim
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"time"
 
@@ -86,12 +87,14 @@ func (r *Result) finish(s *state, horizon time.Duration) {
 	}
 }
 
-// quantile of sorted values (nearest rank); 0 for none.
+// quantile of sorted values (nearest rank: the ⌈q·n⌉-th); 0 for none. The
+// small tolerance keeps a product like 0.99·100 that lands a hair above an
+// integer on that integer.
 func quantile(sorted []time.Duration, q float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0
 	}
-	i := int(q*float64(len(sorted))+0.5) - 1
+	i := int(math.Ceil(q*float64(len(sorted))-1e-9)) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
