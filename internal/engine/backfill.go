@@ -178,9 +178,17 @@ func (e *Engine) dropReservation(key string) {
 // refreshReservations runs at the start of every cycle: each reservation
 // lets go of its placeholder, places its pod if the node can now host it,
 // or holds again what the node has free (more than before when pods there
-// ended).
+// ended). A reservation on a node that no longer admits the pod (cordoned)
+// is dropped.
 func (e *Engine) refreshReservations(now time.Time) {
 	for _, r := range slices.Clone(e.res.order) {
+		if !e.cluster.Admits(r.node, &r.pod.Request) {
+			// The node was cordoned: what it holds serves nobody and the
+			// pod would wait for it forever. Let go; the pod's next failed
+			// attempt reserves a node that admits it.
+			e.dropReservation(r.pod.Key)
+			continue
+		}
 		e.unhold(r)
 		if d, ok := e.sched.ScheduleOn(r.node, &r.pod.Request); ok {
 			if en, queued := e.q.Get(r.pod.Key); queued && e.admitted(en.Pod, now) {
