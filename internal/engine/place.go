@@ -18,11 +18,34 @@ type placer struct {
 	// failed at gen fails until gen moves.
 	gen    uint64
 	failed map[placement.Shape]uint64
+	// cordoned is each node's cordon as last seen: a node uncordoned is
+	// capacity gained, like a node joining.
+	cordoned []bool
 }
 
 func newPlacer(s *placement.Scheduler) *placer {
 	p := &placer{sched: s, failed: map[placement.Shape]uint64{}, gen: 1}
-	s.Cluster().Watch(func(int) {}, func(int) { p.gen++ })
+	c := s.Cluster()
+	var anyPod placement.Request // admitted by every node that is not cordoned
+	p.cordoned = make([]bool, len(c.Nodes))
+	for i := range p.cordoned {
+		p.cordoned[i] = !c.Admits(i, &anyPod)
+	}
+	s.Cluster().Watch(func(i int) {
+		for len(p.cordoned) <= i {
+			p.cordoned = append(p.cordoned, false)
+		}
+		now := !c.Admits(i, &anyPod)
+		if p.cordoned[i] && !now {
+			p.gen++
+		}
+		p.cordoned[i] = now
+	}, func(n int) {
+		for len(p.cordoned) < n {
+			p.cordoned = append(p.cordoned, false)
+		}
+		p.gen++
+	})
 	return p
 }
 
