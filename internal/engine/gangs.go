@@ -82,9 +82,29 @@ func (e *Engine) cycleGangs(now time.Time) {
 	}
 }
 
+// groupAdmission is an Admission that can admit pods together: each
+// against the books with the ones before it already counted. Without it
+// each member is asked alone, which cannot see that the members together
+// exceed what their queue may hold.
+type groupAdmission interface {
+	AdmitAll(pods []*Pod, now time.Time) error
+}
+
 // admitGang asks admission for every member; the group waits unless all
-// are admitted.
+// are admitted together.
 func (e *Engine) admitGang(name string, now time.Time) bool {
+	if ga, ok := e.admit.(groupAdmission); ok {
+		keys := make([]string, 0, len(e.gangs.pending[name]))
+		for k := range e.gangs.pending[name] {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		pods := make([]*Pod, len(keys))
+		for i, k := range keys {
+			pods[i] = e.gangs.pending[name][k]
+		}
+		return ga.AdmitAll(pods, now) == nil
+	}
 	for _, p := range e.gangs.pending[name] {
 		if e.admit.Admit(p, now) != nil {
 			return false

@@ -37,6 +37,29 @@ func (a *QuotaAdmission) Admit(p *Pod, _ time.Time) error {
 	return fmt.Errorf("pod %s: %s", p.Key, d.Reason)
 }
 
+// AdmitAll admits pods as one (a gang's members): each is decided with
+// the ones before it booked, so members that fit one by one but not
+// together are refused. The trial bookings are removed before it returns.
+func (a *QuotaAdmission) AdmitAll(pods []*Pod, now time.Time) error {
+	var trial []string
+	defer func() {
+		for _, id := range trial {
+			_ = a.Books.Remove(id)
+		}
+	}()
+	for _, p := range pods {
+		if err := a.Admit(p, now); err != nil {
+			return err
+		}
+		id := "\x00admit-trial/" + p.Key // no pod key starts with NUL
+		if err := a.Books.Add(quota.Pod{ID: id, Queue: p.Team, Class: int(p.Class), Start: now, Usage: usageBefore(p)}); err != nil {
+			return fmt.Errorf("pod %s: %w", p.Key, err)
+		}
+		trial = append(trial, id)
+	}
+	return nil
+}
+
 // Charge implements Admission: the books take the model the pod landed on.
 func (a *QuotaAdmission) Charge(p *Pod, r *Running) {
 	u := quota.UsageOf(&p.Request, a.Cluster.Nodes[r.Decision.Node].Model)
