@@ -52,6 +52,10 @@ func (r *Result) class(c priority.Class) *ClassStats { return r.Classes[c] }
 // must be 0.
 func (r *Result) MinRunViolations() int { return r.minRunViolations }
 
+// Rejected counts jobs the engine refused at submission (a request it
+// cannot take): they never queued, so no class statistic holds them.
+func (r *Result) Rejected() int { return r.rejected }
+
 // Preemptions is the number of evictions, all classes.
 func (r *Result) Preemptions() int {
 	n := 0
@@ -101,8 +105,8 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 // WriteTable prints one block per result.
 func WriteTable(w io.Writer, results []*Result) {
 	for _, r := range results {
-		fmt.Fprintf(w, "mode %s: mean GPU allocation %.2f %%, preemptions %d, unfinished %d, preempted inside min run time %d\n",
-			r.Mode, r.AllocPct, r.Preemptions(), r.Unfinished, r.minRunViolations)
+		fmt.Fprintf(w, "mode %s: mean GPU allocation %.2f %%, preemptions %d, unfinished %d, rejected %d, preempted inside min run time %d\n",
+			r.Mode, r.AllocPct, r.Preemptions(), r.Unfinished, r.rejected, r.minRunViolations)
 		fmt.Fprintf(w, "  %-5s %8s %8s %10s %10s %10s %9s %9s %8s %8s\n", "class", "arrived", "started", "wait p50", "wait p99", "wait max", "preempt", "GPU-h lost", "dropped", "waiting")
 		for i, c := range r.Classes {
 			fmt.Fprintf(w, "  %-5s %8d %8d %10s %10s %10s %9d %9.1f %8d %8d\n", priority.Class(i), c.arrived, len(c.waits),
@@ -129,4 +133,5 @@ func WriteBench(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "BENCH %spreemptions %d pods\n", p, r.Preemptions())
 	fmt.Fprintf(w, "BENCH %smin_run_violations %d pods\n", p, r.minRunViolations)
 	fmt.Fprintf(w, "BENCH %sunfinished %d pods\n", p, r.Unfinished)
+	fmt.Fprintf(w, "BENCH %srejected %d pods\n", p, r.rejected)
 }
