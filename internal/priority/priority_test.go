@@ -179,3 +179,19 @@ func TestTableFromConfigAgrees(t *testing.T) {
 		t.Errorf("bad default: %v", err)
 	}
 }
+
+// An alias spelled like a class name ("p0") can never take effect, since
+// Resolve reads class names first: a table that maps it to another class
+// is refused instead of being silently ignored.
+func TestAliasShadowedByClassNameIsRefused(t *testing.T) {
+	if _, err := NewTable(map[string]Class{"P0": P3}, nil, P3); err == nil || !strings.Contains(err.Error(), `"P0"`) {
+		t.Errorf("alias P0 → P3: %v, want an error naming the alias", err)
+	}
+	tab, err := NewTable(map[string]Class{" p1 ": P1}, nil, P3) // harmless: says what P1 says
+	if err != nil {
+		t.Fatalf("alias p1 → P1: %v", err)
+	}
+	if c, err := tab.Resolve("P1", true, 0); err != nil || c != P1 {
+		t.Errorf("Resolve(P1) = %v, %v", c, err)
+	}
+}

@@ -29,7 +29,8 @@ type Table struct {
 	def        Class
 }
 
-// NewTable checks and builds a table. Names are case-insensitive; two
+// NewTable checks and builds a table. Names are case-insensitive; a name
+// spelled like a class ("p0") mapping to another class, two
 // thresholds with one Min, or a higher Min mapping to a less urgent class
 // than a lower Min (an inverted table), are rejected.
 func NewTable(names map[string]Class, thresholds []Threshold, def Class) (*Table, error) {
@@ -44,6 +45,10 @@ func NewTable(names map[string]Class, thresholds []Threshold, def Class) (*Table
 		}
 		if !c.Valid() {
 			return nil, fmt.Errorf("priority table: name %q maps to %v, not P0..P3", n, c)
+		}
+		if named, err := ParseClass(key); err == nil && named != c {
+			// Resolve reads class names first: this alias could never apply.
+			return nil, fmt.Errorf("priority table: name %q is the class %v and cannot map to %v", n, named, c)
 		}
 		if prev, dup := t.names[key]; dup && prev != c {
 			return nil, fmt.Errorf("priority table: name %q maps to both %v and %v", n, prev, c)
