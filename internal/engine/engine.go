@@ -302,7 +302,8 @@ func (e *Engine) attempt(p *Pod, now time.Time) bool {
 			e.placer.capacityFreed()
 			return true
 		}
-		e.hold(r)
+		// Still unheld: a victim search counts the reservation as room
+		// the pod has (held again below if no plan is carried out).
 	} else if d, ok := e.placer.find(&p.Request); ok {
 		return e.start(p, d, now) == nil
 	}
@@ -314,6 +315,9 @@ func (e *Engine) attempt(p *Pod, now time.Time) bool {
 				return true
 			}
 		}
+	}
+	if r := e.res.byPod[p.Key]; r != nil {
+		e.hold(r)
 	}
 	e.reserve(p, now)
 	searchSkipped := e.cfg.Preemption && e.cfg.PreemptionSearches > 0 && budget >= e.cfg.PreemptionSearches

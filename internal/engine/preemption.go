@@ -33,7 +33,9 @@ func (e *Engine) planPreemption(p *Pod, now time.Time) (*preempt.Plan, bool) {
 	if e.admit != nil {
 		key.team = p.Team // what a pod may reclaim depends on its queue
 	}
-	if st, ok := e.noPlan[key]; ok && st.gen == e.placer.gen && st.now.Equal(now) {
+	// A pod whose reservation is let go for the search sees more room than
+	// the others of its key: their failures do not speak for it.
+	if st, ok := e.noPlan[key]; ok && st.gen == e.placer.gen && st.now.Equal(now) && e.res.byPod[p.Key] == nil {
 		return nil, false
 	}
 	if e.cfg.PreemptionSearches > 0 && e.searches >= e.cfg.PreemptionSearches {
