@@ -6,6 +6,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/internal/partition"
 	"github.com/tessera-gpu/tessera/internal/placement"
+	"github.com/tessera-gpu/tessera/internal/priority"
 )
 
 // reservations is the head-of-line stage. Backfill is the default: a pod
@@ -23,6 +24,14 @@ type reservations struct {
 	max   int
 	byPod map[string]*reservation
 	order []*reservation
+	// lendFailed remembers (shape, class) that did not fit even with the
+	// less urgent reservations let go, at the placer's generation.
+	lendFailed map[lendKey]uint64
+}
+
+type lendKey struct {
+	shape placement.Shape
+	class priority.Class
 }
 
 type reservation struct {
@@ -33,7 +42,7 @@ type reservation struct {
 }
 
 func newReservations(after time.Duration, max int) *reservations {
-	return &reservations{after: after, max: max, byPod: map[string]*reservation{}}
+	return &reservations{after: after, max: max, byPod: map[string]*reservation{}, lendFailed: map[lendKey]uint64{}}
 }
 
 func (rs *reservations) enabled() bool { return rs.after > 0 && rs.max > 0 }
@@ -139,6 +148,53 @@ func (e *Engine) unhold(r *reservation) {
 		}
 		r.on = false
 	}
+}
+
+// placeThroughReservations places p on capacity held for pods less urgent
+// in the queue's order (effective classes: an aged pod's reservation is
+// not lent to the classes it has caught up with) when nothing else fits
+// it. A reservation keeps backfill — the pods behind
+// its pod in the queue — off its node, not the pods ahead of it: a more
+// urgent pod takes held capacity before it evicts running work or waits
+// (as kube-scheduler lets a higher-priority pod take a nominated pod's
+// room). The reservations lent are held again at once, with what is left.
+func (e *Engine) placeThroughReservations(p *Pod, now time.Time) bool {
+	class := e.effective(p, now)
+	var lent []*reservation
+	for _, r := range e.res.order {
+		if r.on && class.Above(e.effective(r.pod, now)) {
+			lent = append(lent, r)
+		}
+	}
+	if len(lent) == 0 {
+		return false
+	}
+	key := lendKey{e.cluster.ShapeOf(&p.Request), class}
+	if e.res.lendFailed[key] == e.placer.gen {
+		return false
+	}
+	for _, r := range lent {
+		e.unhold(r)
+	}
+	d, ok := e.sched.Find(&p.Request)
+	placed := ok && e.start(p, d, now) == nil
+	for _, r := range lent {
+		e.hold(r)
+	}
+	if !placed {
+		e.res.lendFailed[key] = e.placer.gen
+	}
+	return placed
+}
+
+// effective is the class p competes in at now in the queue: escalated
+// after its maximum wait, then aged. (Queue order, not preemption rights.)
+func (e *Engine) effective(p *Pod, now time.Time) priority.Class {
+	qc, base, wait := e.q.Config(), p.Class, now.Sub(p.Submitted)
+	if p.MaxWait > 0 && wait >= p.MaxWait && qc.EscalateTo.Above(base) {
+		base = qc.EscalateTo
+	}
+	return qc.Ageing.Effective(base, wait)
 }
 
 // reserve gives p a reservation if it has waited long enough and the bound

@@ -307,6 +307,10 @@ func (e *Engine) attempt(p *Pod, now time.Time) bool {
 	} else if d, ok := e.placer.find(&p.Request); ok {
 		return e.start(p, d, now) == nil
 	}
+	if e.placeThroughReservations(p, now) {
+		e.dropReservation(p.Key)
+		return true
+	}
 	budget := e.searches
 	if e.cfg.Preemption {
 		if pl, ok := e.planPreemption(p, now); ok {

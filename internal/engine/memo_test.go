@@ -34,15 +34,17 @@ func TestReservedPodPlacedElsewhereFreesItsPlaceholder(t *testing.T) {
 	if res := e.Reservations(); len(res) != 1 || res["big"] != 0 {
 		t.Fatalf("reservations %v, want big on n1", res)
 	}
-	// n2 empties. In the next cycle "two" (A100 only, more urgent, so
-	// tried first) finds n1's free GPUs held and fails; then big is placed
+	// n2 empties. In the next cycle "two" (A100 only, tried first) finds
+	// n1's free GPUs held and fails; then big is placed
 	// on n2, which lets n1's placeholder go.
 	for _, k := range []string{"c", "d", "e", "f"} {
 		if err := e.Complete(k); err != nil {
 			t.Fatal(err)
 		}
 	}
-	submit(t, e, a100only(gpus("two", priority.P1, 2, 6)))
+	// (Of big's class, so it may not use big's placeholder; submitted
+	// earlier — e.g. requeued with its old time — so it goes first.)
+	submit(t, e, a100only(gpus("two", priority.P2, 2, 0)))
 	e.Cycle(at(10))
 	if got := strings.Join(placed(e), " "); got != "big@n2" {
 		t.Fatalf("placed %q, want big@n2", got)
