@@ -222,11 +222,16 @@ func (e *Engine) dropReservation(key string) {
 	if r == nil {
 		return
 	}
-	wasOn := r.on
+	// held is what the placeholder last took, also when the caller already
+	// let it go to place the pod: what the pod did not take of it (all of
+	// it when the pod landed on another node) is free again, so shapes
+	// remembered as fitting nowhere while it was held may fit now.
+	// Reservations are few: forgetting is cheap.
+	held := r.on || !r.empty()
 	e.unhold(r)
 	delete(e.res.byPod, key)
 	e.res.order = slices.DeleteFunc(e.res.order, func(x *reservation) bool { return x == r })
-	if wasOn {
+	if held {
 		e.placer.capacityFreed()
 	}
 }

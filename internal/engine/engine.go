@@ -295,11 +295,6 @@ func (e *Engine) attempt(p *Pod, now time.Time) bool {
 		e.unhold(r)
 		if d, ok := e.sched.Find(&p.Request); ok && e.start(p, d, now) == nil {
 			e.dropReservation(p.Key)
-			// What the placeholder held and the pod did not take (all of
-			// it when the pod landed on another node) is free again:
-			// shapes remembered as fitting nowhere while it was held may
-			// fit now. Reservations are few, so forgetting is cheap.
-			e.placer.capacityFreed()
 			return true
 		}
 		// Still unheld: a victim search counts the reservation as room
