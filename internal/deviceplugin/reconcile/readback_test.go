@@ -242,3 +242,43 @@ func TestListedContainerIsTheTruth(t *testing.T) {
 		t.Fatalf("container b holds %v", got)
 	}
 }
+
+// TestFinishedListedPodReleasesInitContainer: with the
+// KubeletPodResourcesListUseActivePods gate off (it can still be turned off
+// in 1.37), and briefly with it on while a terminal pod is still being
+// terminated, kubelet lists a finished pod: its containers appear without
+// devices, and its regular init containers not at all. A finished pod's
+// containers never run again, so the init container's allocation and files
+// must go; otherwise they stay for as long as the pod object exists (a Job's
+// pod may stay for days) and the ledger counts its IDs as held.
+func TestFinishedListedPodReleasesInitContainer(t *testing.T) {
+	rb := newReadBack(t)
+	g := rb.gpus[1].UUID
+	rb.addPod("job", corev1.PodRunning)
+	initIDs := ids(g, "mem", 0, 4)
+	initFile := rb.allocate(resource.Memory, initIDs)
+	initRef := ledger.ContainerRef{PodUID: "uid-job", Namespace: "ns", Pod: "job", Container: "init"}
+	rb.r.Ledger.Record(initRef, resource.Memory, initIDs) // Allocate, attributed
+	appIDs := ids(g, "mem", 0, 2)                         // kubelet hands on part of the init IDs
+	rb.lst.resp = &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{{Name: "job", Namespace: "ns",
+		Containers: []*podresourcesapi.ContainerResources{{Name: "c", Devices: []*podresourcesapi.ContainerDevices{
+			{ResourceName: resource.Memory, DeviceIds: appIDs}}}}}}}
+	rb.once()
+	rb.once()
+	if _, err := os.Stat(initFile); err != nil {
+		t.Fatalf("running pod's init container file collected: %v", err)
+	}
+
+	rb.pods["ns/job"].Status.Phase = corev1.PodSucceeded
+	rb.lst.resp = &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{{Name: "job", Namespace: "ns",
+		Containers: []*podresourcesapi.ContainerResources{{Name: "c"}}}}}
+	for i := 0; i < 3; i++ {
+		rb.once()
+	}
+	if got := rb.r.Ledger.Get(initRef); len(got) != 0 {
+		t.Fatalf("finished pod's init container still holds %v", got)
+	}
+	if _, err := os.Stat(initFile); !os.IsNotExist(err) {
+		t.Fatalf("finished pod's init container file kept: %v", err)
+	}
+}

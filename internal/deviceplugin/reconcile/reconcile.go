@@ -130,10 +130,14 @@ func (r *Reconciler) Once(ctx context.Context) error {
 // kubelet does not list but whose pod still runs, and keeps their files:
 //   - kubelet never lists regular init containers, and it runs them again,
 //     with the same devices and mounts, whenever the pod's sandbox is
-//     recreated; they stay while their pod is listed;
+//     recreated; they stay while their pod is not finished;
 //   - a restarting kubelet lists no pods, or only some, until it has
 //     read them all back; a pod it does not list stays while the API
 //     server still has it (same UID) and not finished.
+//
+// A finished pod is dropped even when kubelet still lists it (it does with
+// the KubeletPodResourcesListUseActivePods gate off, and while a terminal
+// pod is being torn down): its containers never run again.
 //
 // A container kubelet lists is never carried over: its listing is the truth.
 func (r *Reconciler) keepUnlisted(listed []podresources.Pod, truth map[ledger.ContainerRef]map[string][]string, live map[string]bool) {
@@ -150,7 +154,7 @@ func (r *Reconciler) keepUnlisted(listed []podresources.Pod, truth map[ledger.Co
 			continue
 		}
 		pod := r.Pods.Get(ref.Namespace, ref.Pod)
-		if pod == nil || string(pod.UID) != ref.PodUID || lp == nil && finished(pod) {
+		if pod == nil || string(pod.UID) != ref.PodUID || finished(pod) {
 			continue
 		}
 		truth[ref] = byRes
