@@ -282,3 +282,30 @@ func TestFinishedListedPodReleasesInitContainer(t *testing.T) {
 		t.Fatalf("finished pod's init container file kept: %v", err)
 	}
 }
+
+// TestWrongGuessNotCarriedOver: an Allocate attributed to the wrong pod (a
+// guess: here pod q, which kubelet has not admitted yet) is corrected by the
+// read-back that lists the IDs under pod p. The carry-over of unlisted
+// containers must not keep the guess: q would hold p's IDs in the ledger
+// until kubelet lists q, and meanwhile q's own Allocate is not attributed
+// to it (the chooser skips a container the ledger says is served).
+func TestWrongGuessNotCarriedOver(t *testing.T) {
+	rb := newReadBack(t)
+	g := rb.gpus[3].UUID
+	rb.addPod("p", corev1.PodRunning)
+	rb.addPod("q", corev1.PodPending)
+	memIDs := ids(g, "mem", 0, 4)
+	rb.allocate(resource.Memory, memIDs)
+	guess := ledger.ContainerRef{PodUID: "uid-q", Namespace: "ns", Pod: "q", Container: "c"}
+	rb.r.Ledger.Record(guess, resource.Memory, memIDs)
+	rb.lst.resp = &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{{Name: "p", Namespace: "ns",
+		Containers: []*podresourcesapi.ContainerResources{{Name: "c", Devices: []*podresourcesapi.ContainerDevices{
+			{ResourceName: resource.Memory, DeviceIds: memIDs}}}}}}}
+	rb.once()
+	if rb.r.Ledger.Has(guess, resource.Memory) {
+		t.Fatalf("pod q keeps the IDs kubelet lists for pod p: %v", rb.r.Ledger.Get(guess))
+	}
+	if got := rb.r.Ledger.Get(ledger.ContainerRef{PodUID: "uid-p", Namespace: "ns", Pod: "p", Container: "c"}); len(got[resource.Memory]) != 4 {
+		t.Fatalf("pod p holds %v", got)
+	}
+}

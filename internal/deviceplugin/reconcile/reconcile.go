@@ -140,10 +140,26 @@ func (r *Reconciler) Once(ctx context.Context) error {
 // pod is being torn down): its containers never run again.
 //
 // A container kubelet lists is never carried over: its listing is the truth.
+// Nor is a resource whose IDs kubelet lists under another pod: the ledger's
+// entry was a wrong guess (an Allocate attributed to a pod kubelet has not
+// admitted yet), or kubelet has since given the IDs away. Within one pod
+// kubelet hands a regular init container's IDs on to app containers, so
+// there an overlap is expected.
 func (r *Reconciler) keepUnlisted(listed []podresources.Pod, truth map[ledger.ContainerRef]map[string][]string, live map[string]bool) {
 	byName := map[string]*podresources.Pod{} // namespace/name → listed pod
 	for i := range listed {
 		byName[listed[i].Namespace+"/"+listed[i].Name] = &listed[i]
+	}
+	owner := map[string]map[string]string{} // resource → listed ID → namespace/name of its pod
+	for ref, byRes := range truth {
+		for res, ids := range byRes {
+			if owner[res] == nil {
+				owner[res] = map[string]string{}
+			}
+			for _, id := range ids {
+				owner[res][id] = ref.Namespace + "/" + ref.Pod
+			}
+		}
 	}
 	for ref, byRes := range r.Ledger.Snapshot() {
 		if truth[ref] != nil {
@@ -157,11 +173,28 @@ func (r *Reconciler) keepUnlisted(listed []podresources.Pod, truth map[ledger.Co
 		if pod == nil || string(pod.UID) != ref.PodUID || finished(pod) {
 			continue
 		}
-		truth[ref] = byRes
+		kept := map[string][]string{}
 		for _, res := range sortedResources(byRes) {
+			if listedElsewhere(owner[res], byRes[res], ref.Namespace+"/"+ref.Pod) {
+				continue
+			}
+			kept[res] = byRes[res]
 			r.restore(res, byRes[res], live)
 		}
+		if len(kept) > 0 {
+			truth[ref] = kept
+		}
 	}
+}
+
+// listedElsewhere reports whether kubelet lists any of ids under a pod other than pod.
+func listedElsewhere(owner map[string]string, ids []string, pod string) bool {
+	for _, id := range ids {
+		if o, ok := owner[id]; ok && o != pod {
+			return true
+		}
+	}
+	return false
 }
 
 // finished reports whether a pod's containers have ended for good.
