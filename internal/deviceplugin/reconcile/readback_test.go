@@ -309,3 +309,29 @@ func TestWrongGuessNotCarriedOver(t *testing.T) {
 		t.Fatalf("pod p holds %v", got)
 	}
 }
+
+// TestMismatchCountedOnceAcrossKubeletRestart: a mismatch is counted (and
+// reported as an event) once per container and resource. A restarting
+// kubelet that lists no pods for a while does not end the pod; it must not
+// make the read-back count and report the same mismatch again.
+func TestMismatchCountedOnceAcrossKubeletRestart(t *testing.T) {
+	rb := newReadBack(t)
+	p := rb.addPod("p", corev1.PodRunning)
+	a, _ := annotations.Marshal(&annotations.Assignment{Version: annotations.Version, Containers: []annotations.ContainerAssignment{
+		{Name: "c", GPUs: []annotations.GPUShare{{UUID: rb.gpus[3].UUID, MemoryMiB: 1024}}}}})
+	p.Annotations = map[string]string{annotations.AssignmentKey: a}
+	memIDs := ids(rb.gpus[0].UUID, "mem", 0, 1) // kubelet put it on GPU 0
+	rb.allocate(resource.Memory, memIDs)
+	listed := &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{{Name: "p", Namespace: "ns",
+		Containers: []*podresourcesapi.ContainerResources{{Name: "c", Devices: []*podresourcesapi.ContainerDevices{
+			{ResourceName: resource.Memory, DeviceIds: memIDs}}}}}}}
+	events := 0
+	rb.r.Warn = func(*corev1.Pod, string, string) { events++ }
+	for _, resp := range []*podresourcesapi.ListPodResourcesResponse{listed, {}, {}, listed, listed} {
+		rb.lst.resp = resp
+		rb.once()
+	}
+	if events != 1 {
+		t.Fatalf("one mismatch reported %d times across a kubelet restart", events)
+	}
+}

@@ -100,7 +100,7 @@ func (r *Reconciler) Once(ctx context.Context) error {
 	listed := podresources.Aggregate(resp)
 	truth := map[ledger.ContainerRef]map[string][]string{}
 	live := map[string]bool{}
-	pods := map[string]bool{} // UIDs of the listed pods
+	pods := map[string]bool{} // UIDs of the listed and carried-over pods
 	var errs []string
 	for i := range listed {
 		pr := &listed[i]
@@ -117,6 +117,9 @@ func (r *Reconciler) Once(ctx context.Context) error {
 		}
 	}
 	r.keepUnlisted(listed, truth, live)
+	for ref := range truth { // carried over: still running, its mismatches still counted
+		pods[ref.PodUID] = true
+	}
 	r.Ledger.Reset(truth, asOf)
 	r.collectGarbage(live)
 	r.forgetReported(pods)
