@@ -398,7 +398,7 @@ func Mismatched(want *annotations.ContainerAssignment, got *annotations.Containe
 func (r *Reconciler) collectGarbage(live map[string]bool) {
 	r.mu.Lock()
 	if r.collector == nil {
-		r.collector = &statedir.Collector{StateDir: r.Builder.StateDir, Grace: r.GCGrace, Log: r.Log}
+		r.collector = &statedir.Collector{StateDir: r.Builder.StateDir, Grace: r.GCGrace, Log: r.Log, Writers: r.Builder.DirLock()}
 	}
 	c := r.collector
 	r.mu.Unlock()
