@@ -28,6 +28,12 @@ type Collector struct {
 	StateDir string
 	Grace    time.Duration
 	Log      *slog.Logger
+	// Writers, if set, is held for reading by whoever creates or refreshes
+	// a directory (the plugin's Allocate and restore). Collect holds it for
+	// writing from its check of an unreferenced directory to the removal,
+	// so a directory an Allocate is handed meanwhile (same IDs, same key)
+	// is seen fresh and kept, never removed under the new container.
+	Writers *sync.RWMutex
 
 	mu      sync.Mutex
 	missing map[string]time.Time // key → first call without it
@@ -59,20 +65,10 @@ func (c *Collector) Collect(live map[string]bool, alive region.Liveness) (remove
 			c.missing[e.Key] = now
 			since = now
 		}
-		info, err := os.Stat(e.Dir)
-		if err != nil || now.Sub(info.ModTime()) < c.Grace || now.Sub(since) < c.Grace {
-			continue
-		}
-		if held, why := regionHeld(e, alive); held {
-			c.Log.Info("state of an unlisted container kept: its region is in use", "key", e.Key, "why", why)
+		if now.Sub(since) < c.Grace || !c.removeExpired(e, alive) {
 			continue
 		}
 		delete(c.missing, e.Key)
-		if err := os.RemoveAll(e.Dir); err != nil {
-			c.Log.Warn("remove state of a finished container", "key", e.Key, "err", err)
-			continue
-		}
-		c.Log.Info("removed state of a finished container", "key", e.Key)
 		removed = append(removed, e.Key)
 	}
 	for key := range c.missing {
@@ -81,6 +77,29 @@ func (c *Collector) Collect(live map[string]bool, alive region.Liveness) (remove
 		}
 	}
 	return removed
+}
+
+// removeExpired removes an unreferenced entry that is older than the grace
+// period and whose region no live process holds, with no writer at work.
+func (c *Collector) removeExpired(e Entry, alive region.Liveness) bool {
+	if c.Writers != nil {
+		c.Writers.Lock()
+		defer c.Writers.Unlock()
+	}
+	info, err := os.Stat(e.Dir)
+	if err != nil || time.Since(info.ModTime()) < c.Grace {
+		return false
+	}
+	if held, why := regionHeld(e, alive); held {
+		c.Log.Info("state of an unlisted container kept: its region is in use", "key", e.Key, "why", why)
+		return false
+	}
+	if err := os.RemoveAll(e.Dir); err != nil {
+		c.Log.Warn("remove state of a finished container", "key", e.Key, "err", err)
+		return false
+	}
+	c.Log.Info("removed state of a finished container", "key", e.Key)
+	return true
 }
 
 // regionHeld says whether some slot of the entry's region belongs to a live

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,5 +92,50 @@ func TestListSkipsFilesAndMissingDir(t *testing.T) {
 	es, err := List(state)
 	if err != nil || len(es) != 2 || es[0].Key != "core-b" || es[0].Kind != "core" || es[1].Kind != "mem" {
 		t.Fatalf("%+v %v", es, err)
+	}
+}
+
+// TestCollectorDoesNotRemoveUnderAWriter: an Allocate handed the IDs of a
+// directory that is due for removal refreshes it (MkdirAll, mtime, files).
+// If it does so while Collect is between its check of the directory and
+// its removal, Collect must not remove the fresh files: the container would
+// start with missing bind-mount sources (created as empty directories by
+// the runtime) and its hook would fail closed. The writer here is that
+// Allocate, run while Collect consults the region's liveness (the window).
+func TestCollectorDoesNotRemoveUnderAWriter(t *testing.T) {
+	state := t.TempDir()
+	mkEntry(t, state, "mem-reused", 4343, time.Hour)
+	writers := &sync.RWMutex{}
+	c := &Collector{StateDir: state, Grace: time.Minute, Log: quiet, Writers: writers,
+		missing: map[string]time.Time{"mem-reused": time.Now().Add(-time.Hour)}}
+	limits := filepath.Join(c.Path("mem-reused"), LimitsFile)
+	allocated := make(chan struct{})
+	allocate := func() { // what allocation.Builder does for a directory
+		defer close(allocated)
+		writers.RLock()
+		defer writers.RUnlock()
+		dir := c.Path("mem-reused")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Error(err)
+			return
+		}
+		now := time.Now()
+		os.Chtimes(dir, now, now)
+		if err := os.WriteFile(limits, []byte("fresh"), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	alive := func(uint32, uint64) bool {
+		go allocate()
+		select { // let it finish unless something holds it back
+		case <-allocated:
+		case <-time.After(300 * time.Millisecond):
+		}
+		return false // the slot's process is gone
+	}
+	c.Collect(map[string]bool{}, alive)
+	<-allocated
+	if _, err := os.Stat(limits); err != nil {
+		t.Fatalf("the files an Allocate wrote during the collection were removed: %v", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -73,7 +74,16 @@ type Builder struct {
 	// LocateMIG reports where a MIG device is now (mig.Locate over NVML).
 	// Nil uses what discovery saw.
 	LocateMIG func(migUUID string) (mig.Location, error)
+
+	// dirs is held for reading while a container directory is created or
+	// refreshed; the state directory collection holds it for writing
+	// (DirLock), so it never removes a directory an Allocate is filling.
+	dirs sync.RWMutex
 }
+
+// DirLock is the lock the state directory collection (statedir.Collector's
+// Writers) must share with this builder.
+func (b *Builder) DirLock() *sync.RWMutex { return &b.dirs }
 
 // Prepare creates the state directory and the ld.so.preload file that every
 // tessera container mounts.
@@ -162,6 +172,8 @@ func (b *Builder) build(res string, kind resource.Kind, ids []string, shares []r
 		return r, nil
 	}
 	r := b.common(shares)
+	b.dirs.RLock()
+	defer b.dirs.RUnlock()
 	switch kind {
 	case resource.KindMem:
 		err = b.addMemory(r, ids, shares, keep)

@@ -242,3 +242,96 @@ func TestListedContainerIsTheTruth(t *testing.T) {
 		t.Fatalf("container b holds %v", got)
 	}
 }
+
+// TestFinishedListedPodReleasesInitContainer: with the
+// KubeletPodResourcesListUseActivePods gate off (it can still be turned off
+// in 1.37), and briefly with it on while a terminal pod is still being
+// terminated, kubelet lists a finished pod: its containers appear without
+// devices, and its regular init containers not at all. A finished pod's
+// containers never run again, so the init container's allocation and files
+// must go; otherwise they stay for as long as the pod object exists (a Job's
+// pod may stay for days) and the ledger counts its IDs as held.
+func TestFinishedListedPodReleasesInitContainer(t *testing.T) {
+	rb := newReadBack(t)
+	g := rb.gpus[1].UUID
+	rb.addPod("job", corev1.PodRunning)
+	initIDs := ids(g, "mem", 0, 4)
+	initFile := rb.allocate(resource.Memory, initIDs)
+	initRef := ledger.ContainerRef{PodUID: "uid-job", Namespace: "ns", Pod: "job", Container: "init"}
+	rb.r.Ledger.Record(initRef, resource.Memory, initIDs) // Allocate, attributed
+	appIDs := ids(g, "mem", 0, 2)                         // kubelet hands on part of the init IDs
+	rb.lst.resp = &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{{Name: "job", Namespace: "ns",
+		Containers: []*podresourcesapi.ContainerResources{{Name: "c", Devices: []*podresourcesapi.ContainerDevices{
+			{ResourceName: resource.Memory, DeviceIds: appIDs}}}}}}}
+	rb.once()
+	rb.once()
+	if _, err := os.Stat(initFile); err != nil {
+		t.Fatalf("running pod's init container file collected: %v", err)
+	}
+
+	rb.pods["ns/job"].Status.Phase = corev1.PodSucceeded
+	rb.lst.resp = &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{{Name: "job", Namespace: "ns",
+		Containers: []*podresourcesapi.ContainerResources{{Name: "c"}}}}}
+	for i := 0; i < 3; i++ {
+		rb.once()
+	}
+	if got := rb.r.Ledger.Get(initRef); len(got) != 0 {
+		t.Fatalf("finished pod's init container still holds %v", got)
+	}
+	if _, err := os.Stat(initFile); !os.IsNotExist(err) {
+		t.Fatalf("finished pod's init container file kept: %v", err)
+	}
+}
+
+// TestWrongGuessNotCarriedOver: an Allocate attributed to the wrong pod (a
+// guess: here pod q, which kubelet has not admitted yet) is corrected by the
+// read-back that lists the IDs under pod p. The carry-over of unlisted
+// containers must not keep the guess: q would hold p's IDs in the ledger
+// until kubelet lists q, and meanwhile q's own Allocate is not attributed
+// to it (the chooser skips a container the ledger says is served).
+func TestWrongGuessNotCarriedOver(t *testing.T) {
+	rb := newReadBack(t)
+	g := rb.gpus[3].UUID
+	rb.addPod("p", corev1.PodRunning)
+	rb.addPod("q", corev1.PodPending)
+	memIDs := ids(g, "mem", 0, 4)
+	rb.allocate(resource.Memory, memIDs)
+	guess := ledger.ContainerRef{PodUID: "uid-q", Namespace: "ns", Pod: "q", Container: "c"}
+	rb.r.Ledger.Record(guess, resource.Memory, memIDs)
+	rb.lst.resp = &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{{Name: "p", Namespace: "ns",
+		Containers: []*podresourcesapi.ContainerResources{{Name: "c", Devices: []*podresourcesapi.ContainerDevices{
+			{ResourceName: resource.Memory, DeviceIds: memIDs}}}}}}}
+	rb.once()
+	if rb.r.Ledger.Has(guess, resource.Memory) {
+		t.Fatalf("pod q keeps the IDs kubelet lists for pod p: %v", rb.r.Ledger.Get(guess))
+	}
+	if got := rb.r.Ledger.Get(ledger.ContainerRef{PodUID: "uid-p", Namespace: "ns", Pod: "p", Container: "c"}); len(got[resource.Memory]) != 4 {
+		t.Fatalf("pod p holds %v", got)
+	}
+}
+
+// TestMismatchCountedOnceAcrossKubeletRestart: a mismatch is counted (and
+// reported as an event) once per container and resource. A restarting
+// kubelet that lists no pods for a while does not end the pod; it must not
+// make the read-back count and report the same mismatch again.
+func TestMismatchCountedOnceAcrossKubeletRestart(t *testing.T) {
+	rb := newReadBack(t)
+	p := rb.addPod("p", corev1.PodRunning)
+	a, _ := annotations.Marshal(&annotations.Assignment{Version: annotations.Version, Containers: []annotations.ContainerAssignment{
+		{Name: "c", GPUs: []annotations.GPUShare{{UUID: rb.gpus[3].UUID, MemoryMiB: 1024}}}}})
+	p.Annotations = map[string]string{annotations.AssignmentKey: a}
+	memIDs := ids(rb.gpus[0].UUID, "mem", 0, 1) // kubelet put it on GPU 0
+	rb.allocate(resource.Memory, memIDs)
+	listed := &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{{Name: "p", Namespace: "ns",
+		Containers: []*podresourcesapi.ContainerResources{{Name: "c", Devices: []*podresourcesapi.ContainerDevices{
+			{ResourceName: resource.Memory, DeviceIds: memIDs}}}}}}}
+	events := 0
+	rb.r.Warn = func(*corev1.Pod, string, string) { events++ }
+	for _, resp := range []*podresourcesapi.ListPodResourcesResponse{listed, {}, {}, listed, listed} {
+		rb.lst.resp = resp
+		rb.once()
+	}
+	if events != 1 {
+		t.Fatalf("one mismatch reported %d times across a kubelet restart", events)
+	}
+}

@@ -100,7 +100,7 @@ func (r *Reconciler) Once(ctx context.Context) error {
 	listed := podresources.Aggregate(resp)
 	truth := map[ledger.ContainerRef]map[string][]string{}
 	live := map[string]bool{}
-	pods := map[string]bool{} // UIDs of the listed pods
+	pods := map[string]bool{} // UIDs of the listed and carried-over pods
 	var errs []string
 	for i := range listed {
 		pr := &listed[i]
@@ -117,6 +117,9 @@ func (r *Reconciler) Once(ctx context.Context) error {
 		}
 	}
 	r.keepUnlisted(listed, truth, live)
+	for ref := range truth { // carried over: still running, its mismatches still counted
+		pods[ref.PodUID] = true
+	}
 	r.Ledger.Reset(truth, asOf)
 	r.collectGarbage(live)
 	r.forgetReported(pods)
@@ -130,16 +133,36 @@ func (r *Reconciler) Once(ctx context.Context) error {
 // kubelet does not list but whose pod still runs, and keeps their files:
 //   - kubelet never lists regular init containers, and it runs them again,
 //     with the same devices and mounts, whenever the pod's sandbox is
-//     recreated; they stay while their pod is listed;
+//     recreated; they stay while their pod is not finished;
 //   - a restarting kubelet lists no pods, or only some, until it has
 //     read them all back; a pod it does not list stays while the API
 //     server still has it (same UID) and not finished.
 //
+// A finished pod is dropped even when kubelet still lists it (it does with
+// the KubeletPodResourcesListUseActivePods gate off, and while a terminal
+// pod is being torn down): its containers never run again.
+//
 // A container kubelet lists is never carried over: its listing is the truth.
+// Nor is a resource whose IDs kubelet lists under another pod: the ledger's
+// entry was a wrong guess (an Allocate attributed to a pod kubelet has not
+// admitted yet), or kubelet has since given the IDs away. Within one pod
+// kubelet hands a regular init container's IDs on to app containers, so
+// there an overlap is expected.
 func (r *Reconciler) keepUnlisted(listed []podresources.Pod, truth map[ledger.ContainerRef]map[string][]string, live map[string]bool) {
 	byName := map[string]*podresources.Pod{} // namespace/name → listed pod
 	for i := range listed {
 		byName[listed[i].Namespace+"/"+listed[i].Name] = &listed[i]
+	}
+	owner := map[string]map[string]string{} // resource → listed ID → namespace/name of its pod
+	for ref, byRes := range truth {
+		for res, ids := range byRes {
+			if owner[res] == nil {
+				owner[res] = map[string]string{}
+			}
+			for _, id := range ids {
+				owner[res][id] = ref.Namespace + "/" + ref.Pod
+			}
+		}
 	}
 	for ref, byRes := range r.Ledger.Snapshot() {
 		if truth[ref] != nil {
@@ -150,14 +173,31 @@ func (r *Reconciler) keepUnlisted(listed []podresources.Pod, truth map[ledger.Co
 			continue
 		}
 		pod := r.Pods.Get(ref.Namespace, ref.Pod)
-		if pod == nil || string(pod.UID) != ref.PodUID || lp == nil && finished(pod) {
+		if pod == nil || string(pod.UID) != ref.PodUID || finished(pod) {
 			continue
 		}
-		truth[ref] = byRes
+		kept := map[string][]string{}
 		for _, res := range sortedResources(byRes) {
+			if listedElsewhere(owner[res], byRes[res], ref.Namespace+"/"+ref.Pod) {
+				continue
+			}
+			kept[res] = byRes[res]
 			r.restore(res, byRes[res], live)
 		}
+		if len(kept) > 0 {
+			truth[ref] = kept
+		}
 	}
+}
+
+// listedElsewhere reports whether kubelet lists any of ids under a pod other than pod.
+func listedElsewhere(owner map[string]string, ids []string, pod string) bool {
+	for _, id := range ids {
+		if o, ok := owner[id]; ok && o != pod {
+			return true
+		}
+	}
+	return false
 }
 
 // finished reports whether a pod's containers have ended for good.
@@ -358,7 +398,7 @@ func Mismatched(want *annotations.ContainerAssignment, got *annotations.Containe
 func (r *Reconciler) collectGarbage(live map[string]bool) {
 	r.mu.Lock()
 	if r.collector == nil {
-		r.collector = &statedir.Collector{StateDir: r.Builder.StateDir, Grace: r.GCGrace, Log: r.Log}
+		r.collector = &statedir.Collector{StateDir: r.Builder.StateDir, Grace: r.GCGrace, Log: r.Log, Writers: r.Builder.DirLock()}
 	}
 	c := r.collector
 	r.mu.Unlock()
