@@ -161,22 +161,35 @@ func Default() *Config {
 // Load reads path over the defaults. An empty path returns the defaults.
 // Unknown fields are errors: a typo must not silently fall back to a default.
 func Load(path string) (*Config, error) {
-	c := Default()
+	return loadOver(path, Default(), Parse)
+}
+
+// Parse decodes YAML into c, keeping c's values for absent fields.
+func Parse(data []byte, c *Config) error {
+	return decodeVersioned(data, c, checkQuantities)
+}
+
+// loadOver parses the file at path over c, the defaults; an empty path
+// returns c unchanged. Errors name the file.
+func loadOver[T any](path string, c T, parse func([]byte, T) error) (T, error) {
+	var none T
 	if path == "" {
 		return c, nil
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return none, fmt.Errorf("config: %w", err)
 	}
-	if err := Parse(data, c); err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+	if err := parse(data, c); err != nil {
+		return none, fmt.Errorf("config %s: %w", path, err)
 	}
 	return c, nil
 }
 
-// Parse decodes YAML into c, keeping c's values for absent fields.
-func Parse(data []byte, c *Config) error {
+// decodeVersioned checks the document's version, then runs checks (which
+// name fields the strict decoder's errors would not), then decodes data into
+// c strictly: absent fields keep c's values, unknown fields are errors.
+func decodeVersioned(data []byte, c any, checks ...func([]byte) error) error {
 	var probe struct {
 		Version string `json:"version"`
 	}
@@ -186,8 +199,10 @@ func Parse(data []byte, c *Config) error {
 	if probe.Version != Version {
 		return fmt.Errorf("version: unsupported %q (want %q)", probe.Version, Version)
 	}
-	if err := checkQuantities(data); err != nil {
-		return err
+	for _, check := range checks {
+		if err := check(data); err != nil {
+			return err
+		}
 	}
 	return yaml.UnmarshalStrict(data, c)
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/yaml"
 )
 
 // Enforcement policies of the node monitor.
@@ -117,33 +116,13 @@ func DefaultMonitor() *MonitorConfig {
 
 // LoadMonitor reads path over the defaults; empty returns the defaults.
 func LoadMonitor(path string) (*MonitorConfig, error) {
-	c := DefaultMonitor()
-	if path == "" {
-		return c, nil
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	if err := ParseMonitor(data, c); err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
-	}
-	return c, nil
+	return loadOver(path, DefaultMonitor(), ParseMonitor)
 }
 
 // ParseMonitor decodes YAML into c, keeping c's values for absent fields.
 // Unknown fields are errors that name the field.
 func ParseMonitor(data []byte, c *MonitorConfig) error {
-	var probe struct {
-		Version string `json:"version"`
-	}
-	if err := yaml.Unmarshal(data, &probe); err != nil {
-		return err
-	}
-	if probe.Version != Version {
-		return fmt.Errorf("version: unsupported %q (want %q)", probe.Version, Version)
-	}
-	return yaml.UnmarshalStrict(data, c)
+	return decodeVersioned(data, c)
 }
 
 // Validate checks every field and reports all problems, each with its field name.
