@@ -13,8 +13,6 @@ import (
 	"syscall"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/daemon"
@@ -78,17 +76,7 @@ func run(args []string) error {
 }
 
 func realEnvironment(cfg *configv1.Config, kubeconfig string) (*environment, error) {
-	var rc *rest.Config
-	var err error
-	if kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		rc, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config: %w", err)
-	}
-	client, err := kube.NewForConfig(rc)
+	client, err := kube.NewFromKubeconfig(kubeconfig)
 	if err != nil {
 		return nil, err
 	}
