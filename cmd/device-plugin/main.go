@@ -7,7 +7,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -47,7 +46,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg)
+	log := cfg.Log.Logger("tessera-device-plugin")
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -85,15 +84,4 @@ func realEnvironment(cfg *configv1.Config, kubeconfig string) (*environment, err
 		return nil, err
 	}
 	return &environment{lib: nvml.New(), client: client, podResources: pr}, nil
-}
-
-func newLogger(cfg *configv1.Config) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.Log.Level))
-	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewJSONHandler(os.Stderr, opts)
-	if cfg.Log.Format == "text" {
-		h = slog.NewTextHandler(os.Stderr, opts)
-	}
-	return slog.New(h).With("component", "tessera-device-plugin")
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -105,10 +106,24 @@ type HealthConfig struct {
 	RecoverAfter Duration `json:"recoverAfter"`
 }
 
-// LogConfig controls the plugin's own structured logs.
+// LogConfig controls a component's own structured logs.
 type LogConfig struct {
 	Level  string `json:"level"`
 	Format string `json:"format"`
+}
+
+// Logger returns the logger l describes, writing to stderr and tagging every
+// record with component. Validate has checked Level and Format; an unknown
+// level logs at info, an unknown format as JSON.
+func (l LogConfig) Logger(component string) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(l.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewJSONHandler(os.Stderr, opts)
+	if l.Format == "text" {
+		h = slog.NewTextHandler(os.Stderr, opts)
+	}
+	return slog.New(h).With("component", component)
 }
 
 // Duration is a time.Duration written as a Go duration string ("30s").
