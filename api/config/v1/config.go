@@ -246,18 +246,9 @@ var hookLogLevels = []string{"error", "warn", "info", "debug"}
 
 // Validate checks every field and reports all problems, each with its field name.
 func (c *Config) Validate() error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-	}
-	if c.Version != Version {
-		bad("version", "unsupported %q (want %q)", c.Version, Version)
-	}
-	if c.NodeName == "" {
-		bad("nodeName", "empty (set it, --node-name, or $NODE_NAME)")
-	} else if msgs := validation.IsDNS1123Subdomain(c.NodeName); len(msgs) > 0 {
-		bad("nodeName", "%q: %s", c.NodeName, strings.Join(msgs, "; "))
-	}
+	var errs fieldErrors
+	bad := errs.add
+	errs.checkVersionAndNode(c.Version, c.NodeName)
 	if c.SplitCount < 1 || c.SplitCount > 1000 {
 		bad("splitCount", "%d out of range [1, 1000]", c.SplitCount)
 	}
@@ -305,16 +296,45 @@ func (c *Config) Validate() error {
 	if c.ReconcileInterval.Duration < time.Second {
 		bad("reconcileInterval", "%s below 1s", c.ReconcileInterval.Duration)
 	}
-	if c.Health.RecoverAfter.Duration < 0 {
-		bad("health.recoverAfter", "negative %s", c.Health.RecoverAfter.Duration)
-	}
-	if !contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
-		bad("log.level", "%q (want debug, info, warn or error)", c.Log.Level)
-	}
-	if c.Log.Format != "json" && c.Log.Format != "text" {
-		bad("log.format", "%q (want json or text)", c.Log.Format)
-	}
+	c.Health.check(&errs)
+	c.Log.check(&errs)
 	return errors.Join(errs...)
+}
+
+// fieldErrors collects validation problems, each prefixed with its field.
+type fieldErrors []error
+
+func (e *fieldErrors) add(field, format string, args ...any) {
+	*e = append(*e, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+}
+
+// checkVersionAndNode checks the fields every configuration file starts with.
+func (e *fieldErrors) checkVersionAndNode(version, nodeName string) {
+	if version != Version {
+		e.add("version", "unsupported %q (want %q)", version, Version)
+	}
+	if nodeName == "" {
+		e.add("nodeName", "empty (set it, --node-name, or $NODE_NAME)")
+	} else if msgs := validation.IsDNS1123Subdomain(nodeName); len(msgs) > 0 {
+		e.add("nodeName", "%q: %s", nodeName, strings.Join(msgs, "; "))
+	}
+}
+
+// check validates the health section (field names under "health.").
+func (h HealthConfig) check(e *fieldErrors) {
+	if h.RecoverAfter.Duration < 0 {
+		e.add("health.recoverAfter", "negative %s", h.RecoverAfter.Duration)
+	}
+}
+
+// check validates the log section (field names under "log.").
+func (l LogConfig) check(e *fieldErrors) {
+	if !contains([]string{"debug", "info", "warn", "error"}, l.Level) {
+		e.add("log.level", "%q (want debug, info, warn or error)", l.Level)
+	}
+	if l.Format != "json" && l.Format != "text" {
+		e.add("log.format", "%q (want json or text)", l.Format)
+	}
 }
 
 // MemoryUnitBytes is the gpu-mem unit in bytes.

@@ -2,14 +2,10 @@ package v1
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
-
-	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Enforcement policies of the node monitor.
@@ -127,18 +123,9 @@ func ParseMonitor(data []byte, c *MonitorConfig) error {
 
 // Validate checks every field and reports all problems, each with its field name.
 func (c *MonitorConfig) Validate() error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-	}
-	if c.Version != Version {
-		bad("version", "unsupported %q (want %q)", c.Version, Version)
-	}
-	if c.NodeName == "" {
-		bad("nodeName", "empty (set it, --node-name, or $NODE_NAME)")
-	} else if msgs := validation.IsDNS1123Subdomain(c.NodeName); len(msgs) > 0 {
-		bad("nodeName", "%q: %s", c.NodeName, strings.Join(msgs, "; "))
-	}
+	var errs fieldErrors
+	bad := errs.add
+	errs.checkVersionAndNode(c.Version, c.NodeName)
 	for field, p := range map[string]string{"stateDir": c.StateDir, "procRoot": c.ProcRoot, "podResourcesSocket": c.PodResourcesSocket} {
 		if !filepath.IsAbs(p) {
 			bad(field, "%q is not an absolute path", p)
@@ -168,14 +155,7 @@ func (c *MonitorConfig) Validate() error {
 		bad("enforcement.toleranceMiB", "%d is below %d MiB under policy kill: a CUDA context holds more before its first charge, so legitimate processes would be killed (raise it, or set enforcement.allowLowTolerance: true to accept that)",
 			c.Enforcement.ToleranceMiB, MinKillToleranceMiB)
 	}
-	if c.Health.RecoverAfter.Duration < 0 {
-		bad("health.recoverAfter", "negative %s", c.Health.RecoverAfter.Duration)
-	}
-	if !contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
-		bad("log.level", "%q (want debug, info, warn or error)", c.Log.Level)
-	}
-	if c.Log.Format != "json" && c.Log.Format != "text" {
-		bad("log.format", "%q (want json or text)", c.Log.Format)
-	}
+	c.Health.check(&errs)
+	c.Log.check(&errs)
 	return errors.Join(errs...)
 }
