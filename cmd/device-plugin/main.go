@@ -7,14 +7,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/daemon"
@@ -49,7 +46,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg)
+	log := cfg.Log.Logger("tessera-device-plugin")
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -78,17 +75,7 @@ func run(args []string) error {
 }
 
 func realEnvironment(cfg *configv1.Config, kubeconfig string) (*environment, error) {
-	var rc *rest.Config
-	var err error
-	if kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		rc, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config: %w", err)
-	}
-	client, err := kube.NewForConfig(rc)
+	client, err := kube.NewFromKubeconfig(kubeconfig)
 	if err != nil {
 		return nil, err
 	}
@@ -97,15 +84,4 @@ func realEnvironment(cfg *configv1.Config, kubeconfig string) (*environment, err
 		return nil, err
 	}
 	return &environment{lib: nvml.New(), client: client, podResources: pr}, nil
-}
-
-func newLogger(cfg *configv1.Config) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.Log.Level))
-	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewJSONHandler(os.Stderr, opts)
-	if cfg.Log.Format == "text" {
-		h = slog.NewTextHandler(os.Stderr, opts)
-	}
-	return slog.New(h).With("component", "tessera-device-plugin")
 }

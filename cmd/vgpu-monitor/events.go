@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/kube"
 	"github.com/tessera-gpu/tessera/internal/monitor/identity"
@@ -17,17 +14,7 @@ import (
 // eventPoster returns a function that records a Warning Event on a pod
 // through the API server (the same client the device plugin uses).
 func eventPoster(kubeconfig, node string) (func(ctx context.Context, owner identity.Owner, reason, message string), error) {
-	var rc *rest.Config
-	var err error
-	if kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		rc, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config: %w", err)
-	}
-	client, err := kube.NewForConfig(rc)
+	client, err := kube.NewFromKubeconfig(kubeconfig)
 	if err != nil {
 		return nil, err
 	}

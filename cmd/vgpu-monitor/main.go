@@ -47,7 +47,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg)
+	log := cfg.Log.Logger("tessera-vgpu-monitor")
 
 	source, closeSource, err := podResourcesSource(cfg.PodResourcesSocket)
 	if err != nil {
@@ -132,15 +132,4 @@ func parseFlags(args []string) (*configv1.MonitorConfig, options, error) {
 		return nil, opts, fmt.Errorf("configuration: %w", err)
 	}
 	return cfg, opts, nil
-}
-
-func newLogger(cfg *configv1.MonitorConfig) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.Log.Level))
-	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewJSONHandler(os.Stderr, opts)
-	if cfg.Log.Format == "text" {
-		h = slog.NewTextHandler(os.Stderr, opts)
-	}
-	return slog.New(h).With("component", "tessera-vgpu-monitor")
 }

@@ -75,17 +75,27 @@ func (s *Scheduler) Schedule(r *Request) (Decision, error) {
 		return Decision{}, err
 	}
 	sh := s.cluster.ShapeOf(r)
-	node := -1
-	if s.index != nil {
-		node = s.index.Best(&sh)
-	} else {
-		node = s.scan(&sh)
-	}
-	if node < 0 {
+	d, ok := s.decide(&sh)
+	if !ok {
 		return Decision{}, fmt.Errorf("pod %s: %w (%s)", r.Name, ErrUnschedulable, s.explain(&sh))
 	}
-	_, c := s.evalNode(node, &sh)
-	return Decision{Node: node, NodeName: s.cluster.Nodes[node].Name, Grant: grant(&sh, c)}, nil
+	return d, nil
+}
+
+// decide picks the best node for shape sh (through the index when there is
+// one) and the policy's choice of GPUs on it; false when no node fits.
+func (s *Scheduler) decide(sh *Shape) (Decision, bool) {
+	node := -1
+	if s.index != nil {
+		node = s.index.Best(sh)
+	} else {
+		node = s.scan(sh)
+	}
+	if node < 0 {
+		return Decision{}, false
+	}
+	_, c := s.evalNode(node, sh)
+	return Decision{Node: node, NodeName: s.cluster.Nodes[node].Name, Grant: grant(sh, c)}, true
 }
 
 // Place schedules r and reserves the result.

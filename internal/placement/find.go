@@ -11,17 +11,7 @@ func (s *Scheduler) Find(r *Request) (Decision, bool) {
 		return Decision{}, false
 	}
 	sh := s.cluster.ShapeOf(r)
-	node := -1
-	if s.index != nil {
-		node = s.index.Best(&sh)
-	} else {
-		node = s.scan(&sh)
-	}
-	if node < 0 {
-		return Decision{}, false
-	}
-	_, c := s.evalNode(node, &sh)
-	return Decision{Node: node, NodeName: s.cluster.Nodes[node].Name, Grant: grant(&sh, c)}, true
+	return s.decide(&sh)
 }
 
 // ScheduleOn decides where on node i the request goes, as the policy would

@@ -123,7 +123,9 @@ func charge(r *Region, i int, pid uint32, start uint64, dev int, n uint64) {
 	}
 }
 
-func TestUsageAndReap(t *testing.T) {
+// newRegion creates an empty region file and opens it for the test.
+func newRegion(t *testing.T) (*Region, string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "region")
 	if err := CreateRegion(path); err != nil {
 		t.Fatal(err)
@@ -132,7 +134,12 @@ func TestUsageAndReap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	t.Cleanup(func() { r.Close() })
+	return r, path
+}
+
+func TestUsageAndReap(t *testing.T) {
+	r, _ := newRegion(t)
 	charge(r, 0, 100, 7, 0, 1<<20)
 	charge(r, 1, 200, 9, 0, 3<<20)
 	charge(r, 1, 200, 9, 2, 5<<20)
@@ -210,19 +217,11 @@ func FuzzOpen(f *testing.F) {
 }
 
 func TestGuardTurnsAFaultOnAShrunkFileIntoAnError(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "region")
-	if err := CreateRegion(path); err != nil {
-		t.Fatal(err)
-	}
-	r, err := OpenRegion(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r, path := newRegion(t)
 	if err := os.Truncate(path, 0); err != nil {
 		t.Fatal(err)
 	}
-	err = Guard(path, func() { _ = r.Usage() })
+	err := Guard(path, func() { _ = r.Usage() })
 	if !errors.Is(err, ErrTruncated) {
 		t.Fatalf("Guard = %v, want ErrTruncated", err)
 	}

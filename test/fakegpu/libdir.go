@@ -68,3 +68,26 @@ func SourceDir() (string, error) {
 	}
 	return filepath.Join(root, "test", "fakegpu"), nil
 }
+
+// BuildCudash compiles the CUDA test shell (shim/cuda-hook/test/cudash.c)
+// into the file dst, linked against the simulated libcuda.so.1 and
+// libnvidia-ml.so.1 from LibDir, so that tests drive the hook through it.
+func BuildCudash(dst string) error {
+	fake, err := LibDir()
+	if err != nil {
+		return err
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	cc := exec.Command("gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra",
+		"-I", filepath.Join(root, "shim/cuda-hook/include"), "-o", dst,
+		filepath.Join(root, "shim/cuda-hook/test/cudash.c"),
+		filepath.Join(fake, "libcuda.so.1"), filepath.Join(fake, "libnvidia-ml.so.1"),
+		"-ldl", "-lpthread")
+	if out, err := cc.CombinedOutput(); err != nil {
+		return fmt.Errorf("build cudash: %w\n%s", err, out)
+	}
+	return nil
+}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -105,10 +106,24 @@ type HealthConfig struct {
 	RecoverAfter Duration `json:"recoverAfter"`
 }
 
-// LogConfig controls the plugin's own structured logs.
+// LogConfig controls a component's own structured logs.
 type LogConfig struct {
 	Level  string `json:"level"`
 	Format string `json:"format"`
+}
+
+// Logger returns the logger l describes, writing to stderr and tagging every
+// record with component. Validate has checked Level and Format; an unknown
+// level logs at info, an unknown format as JSON.
+func (l LogConfig) Logger(component string) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(l.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewJSONHandler(os.Stderr, opts)
+	if l.Format == "text" {
+		h = slog.NewTextHandler(os.Stderr, opts)
+	}
+	return slog.New(h).With("component", component)
 }
 
 // Duration is a time.Duration written as a Go duration string ("30s").
@@ -161,22 +176,35 @@ func Default() *Config {
 // Load reads path over the defaults. An empty path returns the defaults.
 // Unknown fields are errors: a typo must not silently fall back to a default.
 func Load(path string) (*Config, error) {
-	c := Default()
+	return loadOver(path, Default(), Parse)
+}
+
+// Parse decodes YAML into c, keeping c's values for absent fields.
+func Parse(data []byte, c *Config) error {
+	return decodeVersioned(data, c, checkQuantities)
+}
+
+// loadOver parses the file at path over c, the defaults; an empty path
+// returns c unchanged. Errors name the file.
+func loadOver[T any](path string, c T, parse func([]byte, T) error) (T, error) {
+	var none T
 	if path == "" {
 		return c, nil
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return none, fmt.Errorf("config: %w", err)
 	}
-	if err := Parse(data, c); err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+	if err := parse(data, c); err != nil {
+		return none, fmt.Errorf("config %s: %w", path, err)
 	}
 	return c, nil
 }
 
-// Parse decodes YAML into c, keeping c's values for absent fields.
-func Parse(data []byte, c *Config) error {
+// decodeVersioned checks the document's version, then runs checks (which
+// name fields the strict decoder's errors would not), then decodes data into
+// c strictly: absent fields keep c's values, unknown fields are errors.
+func decodeVersioned(data []byte, c any, checks ...func([]byte) error) error {
 	var probe struct {
 		Version string `json:"version"`
 	}
@@ -186,8 +214,10 @@ func Parse(data []byte, c *Config) error {
 	if probe.Version != Version {
 		return fmt.Errorf("version: unsupported %q (want %q)", probe.Version, Version)
 	}
-	if err := checkQuantities(data); err != nil {
-		return err
+	for _, check := range checks {
+		if err := check(data); err != nil {
+			return err
+		}
 	}
 	return yaml.UnmarshalStrict(data, c)
 }
@@ -216,18 +246,9 @@ var hookLogLevels = []string{"error", "warn", "info", "debug"}
 
 // Validate checks every field and reports all problems, each with its field name.
 func (c *Config) Validate() error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-	}
-	if c.Version != Version {
-		bad("version", "unsupported %q (want %q)", c.Version, Version)
-	}
-	if c.NodeName == "" {
-		bad("nodeName", "empty (set it, --node-name, or $NODE_NAME)")
-	} else if msgs := validation.IsDNS1123Subdomain(c.NodeName); len(msgs) > 0 {
-		bad("nodeName", "%q: %s", c.NodeName, strings.Join(msgs, "; "))
-	}
+	var errs fieldErrors
+	bad := errs.add
+	errs.checkVersionAndNode(c.Version, c.NodeName)
 	if c.SplitCount < 1 || c.SplitCount > 1000 {
 		bad("splitCount", "%d out of range [1, 1000]", c.SplitCount)
 	}
@@ -275,16 +296,45 @@ func (c *Config) Validate() error {
 	if c.ReconcileInterval.Duration < time.Second {
 		bad("reconcileInterval", "%s below 1s", c.ReconcileInterval.Duration)
 	}
-	if c.Health.RecoverAfter.Duration < 0 {
-		bad("health.recoverAfter", "negative %s", c.Health.RecoverAfter.Duration)
-	}
-	if !contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
-		bad("log.level", "%q (want debug, info, warn or error)", c.Log.Level)
-	}
-	if c.Log.Format != "json" && c.Log.Format != "text" {
-		bad("log.format", "%q (want json or text)", c.Log.Format)
-	}
+	c.Health.check(&errs)
+	c.Log.check(&errs)
 	return errors.Join(errs...)
+}
+
+// fieldErrors collects validation problems, each prefixed with its field.
+type fieldErrors []error
+
+func (e *fieldErrors) add(field, format string, args ...any) {
+	*e = append(*e, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+}
+
+// checkVersionAndNode checks the fields every configuration file starts with.
+func (e *fieldErrors) checkVersionAndNode(version, nodeName string) {
+	if version != Version {
+		e.add("version", "unsupported %q (want %q)", version, Version)
+	}
+	if nodeName == "" {
+		e.add("nodeName", "empty (set it, --node-name, or $NODE_NAME)")
+	} else if msgs := validation.IsDNS1123Subdomain(nodeName); len(msgs) > 0 {
+		e.add("nodeName", "%q: %s", nodeName, strings.Join(msgs, "; "))
+	}
+}
+
+// check validates the health section (field names under "health.").
+func (h HealthConfig) check(e *fieldErrors) {
+	if h.RecoverAfter.Duration < 0 {
+		e.add("health.recoverAfter", "negative %s", h.RecoverAfter.Duration)
+	}
+}
+
+// check validates the log section (field names under "log.").
+func (l LogConfig) check(e *fieldErrors) {
+	if !contains([]string{"debug", "info", "warn", "error"}, l.Level) {
+		e.add("log.level", "%q (want debug, info, warn or error)", l.Level)
+	}
+	if l.Format != "json" && l.Format != "text" {
+		e.add("log.format", "%q (want json or text)", l.Format)
+	}
 }
 
 // MemoryUnitBytes is the gpu-mem unit in bytes.

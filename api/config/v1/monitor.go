@@ -2,15 +2,10 @@ package v1
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
-
-	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/yaml"
 )
 
 // Enforcement policies of the node monitor.
@@ -117,49 +112,20 @@ func DefaultMonitor() *MonitorConfig {
 
 // LoadMonitor reads path over the defaults; empty returns the defaults.
 func LoadMonitor(path string) (*MonitorConfig, error) {
-	c := DefaultMonitor()
-	if path == "" {
-		return c, nil
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	if err := ParseMonitor(data, c); err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
-	}
-	return c, nil
+	return loadOver(path, DefaultMonitor(), ParseMonitor)
 }
 
 // ParseMonitor decodes YAML into c, keeping c's values for absent fields.
 // Unknown fields are errors that name the field.
 func ParseMonitor(data []byte, c *MonitorConfig) error {
-	var probe struct {
-		Version string `json:"version"`
-	}
-	if err := yaml.Unmarshal(data, &probe); err != nil {
-		return err
-	}
-	if probe.Version != Version {
-		return fmt.Errorf("version: unsupported %q (want %q)", probe.Version, Version)
-	}
-	return yaml.UnmarshalStrict(data, c)
+	return decodeVersioned(data, c)
 }
 
 // Validate checks every field and reports all problems, each with its field name.
 func (c *MonitorConfig) Validate() error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-	}
-	if c.Version != Version {
-		bad("version", "unsupported %q (want %q)", c.Version, Version)
-	}
-	if c.NodeName == "" {
-		bad("nodeName", "empty (set it, --node-name, or $NODE_NAME)")
-	} else if msgs := validation.IsDNS1123Subdomain(c.NodeName); len(msgs) > 0 {
-		bad("nodeName", "%q: %s", c.NodeName, strings.Join(msgs, "; "))
-	}
+	var errs fieldErrors
+	bad := errs.add
+	errs.checkVersionAndNode(c.Version, c.NodeName)
 	for field, p := range map[string]string{"stateDir": c.StateDir, "procRoot": c.ProcRoot, "podResourcesSocket": c.PodResourcesSocket} {
 		if !filepath.IsAbs(p) {
 			bad(field, "%q is not an absolute path", p)
@@ -189,14 +155,7 @@ func (c *MonitorConfig) Validate() error {
 		bad("enforcement.toleranceMiB", "%d is below %d MiB under policy kill: a CUDA context holds more before its first charge, so legitimate processes would be killed (raise it, or set enforcement.allowLowTolerance: true to accept that)",
 			c.Enforcement.ToleranceMiB, MinKillToleranceMiB)
 	}
-	if c.Health.RecoverAfter.Duration < 0 {
-		bad("health.recoverAfter", "negative %s", c.Health.RecoverAfter.Duration)
-	}
-	if !contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
-		bad("log.level", "%q (want debug, info, warn or error)", c.Log.Level)
-	}
-	if c.Log.Format != "json" && c.Log.Format != "text" {
-		bad("log.format", "%q (want json or text)", c.Log.Format)
-	}
+	c.Health.check(&errs)
+	c.Log.check(&errs)
 	return errors.Join(errs...)
 }

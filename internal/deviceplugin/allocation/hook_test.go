@@ -56,10 +56,8 @@ func newHookNode(t *testing.T) *hookNode {
 	}
 	n := &hookNode{tmp: t.TempDir(), fake: fake}
 	n.cudash = filepath.Join(n.tmp, "cudash")
-	cc := exec.Command("gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-I", filepath.Join(repoRoot(), "shim/cuda-hook/include"), "-o", n.cudash,
-		filepath.Join(repoRoot(), "shim/cuda-hook/test/cudash.c"), filepath.Join(fake, "libcuda.so.1"), filepath.Join(fake, "libnvidia-ml.so.1"), "-ldl", "-lpthread")
-	if out, err := cc.CombinedOutput(); err != nil {
-		t.Fatalf("build cudash: %v\n%s", err, out)
+	if err := fakegpu.BuildCudash(n.cudash); err != nil {
+		t.Fatal(err)
 	}
 	node := gputest.MustNew(gputest.DGXH200)
 	n.specs = make([]string, 8)

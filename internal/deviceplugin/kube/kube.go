@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Client is what the plugin needs from the API server.
@@ -57,6 +58,22 @@ type REST struct {
 }
 
 var _ Client = (*REST)(nil)
+
+// NewFromKubeconfig connects with the kubeconfig file at path, or with the
+// in-cluster configuration (service account) when path is empty.
+func NewFromKubeconfig(path string) (*REST, error) {
+	var rc *rest.Config
+	var err error
+	if path != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", path)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	return NewForConfig(rc)
+}
 
 // NewForConfig returns a core/v1 client for cfg (in-cluster or kubeconfig).
 func NewForConfig(cfg *rest.Config) (*REST, error) {

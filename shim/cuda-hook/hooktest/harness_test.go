@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tessera-gpu/tessera/internal/region"
+	"github.com/tessera-gpu/tessera/test/fakegpu"
 )
 
 const MiB = 1 << 20
@@ -49,14 +50,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	cudash = filepath.Join(tmp, "cudash")
-	fake := filepath.Join(libDir, "fakegpu")
-	cc := exec.Command("gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra",
-		"-I", filepath.Join(root, "shim/cuda-hook/include"), "-o", cudash,
-		filepath.Join(root, "shim/cuda-hook/test/cudash.c"),
-		filepath.Join(fake, "libcuda.so.1"), filepath.Join(fake, "libnvidia-ml.so.1"),
-		"-ldl", "-lpthread")
-	if out, err := cc.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build cudash: %v\n%s", err, out)
+	if err := fakegpu.BuildCudash(cudash); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
