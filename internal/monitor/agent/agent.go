@@ -83,7 +83,8 @@ func (a *Agent) HealthWatcher() *health.Watcher {
 // Handler serves /metrics, /healthz and /readyz.
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(a.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(a.Log.Handler(), slog.LevelWarn)}))
+	mux.Handle("/metrics", gzipFast(promhttp.HandlerFor(a.Registry, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(a.Log.Handler(), slog.LevelWarn), DisableCompression: true})))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !a.Identity.Ready() {
