@@ -349,9 +349,15 @@ func (e *Engine) Running(key string) (*Running, bool) {
 	return r, ok
 }
 
-// NextEvent is when the queue next changes by itself (a backoff ends, a
-// deadline or maximum wait passes); zero when never.
-func (e *Engine) NextEvent() time.Time { return e.q.NextEvent() }
+// NextEvent is when the queue or a pending gang next changes by itself (a
+// backoff ends, a deadline or maximum wait passes); zero when never.
+func (e *Engine) NextEvent() time.Time {
+	q, g := e.q.NextEvent(), e.nextGangEvent()
+	if q.IsZero() || (!g.IsZero() && g.Before(q)) {
+		return g
+	}
+	return q
+}
 
 // Reservations lists the nodes held for waiting pods, by pod key.
 func (e *Engine) Reservations() map[string]int {

@@ -27,10 +27,12 @@ type gangs struct {
 	tracker *gang.Tracker
 	pending map[string]map[string]*Pod // group → member key → pod
 	running map[string][]*Running      // group → running members
+	// escalated holds the pending groups past a member's maximum wait.
+	escalated map[string]bool
 }
 
 func newGangs(s *placement.Scheduler, timeout time.Duration) *gangs {
-	return &gangs{tracker: gang.NewTracker(s, timeout), pending: map[string]map[string]*Pod{}, running: map[string][]*Running{}}
+	return &gangs{tracker: gang.NewTracker(s, timeout), pending: map[string]map[string]*Pod{}, running: map[string][]*Running{}, escalated: map[string]bool{}}
 }
 
 // submitMember registers a gang member with the tracker.
@@ -45,8 +47,9 @@ func (e *Engine) submitMember(p *Pod, now time.Time) error {
 	return nil
 }
 
-// cycleGangs expires groups past their timeout and reserves the ready
-// ones, in group-name order (deterministic).
+// cycleGangs expires groups past their timeout or a member's deadline,
+// escalates those past a member's maximum wait (gangtime.go) and reserves
+// the ready ones, most urgent class first (then oldest, then by name).
 func (e *Engine) cycleGangs(now time.Time) {
 	for _, x := range e.gangs.tracker.Expire(now) {
 		for _, key := range x.Members {
@@ -55,13 +58,11 @@ func (e *Engine) cycleGangs(now time.Time) {
 			}
 		}
 		delete(e.gangs.pending, x.Name)
+		delete(e.gangs.escalated, x.Name)
 	}
-	names := make([]string, 0, len(e.gangs.pending))
-	for name := range e.gangs.pending {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	e.expireGangDeadlines(now)
+	e.escalateGangs(now)
+	for _, name := range e.gangOrder(now) {
 		if !e.gangs.tracker.Ready(name) {
 			continue
 		}
@@ -130,6 +131,7 @@ func (e *Engine) startGang(name string, decisions map[string]placement.Decision,
 	// all fitted) assemble a new group of their own.
 	rest := e.gangs.pending[name]
 	delete(e.gangs.pending, name)
+	delete(e.gangs.escalated, name)
 	for _, p := range rest {
 		_ = e.submitMember(p, now)
 	}
