@@ -186,6 +186,11 @@ func (e *Engine) stop(r *Running) {
 	if err := e.cluster.Release(r.Decision); err != nil {
 		panic("engine: a running pod's placement cannot be released: " + err.Error())
 	}
+	e.unbook(r)
+}
+
+// unbook forgets a running pod whose placement is already released.
+func (e *Engine) unbook(r *Running) {
 	if e.admit != nil {
 		e.admit.Uncharge(r.Pod, r)
 	}

@@ -22,7 +22,8 @@ type preemptRunning = preempt.Running
 // first member arrived releases what it holds and its members are dropped
 // with the tracker's reason. Preemption takes a running gang whole or not
 // at all (internal/preempt; the engine hands it every running member of a
-// gang that has one on a candidate node).
+// gang that has one on a candidate node); a ready group that does not fit
+// may itself preempt, all members or none (gangpreempt.go).
 type gangs struct {
 	tracker *gang.Tracker
 	pending map[string]map[string]*Pod // group → member key → pod
@@ -70,6 +71,11 @@ func (e *Engine) cycleGangs(now time.Time) {
 			continue
 		}
 		got, err := e.gangs.tracker.Reserve(name)
+		if err != nil && e.cfg.Preemption {
+			if g, ok := e.preemptForGang(name, now); ok { // gangpreempt.go
+				got, err = g, nil
+			}
+		}
 		if err != nil {
 			continue // all or nothing: nothing was kept; the group waits
 		}

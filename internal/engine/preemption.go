@@ -177,7 +177,15 @@ func (e *Engine) preempt(p *Pod, pl *preempt.Plan, now time.Time) bool {
 }
 
 func (e *Engine) evict(v *Running, by *Pod, now time.Time) {
-	e.stop(v)
+	if err := e.cluster.Release(v.Decision); err != nil {
+		panic("engine: a victim's placement cannot be released: " + err.Error())
+	}
+	e.evicted(v, by, now)
+}
+
+// evicted books the eviction of v, whose placement is already released.
+func (e *Engine) evicted(v *Running, by *Pod, now time.Time) {
+	e.unbook(v)
 	v.Pod.preemptedAt = now
 	v.Pod.Preemptions++
 	e.emit(Event{Kind: Preempted, Time: now, Pod: v.Pod, Decision: v.Decision, By: by, Ran: now.Sub(v.Started)})
