@@ -1,11 +1,15 @@
 package engine
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tessera-gpu/tessera/internal/gang"
 	"github.com/tessera-gpu/tessera/internal/priority"
+	"github.com/tessera-gpu/tessera/internal/queue"
 )
 
 func gangPreemptEngine(t *testing.T) *Engine {
@@ -81,5 +85,82 @@ func TestGangPreemptionKeepsRules(t *testing.T) {
 	}
 	if e.RunningCount() != 3 {
 		t.Errorf("running %d, want 3", e.RunningCount())
+	}
+}
+
+// No random sequence of single pods and gangs (with preemption for both,
+// member deadlines and maximum waits) oversubscribes a GPU, loses a grant,
+// breaks a preemption rule, or starts part of a gang.
+func TestPropertyGangPreemption(t *testing.T) {
+	for seed := uint64(1); seed <= 10; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		cfg := Config{Queue: queue.Config{Ageing: priority.Ageing{Step: time.Minute, Ceiling: priority.P1}, EscalateTo: priority.P0, BackoffMax: 5 * time.Second, BackoffInitial: time.Second},
+			Preemption: true, Cooldown: 2 * time.Minute, RequeuePreempted: rng.IntN(2) == 0}
+		e := newEngine(t, cfg, smallCluster()...)
+		now := t0
+		var running []string
+		size := map[string]int{} // gang → members
+		n, gangsPlaced, forGangs := 0, 0, 0
+		for step := 0; step < 600; step++ {
+			switch op := rng.IntN(10); {
+			case op < 3:
+				n++
+				_ = e.Submit(randomPod(rng, fmt.Sprint("p", n), now))
+			case op == 3:
+				n++
+				g, k, class := fmt.Sprint("g", n), 2+rng.IntN(2), priority.Class(rng.IntN(4))
+				size[g] = k
+				for i := range k {
+					p := randomPod(rng, fmt.Sprint(g, "-", i), now)
+					p.Class, p.Gang = class, &gang.Spec{Name: g, MinMember: k}
+					if rng.IntN(3) == 0 {
+						p.MaxWait = time.Duration(rng.IntN(120)) * time.Second
+					}
+					_ = e.Submit(p)
+				}
+			case op < 6 && len(running) > 0:
+				j := rng.IntN(len(running))
+				if _, ok := e.Running(running[j]); ok {
+					if err := e.Complete(running[j]); err != nil {
+						t.Fatal(err)
+					}
+				}
+				running = append(running[:j], running[j+1:]...)
+			default:
+				now = now.Add(time.Duration(rng.IntN(40)) * time.Second)
+				e.Cycle(now)
+			}
+			started := map[string]int{}
+			for _, ev := range e.Events() {
+				switch ev.Kind {
+				case Placed:
+					running = append(running, ev.Pod.Key)
+					if ev.Pod.Gang != nil {
+						started[ev.Pod.Gang.Name]++
+					}
+				case Preempted:
+					v, by := ev.Pod, ev.By
+					if by.Gang != nil {
+						forGangs++
+					}
+					if !v.Preemptible || !by.Class.Above(v.Class) {
+						t.Fatalf("seed %d: %s (%v, preemptible %v) evicted for %s (%v)", seed, v.Key, v.Class, v.Preemptible, by.Key, by.Class)
+					}
+					if ev.Ran < v.MinRun {
+						t.Fatalf("seed %d: %s evicted after %v, inside its minimum run time %v", seed, v.Key, ev.Ran, v.MinRun)
+					}
+				}
+			}
+			for g, k := range started {
+				if k != size[g] {
+					t.Fatalf("seed %d step %d: gang %s started %d of %d members", seed, step, g, k, size[g])
+				}
+				gangsPlaced++
+			}
+			checkBooks(t, e, step)
+		}
+		if gangsPlaced == 0 || forGangs == 0 {
+			t.Errorf("seed %d: %d gangs started, %d pods evicted for gangs: the test exercised nothing", seed, gangsPlaced, forGangs)
+		}
 	}
 }
