@@ -1,0 +1,219 @@
+package preempt
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
+	"github.com/tessera-gpu/tessera/internal/placement"
+)
+
+// TestFindMatchesReference: on random clusters and pods, Find returns
+// exactly the plan (node, victims in order, decision, loss) or the error of
+// refFind, the search as it was before it was made faster. Equal fractional
+// GPU shares, gangs spanning nodes, protected pods and several pods per GPU
+// make ties and pruning matter.
+func TestFindMatchesReference(t *testing.T) {
+	pol := PolicyFrom(&schedv1.Default().Preemption)
+	models := []string{"A100", "A100", "H100", "T4", "A100", "H100", "A100", "T4"}
+	compared, plans := 0, 0
+	for seed := range uint64(60) {
+		rng := rand.New(rand.NewPCG(seed, 8))
+		f := newFixture(t, models[:2+rng.IntN(len(models)-1)]...)
+		nodes := len(f.sched.Cluster().Nodes)
+		for i := range 30 + rng.IntN(40) {
+			gpus := []int{0, 1, 1, 1, 2, 4}[rng.IntN(6)]
+			milli := []int32{1000, 1000, 500, 250}[rng.IntN(4)]
+			if gpus > 1 {
+				milli = 1000
+			}
+			if gpus == 0 {
+				milli = 0
+			}
+			node := rng.IntN(nodes)
+			req := &placement.Request{Name: fmt.Sprintf("r%d", i), CPUMilli: 1000, NumGPU: gpus, GPUMilli: milli}
+			d, ok := f.sched.ScheduleOn(node, req)
+			if !ok {
+				continue
+			}
+			if err := f.sched.Cluster().Reserve(d); err != nil {
+				t.Fatal(err)
+			}
+			r := Running{ID: req.Name, Decision: d, Class: rng.IntN(4), Queue: "q", Start: now.Add(-time.Duration(rng.IntN(10)*60) * time.Minute)}
+			if rng.IntN(5) == 0 {
+				r.LastPreempted = now.Add(-time.Duration(rng.IntN(60)) * time.Minute)
+			}
+			if rng.IntN(5) == 0 {
+				r.Gang = fmt.Sprintf("g%d", rng.IntN(4))
+			}
+			if rng.IntN(4) == 0 {
+				r.Queue, r.Borrowing = "other", true
+			}
+			if rng.IntN(4) == 0 {
+				r.CheckpointInterval, r.LastCheckpoint = time.Hour, now.Add(-time.Duration(rng.IntN(60))*time.Minute)
+			}
+			f.running = append(f.running, r)
+		}
+		for range 12 {
+			gpus := []int{0, 1, 1, 2, 2, 3, 4}[rng.IntN(7)]
+			milli := int32(1000)
+			if gpus == 1 && rng.IntN(2) == 0 {
+				milli = 500
+			}
+			if gpus == 0 {
+				milli = 0
+			}
+			pod := Pending{Request: placement.Request{Name: "x", CPUMilli: 1000 + 16000*rng.Int64N(2), NumGPU: gpus, GPUMilli: milli}, Class: rng.IntN(3), Queue: "q", WithinGuarantee: rng.IntN(2) == 0}
+			pr := New(f.sched, pol)
+			pr.MaxExactUnits = 1 + rng.IntN(3)
+			running := slices.Clone(f.running)
+			want, wantErr := pr.refFind(pod, slices.Clone(running), now)
+			got, gotErr := pr.Find(pod, running, now)
+			if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+				t.Fatalf("seed %d: error %v, reference %v", seed, gotErr, wantErr)
+			}
+			if wantErr != nil && !errors.Is(wantErr, ErrNoPlan) {
+				t.Fatal(wantErr)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("seed %d: plan\n%+v\nreference\n%+v", seed, got, want)
+			}
+			compared++
+			if want != nil && len(want.Victims) > 0 {
+				plans++
+			}
+		}
+	}
+	if plans < 100 {
+		t.Errorf("only %d plans with victims among %d comparisons: the test proves little", plans, compared)
+	}
+	t.Logf("%d searches compared, %d plans with victims", compared, plans)
+}
+
+// The reference search: Find and units as they were before they were made
+// faster (commit 5dfb035), kept to check that the faster search decides
+// the same.
+// Find returns the cheapest plan on one node for pod, given every running
+// pod (all nodes: gangs span nodes). The cluster is left exactly as it was.
+func (p *Preemptor) refFind(pod Pending, running []Running, now time.Time) (*Plan, error) {
+	if err := pod.Request.Validate(); err != nil {
+		return nil, err
+	}
+	nodes := len(p.sched.Cluster().Nodes)
+	for i := range running {
+		if d := running[i].Decision; d.Node < 0 || d.Node >= nodes {
+			return nil, fmt.Errorf("preempt: running pod %s is not reserved as given: node index %d, cluster has %d nodes", running[i].ID, d.Node, nodes)
+		}
+	}
+	units, why := p.refUnits(&pod, running, now)
+	byNode := map[int][]*unit{}
+	for _, u := range units {
+		seen := map[int]bool{}
+		for _, d := range u.onNode {
+			if !seen[d.Node] {
+				seen[d.Node] = true
+				byNode[d.Node] = append(byNode[d.Node], u)
+			}
+		}
+	}
+	// Visit nodes by their cheapest unit: a plan costs at least that much,
+	// so once a plan is found, nodes that cannot beat it are skipped.
+	type nodeBound struct {
+		node  int
+		bound cost
+	}
+	order := make([]nodeBound, 0, len(byNode))
+	for n, us := range byNode {
+		b := us[0].cost
+		for _, u := range us[1:] {
+			if u.cost.less(b) {
+				b = u.cost
+			}
+		}
+		order = append(order, nodeBound{n, b})
+	}
+	slices.SortFunc(order, func(a, b nodeBound) int {
+		switch {
+		case a.bound.less(b.bound):
+			return -1
+		case b.bound.less(a.bound):
+			return 1
+		}
+		return a.node - b.node
+	})
+	var best *Plan
+	var bestCost cost
+	noRoom := 0
+	for _, nb := range order {
+		if best != nil && !nb.bound.less(bestCost) {
+			continue
+		}
+		var bound *cost
+		if best != nil {
+			bound = &bestCost
+		}
+		plan, c, err := p.planOn(nb.node, &pod, byNode[nb.node], bound)
+		if err != nil {
+			return nil, err
+		}
+		if plan == nil {
+			noRoom++
+			continue
+		}
+		if best == nil || c.less(bestCost) || (!bestCost.less(c) && plan.Node < best.Node) {
+			best, bestCost = plan, c
+		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("pod %s: %w (%s)", pod.Request.Name, ErrNoPlan, explain(why, noRoom, nodes-len(order)))
+	}
+	return best, nil
+}
+
+// units groups the candidates into eviction units: a pod alone, or a gang
+// whose every member is a candidate. why counts the protected pods.
+func (p *Preemptor) refUnits(pod *Pending, running []Running, now time.Time) ([]*unit, map[string]int) {
+	why := map[string]int{}
+	gangs := map[string]*unit{}
+	blocked := map[string]bool{}
+	var out []*unit
+	for i := range running {
+		r := &running[i]
+		reason := p.protection(r, pod, now)
+		if reason != "" {
+			why[reason]++
+			if r.Gang != "" {
+				blocked[r.Gang] = true
+			}
+		}
+		u := &unit{}
+		if r.Gang != "" {
+			if gangs[r.Gang] == nil {
+				gangs[r.Gang] = u
+				out = append(out, u)
+			}
+			u = gangs[r.Gang]
+		} else if reason == "" {
+			out = append(out, u)
+		} else {
+			continue
+		}
+		u.pods = append(u.pods, r)
+		u.onNode = append(u.onNode, r.Decision)
+		u.cost = u.cost.add(lost(r, now))
+	}
+	kept := out[:0]
+	for _, u := range out {
+		if g := u.pods[0].Gang; g != "" && blocked[g] {
+			why[whyGang] += len(u.pods)
+			continue
+		}
+		kept = append(kept, u)
+	}
+	return kept, why
+}
