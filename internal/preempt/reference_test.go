@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,9 +96,9 @@ func TestFindMatchesReference(t *testing.T) {
 	t.Logf("%d searches compared, %d plans with victims", compared, plans)
 }
 
-// The reference search: Find and units as they were before they were made
-// faster (commit 5dfb035), kept to check that the faster search decides
-// the same.
+// The reference search: Find, units, planOn and lowerBound as they were
+// before they were made faster (commit 5dfb035), kept to check that the
+// faster search decides the same.
 // Find returns the cheapest plan on one node for pod, given every running
 // pod (all nodes: gangs span nodes). The cluster is left exactly as it was.
 func (p *Preemptor) refFind(pod Pending, running []Running, now time.Time) (*Plan, error) {
@@ -157,7 +158,7 @@ func (p *Preemptor) refFind(pod Pending, running []Running, now time.Time) (*Pla
 		if best != nil {
 			bound = &bestCost
 		}
-		plan, c, err := p.planOn(nb.node, &pod, byNode[nb.node], bound)
+		plan, c, err := p.refPlanOn(nb.node, &pod, byNode[nb.node], bound)
 		if err != nil {
 			return nil, err
 		}
@@ -216,4 +217,103 @@ func (p *Preemptor) refUnits(pod *Pending, running []Running, now time.Time) ([]
 		kept = append(kept, u)
 	}
 	return kept, why
+}
+
+// planOn finds the cheapest victims among units on node n, or nil (also
+// when a bound is given and nothing on n costs less). Candidate sets are
+// tried on a copy of the node; the plan returned is verified on the cluster.
+func (p *Preemptor) refPlanOn(n int, pod *Pending, units []*unit, bound *cost) (*Plan, cost, error) {
+	req := &pod.Request
+	if d, ok, err := p.fitsWith(n, req, nil); err != nil || ok {
+		return p.plan(n, d, nil), cost{}, err // it fits as it is: nothing to evict
+	}
+	slices.SortStableFunc(units, func(a, b *unit) int {
+		switch {
+		case a.cost.less(b.cost):
+			return -1
+		case b.cost.less(a.cost):
+			return 1
+		}
+		return strings.Compare(a.pods[0].ID, b.pods[0].ID)
+	})
+	if bound != nil && !p.refLowerBound(n, req, units).less(*bound) {
+		return nil, cost{}, nil // cannot beat the plan in hand
+	}
+	if ok, err := p.fits(n, req, units); err != nil || !ok {
+		return nil, cost{}, err // not even evicting every candidate makes room
+	}
+	set, c, err := p.exact(n, req, units, bound)
+	if err != nil {
+		return nil, cost{}, err
+	}
+	// The exhaustive search is optimal among sets of few units; a greedy
+	// set can only do better when those units are large gangs, or when the
+	// budget cut the search short.
+	if set == nil || c.victims > p.MaxExactUnits {
+		gset, gc, err := p.greedy(n, req, units)
+		if err != nil {
+			return nil, cost{}, err
+		}
+		if set == nil || gc.less(c) {
+			set, c = gset, gc
+		}
+	}
+	if bound != nil && !c.less(*bound) {
+		return nil, cost{}, nil
+	}
+	d, ok, err := p.fitsWith(n, req, set)
+	if err != nil {
+		return nil, cost{}, err
+	}
+	if !ok {
+		return nil, cost{}, fmt.Errorf("preempt: plan on node %s passed on a copy of the node but not on the cluster", p.sched.Cluster().Nodes[n].Name)
+	}
+	return p.plan(n, d, set), c, nil
+}
+
+// lowerBound is a cost no victim set on node n can beat: the pod lacks
+// some whole GPUs, each unit frees at most the GPUs it holds there, so at
+// least k units must go, costing at least the k cheapest victims counts and
+// (separately) the k smallest losses.
+func (p *Preemptor) refLowerBound(n int, req *placement.Request, units []*unit) cost {
+	k := 1
+	if req.NumGPU > 1 {
+		node := &p.sched.Cluster().Nodes[n]
+		fitting := 0
+		for i := range node.GPUs {
+			g := &node.GPUs[i]
+			if g.MIG == nil && g.FreeMilli >= req.GPUMilli && g.FreeMemMiB >= req.GPUMemMiB {
+				fitting++
+			}
+		}
+		if deficit := req.NumGPU - fitting; deficit > 1 {
+			held := make([]int, len(units))
+			for i, u := range units {
+				for _, d := range u.onNode {
+					if d.Node == n {
+						held[i] += len(d.Grant.Shares)
+					}
+				}
+			}
+			slices.SortFunc(held, func(a, b int) int { return b - a })
+			for k = 0; k < len(held) && deficit > 0; k++ {
+				deficit -= held[k]
+			}
+			k = max(k, 1)
+		}
+	}
+	k = min(k, len(units))
+	victims := make([]int, len(units))
+	lost := make([]float64, len(units))
+	for i, u := range units {
+		victims[i], lost[i] = u.cost.victims, u.cost.lostGPUSec
+	}
+	slices.Sort(victims)
+	slices.Sort(lost)
+	var lb cost
+	for i := range k {
+		lb.victims += victims[i]
+		lb.lostGPUSec += lost[i]
+	}
+	return lb
 }

@@ -20,6 +20,9 @@ func (p *Preemptor) planOn(n int, pod *Pending, units []*unit, bound *cost) (*Pl
 	if d, ok, err := p.fitsWith(n, req, nil); err != nil || ok {
 		return p.plan(n, d, nil), cost{}, err // it fits as it is: nothing to evict
 	}
+	if bound != nil && !p.lowerBound(n, req, units).less(*bound) {
+		return nil, cost{}, nil // cannot beat the plan in hand (the bound ignores the order of units)
+	}
 	slices.SortStableFunc(units, func(a, b *unit) int {
 		switch {
 		case a.cost.less(b.cost):
@@ -29,9 +32,6 @@ func (p *Preemptor) planOn(n int, pod *Pending, units []*unit, bound *cost) (*Pl
 		}
 		return strings.Compare(a.pods[0].ID, b.pods[0].ID)
 	})
-	if bound != nil && !p.lowerBound(n, req, units).less(*bound) {
-		return nil, cost{}, nil // cannot beat the plan in hand
-	}
 	if ok, err := p.fits(n, req, units); err != nil || !ok {
 		return nil, cost{}, err // not even evicting every candidate makes room
 	}
@@ -80,13 +80,16 @@ func (p *Preemptor) lowerBound(n int, req *placement.Request, units []*unit) cos
 			}
 		}
 		if deficit := req.NumGPU - fitting; deficit > 1 {
-			held := make([]int, len(units))
-			for i, u := range units {
+			var heldBuf [16]int
+			held := heldBuf[:0]
+			for _, u := range units {
+				h := 0
 				for _, d := range u.onNode {
 					if d.Node == n {
-						held[i] += len(d.Grant.Shares)
+						h += len(d.Grant.Shares)
 					}
 				}
+				held = append(held, h)
 			}
 			slices.SortFunc(held, func(a, b int) int { return b - a })
 			for k = 0; k < len(held) && deficit > 0; k++ {
@@ -96,10 +99,14 @@ func (p *Preemptor) lowerBound(n int, req *placement.Request, units []*unit) cos
 		}
 	}
 	k = min(k, len(units))
-	victims := make([]int, len(units))
-	lost := make([]float64, len(units))
-	for i, u := range units {
-		victims[i], lost[i] = u.cost.victims, u.cost.lostGPUSec
+	// Stack buffers: this runs on every node visited, usually with a few
+	// units.
+	var victimsBuf [16]int
+	var lostBuf [16]float64
+	victims, lost := victimsBuf[:0], lostBuf[:0]
+	for _, u := range units {
+		victims = append(victims, u.cost.victims)
+		lost = append(lost, u.cost.lostGPUSec)
 	}
 	slices.Sort(victims)
 	slices.Sort(lost)
