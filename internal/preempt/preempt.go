@@ -8,6 +8,7 @@ import (
 	"time"
 
 	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
+	"github.com/tessera-gpu/tessera/internal/partition"
 	"github.com/tessera-gpu/tessera/internal/placement"
 )
 
@@ -96,6 +97,10 @@ type Preemptor struct {
 	// victim units (a pod, or a whole gang) are tried cheapest first; beyond
 	// it a greedy search keeps as many pods as it can.
 	MaxExactUnits int
+	// scratch holds the GPUs of the node copy a victim set is tried on.
+	// (A Preemptor is not for concurrent use: Find releases and reserves
+	// on the cluster.)
+	scratch []partition.GPU
 }
 
 // New builds a preemptor that verifies plans with s's pipeline.

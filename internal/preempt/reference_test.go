@@ -96,7 +96,7 @@ func TestFindMatchesReference(t *testing.T) {
 	t.Logf("%d searches compared, %d plans with victims", compared, plans)
 }
 
-// The reference search: Find, units, planOn and lowerBound as they were
+// The reference search: Find and the search functions as they were
 // before they were made faster (commit 5dfb035), kept to check that the
 // faster search decides the same.
 // Find returns the cheapest plan on one node for pod, given every running
@@ -239,10 +239,10 @@ func (p *Preemptor) refPlanOn(n int, pod *Pending, units []*unit, bound *cost) (
 	if bound != nil && !p.refLowerBound(n, req, units).less(*bound) {
 		return nil, cost{}, nil // cannot beat the plan in hand
 	}
-	if ok, err := p.fits(n, req, units); err != nil || !ok {
+	if ok, err := p.refFits(n, req, units); err != nil || !ok {
 		return nil, cost{}, err // not even evicting every candidate makes room
 	}
-	set, c, err := p.exact(n, req, units, bound)
+	set, c, err := p.refExact(n, req, units, bound)
 	if err != nil {
 		return nil, cost{}, err
 	}
@@ -250,7 +250,7 @@ func (p *Preemptor) refPlanOn(n int, pod *Pending, units []*unit, bound *cost) (
 	// set can only do better when those units are large gangs, or when the
 	// budget cut the search short.
 	if set == nil || c.victims > p.MaxExactUnits {
-		gset, gc, err := p.greedy(n, req, units)
+		gset, gc, err := p.refGreedy(n, req, units)
 		if err != nil {
 			return nil, cost{}, err
 		}
@@ -316,4 +316,89 @@ func (p *Preemptor) refLowerBound(n int, req *placement.Request, units []*unit) 
 		lb.lostGPUSec += lost[i]
 	}
 	return lb
+}
+
+func (p *Preemptor) refExact(n int, req *placement.Request, units []*unit, bound *cost) ([]*unit, cost, error) {
+	type subset struct {
+		idx []int
+		c   cost
+	}
+	var subsets []subset
+	var walk func(start int, idx []int, c cost, k int)
+	walk = func(start int, idx []int, c cost, k int) {
+		if len(idx) == k {
+			if bound == nil || c.less(*bound) {
+				subsets = append(subsets, subset{slices.Clone(idx), c})
+			}
+			return
+		}
+		for i := start; i < len(units); i++ {
+			walk(i+1, append(idx, i), c.add(units[i].cost), k)
+		}
+	}
+	for k := 1; k <= p.MaxExactUnits && k <= len(units); k++ {
+		if len(subsets)+binomial(len(units), k) > exactBudget {
+			break
+		}
+		walk(0, nil, cost{}, k)
+	}
+	slices.SortStableFunc(subsets, func(a, b subset) int {
+		switch {
+		case a.c.less(b.c):
+			return -1
+		case b.c.less(a.c):
+			return 1
+		}
+		return 0
+	})
+	for _, s := range subsets {
+		set := make([]*unit, len(s.idx))
+		for i, j := range s.idx {
+			set[i] = units[j]
+		}
+		ok, err := p.refFits(n, req, set)
+		if err != nil {
+			return nil, cost{}, err
+		}
+		if ok {
+			return set, s.c, nil
+		}
+	}
+	return nil, cost{}, nil
+}
+
+func (p *Preemptor) refGreedy(n int, req *placement.Request, units []*unit) ([]*unit, cost, error) {
+	var victims []*unit
+	for i := len(units) - 1; i >= 0; i-- {
+		rest := append(slices.Clone(victims), units[:i]...)
+		ok, err := p.refFits(n, req, rest)
+		if err != nil {
+			return nil, cost{}, err
+		}
+		if !ok {
+			victims = append(victims, units[i]) // needed: sparing it leaves no room
+		}
+	}
+	var c cost
+	for _, u := range victims {
+		c = c.add(u.cost)
+	}
+	return victims, c, nil
+}
+
+func (p *Preemptor) refFits(n int, req *placement.Request, set []*unit) (bool, error) {
+	cl := p.sched.Cluster()
+	node := cl.Nodes[n]
+	node.GPUs = slices.Clone(node.GPUs)
+	for _, u := range set {
+		for i, d := range u.onNode {
+			if d.Node != n {
+				continue
+			}
+			if err := node.Release(d.Grant); err != nil {
+				return false, fmt.Errorf("preempt: running pod %s is not reserved as given: %w", u.pods[i].ID, err)
+			}
+		}
+	}
+	return cl.FitsState(n, &node, req), nil
 }

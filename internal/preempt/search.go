@@ -132,16 +132,20 @@ func (p *Preemptor) plan(n int, d placement.Decision, set []*unit) *Plan {
 // exact tries every subset of up to MaxExactUnits units (while the budget of
 // fit checks lasts), cheapest first, and returns the first that makes room.
 func (p *Preemptor) exact(n int, req *placement.Request, units []*unit, bound *cost) ([]*unit, cost, error) {
+	// A subset's unit indices live in one flat array (idx[at:at+k]): the
+	// walk lists hundreds of subsets per node searched.
 	type subset struct {
-		idx []int
-		c   cost
+		at, k int
+		c     cost
 	}
 	var subsets []subset
+	var flat []int
 	var walk func(start int, idx []int, c cost, k int)
 	walk = func(start int, idx []int, c cost, k int) {
 		if len(idx) == k {
 			if bound == nil || c.less(*bound) {
-				subsets = append(subsets, subset{slices.Clone(idx), c})
+				subsets = append(subsets, subset{len(flat), k, c})
+				flat = append(flat, idx...)
 			}
 			return
 		}
@@ -149,11 +153,12 @@ func (p *Preemptor) exact(n int, req *placement.Request, units []*unit, bound *c
 			walk(i+1, append(idx, i), c.add(units[i].cost), k)
 		}
 	}
+	idx := make([]int, 0, p.MaxExactUnits)
 	for k := 1; k <= p.MaxExactUnits && k <= len(units); k++ {
 		if len(subsets)+binomial(len(units), k) > exactBudget {
 			break
 		}
-		walk(0, nil, cost{}, k)
+		walk(0, idx, cost{}, k)
 	}
 	slices.SortStableFunc(subsets, func(a, b subset) int {
 		switch {
@@ -164,10 +169,11 @@ func (p *Preemptor) exact(n int, req *placement.Request, units []*unit, bound *c
 		}
 		return 0
 	})
+	set := make([]*unit, 0, p.MaxExactUnits)
 	for _, s := range subsets {
-		set := make([]*unit, len(s.idx))
-		for i, j := range s.idx {
-			set[i] = units[j]
+		set = set[:0]
+		for _, j := range flat[s.at : s.at+s.k] {
+			set = append(set, units[j])
 		}
 		ok, err := p.fits(n, req, set)
 		if err != nil {
@@ -214,7 +220,8 @@ func (p *Preemptor) greedy(n int, req *placement.Request, units []*unit) ([]*uni
 func (p *Preemptor) fits(n int, req *placement.Request, set []*unit) (bool, error) {
 	cl := p.sched.Cluster()
 	node := cl.Nodes[n]
-	node.GPUs = slices.Clone(node.GPUs)
+	node.GPUs = append(p.scratch[:0], node.GPUs...) // the copy's own GPUs, reused
+	p.scratch = node.GPUs
 	for _, u := range set {
 		for i, d := range u.onNode {
 			if d.Node != n {
