@@ -198,8 +198,9 @@ func binomial(n, k int) int {
 // first, as long as the pod still fits (Kubernetes' "reprieve").
 func (p *Preemptor) greedy(n int, req *placement.Request, units []*unit) ([]*unit, cost, error) {
 	var victims []*unit
+	rest := make([]*unit, 0, len(units)) // one buffer for every trial set
 	for i := len(units) - 1; i >= 0; i-- {
-		rest := append(slices.Clone(victims), units[:i]...)
+		rest = append(append(rest[:0], victims...), units[:i]...)
 		ok, err := p.fits(n, req, rest)
 		if err != nil {
 			return nil, cost{}, err
