@@ -8,6 +8,7 @@ import (
 	"time"
 
 	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
+	"github.com/tessera-gpu/tessera/internal/partition"
 	"github.com/tessera-gpu/tessera/internal/placement"
 )
 
@@ -96,6 +97,10 @@ type Preemptor struct {
 	// victim units (a pod, or a whole gang) are tried cheapest first; beyond
 	// it a greedy search keeps as many pods as it can.
 	MaxExactUnits int
+	// scratch holds the GPUs of the node copy a victim set is tried on.
+	// (A Preemptor is not for concurrent use: Find releases and reserves
+	// on the cluster.)
+	scratch []partition.GPU
 }
 
 // New builds a preemptor that verifies plans with s's pipeline.
@@ -192,32 +197,9 @@ func (p *Preemptor) Find(pod Pending, running []Running, now time.Time) (*Plan, 
 		}
 	}
 	units, why := p.units(&pod, running, now)
-	byNode := map[int][]*unit{}
-	for _, u := range units {
-		seen := map[int]bool{}
-		for _, d := range u.onNode {
-			if !seen[d.Node] {
-				seen[d.Node] = true
-				byNode[d.Node] = append(byNode[d.Node], u)
-			}
-		}
-	}
+	byNode, order := unitsByNode(units, nodes)
 	// Visit nodes by their cheapest unit: a plan costs at least that much,
 	// so once a plan is found, nodes that cannot beat it are skipped.
-	type nodeBound struct {
-		node  int
-		bound cost
-	}
-	order := make([]nodeBound, 0, len(byNode))
-	for n, us := range byNode {
-		b := us[0].cost
-		for _, u := range us[1:] {
-			if u.cost.less(b) {
-				b = u.cost
-			}
-		}
-		order = append(order, nodeBound{n, b})
-	}
 	slices.SortFunc(order, func(a, b nodeBound) int {
 		switch {
 		case a.bound.less(b.bound):
@@ -256,6 +238,69 @@ func (p *Preemptor) Find(pod Pending, running []Running, now time.Time) (*Plan, 
 	return best, nil
 }
 
+// nodeBound is a node with candidate units and the cost of its cheapest.
+type nodeBound struct {
+	node  int
+	bound cost
+}
+
+// unitsByNode lists, per node, the units with a member there (in the order
+// of units), and the nodes that have any with their cheapest unit's cost.
+// One flat array holds every node's list: a full cluster has thousands of
+// nodes and a map or a slice per node cost more than the search itself.
+func unitsByNode(units []*unit, nodes int) ([][]*unit, []nodeBound) {
+	count := make([]int, nodes+1)
+	onNodes := func(u *unit, visit func(n int)) {
+		for i, d := range u.onNode {
+			if !slices.ContainsFunc(u.onNode[:i], func(e placement.Decision) bool { return e.Node == d.Node }) {
+				visit(d.Node)
+			}
+		}
+	}
+	for _, u := range units {
+		if len(u.onNode) == 1 {
+			count[u.onNode[0].Node+1]++
+			continue
+		}
+		onNodes(u, func(n int) { count[n+1]++ })
+	}
+	withUnits := 0
+	for n := 1; n <= nodes; n++ {
+		if count[n] > 0 {
+			withUnits++
+		}
+		count[n] += count[n-1] // count[n] is now where node n's list starts
+	}
+	flat := make([]*unit, count[nodes])
+	next := slices.Clone(count[:nodes])
+	for _, u := range units {
+		if len(u.onNode) == 1 {
+			n := u.onNode[0].Node
+			flat[next[n]] = u
+			next[n]++
+			continue
+		}
+		onNodes(u, func(n int) { flat[next[n]] = u; next[n]++ })
+	}
+	byNode := make([][]*unit, nodes)
+	order := make([]nodeBound, 0, withUnits)
+	for n := range nodes {
+		us := flat[count[n]:count[n+1]:count[n+1]]
+		if len(us) == 0 {
+			continue
+		}
+		byNode[n] = us
+		b := us[0].cost
+		for _, u := range us[1:] {
+			if u.cost.less(b) {
+				b = u.cost
+			}
+		}
+		order = append(order, nodeBound{n, b})
+	}
+	return byNode, order
+}
+
 func explain(why map[string]int, noRoom, nodesWithout int) string {
 	var parts []string
 	if noRoom > 0 {
@@ -276,26 +321,45 @@ func explain(why map[string]int, noRoom, nodesWithout int) string {
 // whose every member is a candidate. why counts the protected pods.
 func (p *Preemptor) units(pod *Pending, running []Running, now time.Time) ([]*unit, map[string]int) {
 	why := map[string]int{}
-	gangs := map[string]*unit{}
-	blocked := map[string]bool{}
-	var out []*unit
+	var gangs map[string]*unit
+	var blocked map[string]bool
+	// Units, and their first member, come from arrays sized for the worst
+	// case (a unit per pod) instead of a few allocations per pod.
+	store := make([]unit, len(running))
+	firstPod := make([]*Running, len(running))
+	firstOn := make([]placement.Decision, len(running))
+	used := 0
+	newUnit := func() *unit {
+		u := &store[used]
+		u.pods, u.onNode = firstPod[used:used:used+1], firstOn[used:used:used+1]
+		used++
+		return u
+	}
+	out := make([]*unit, 0, len(running))
 	for i := range running {
 		r := &running[i]
 		reason := p.protection(r, pod, now)
 		if reason != "" {
 			why[reason]++
 			if r.Gang != "" {
+				if blocked == nil {
+					blocked = map[string]bool{}
+				}
 				blocked[r.Gang] = true
 			}
 		}
-		u := &unit{}
+		var u *unit
 		if r.Gang != "" {
-			if gangs[r.Gang] == nil {
+			if gangs == nil {
+				gangs = map[string]*unit{}
+			}
+			if u = gangs[r.Gang]; u == nil {
+				u = newUnit()
 				gangs[r.Gang] = u
 				out = append(out, u)
 			}
-			u = gangs[r.Gang]
 		} else if reason == "" {
+			u = newUnit()
 			out = append(out, u)
 		} else {
 			continue

@@ -20,6 +20,9 @@ func (p *Preemptor) planOn(n int, pod *Pending, units []*unit, bound *cost) (*Pl
 	if d, ok, err := p.fitsWith(n, req, nil); err != nil || ok {
 		return p.plan(n, d, nil), cost{}, err // it fits as it is: nothing to evict
 	}
+	if bound != nil && !p.lowerBound(n, req, units).less(*bound) {
+		return nil, cost{}, nil // cannot beat the plan in hand (the bound ignores the order of units)
+	}
 	slices.SortStableFunc(units, func(a, b *unit) int {
 		switch {
 		case a.cost.less(b.cost):
@@ -29,9 +32,6 @@ func (p *Preemptor) planOn(n int, pod *Pending, units []*unit, bound *cost) (*Pl
 		}
 		return strings.Compare(a.pods[0].ID, b.pods[0].ID)
 	})
-	if bound != nil && !p.lowerBound(n, req, units).less(*bound) {
-		return nil, cost{}, nil // cannot beat the plan in hand
-	}
 	if ok, err := p.fits(n, req, units); err != nil || !ok {
 		return nil, cost{}, err // not even evicting every candidate makes room
 	}
@@ -80,13 +80,16 @@ func (p *Preemptor) lowerBound(n int, req *placement.Request, units []*unit) cos
 			}
 		}
 		if deficit := req.NumGPU - fitting; deficit > 1 {
-			held := make([]int, len(units))
-			for i, u := range units {
+			var heldBuf [16]int
+			held := heldBuf[:0]
+			for _, u := range units {
+				h := 0
 				for _, d := range u.onNode {
 					if d.Node == n {
-						held[i] += len(d.Grant.Shares)
+						h += len(d.Grant.Shares)
 					}
 				}
+				held = append(held, h)
 			}
 			slices.SortFunc(held, func(a, b int) int { return b - a })
 			for k = 0; k < len(held) && deficit > 0; k++ {
@@ -96,10 +99,14 @@ func (p *Preemptor) lowerBound(n int, req *placement.Request, units []*unit) cos
 		}
 	}
 	k = min(k, len(units))
-	victims := make([]int, len(units))
-	lost := make([]float64, len(units))
-	for i, u := range units {
-		victims[i], lost[i] = u.cost.victims, u.cost.lostGPUSec
+	// Stack buffers: this runs on every node visited, usually with a few
+	// units.
+	var victimsBuf [16]int
+	var lostBuf [16]float64
+	victims, lost := victimsBuf[:0], lostBuf[:0]
+	for _, u := range units {
+		victims = append(victims, u.cost.victims)
+		lost = append(lost, u.cost.lostGPUSec)
 	}
 	slices.Sort(victims)
 	slices.Sort(lost)
@@ -125,16 +132,20 @@ func (p *Preemptor) plan(n int, d placement.Decision, set []*unit) *Plan {
 // exact tries every subset of up to MaxExactUnits units (while the budget of
 // fit checks lasts), cheapest first, and returns the first that makes room.
 func (p *Preemptor) exact(n int, req *placement.Request, units []*unit, bound *cost) ([]*unit, cost, error) {
+	// A subset's unit indices live in one flat array (idx[at:at+k]): the
+	// walk lists hundreds of subsets per node searched.
 	type subset struct {
-		idx []int
-		c   cost
+		at, k int
+		c     cost
 	}
 	var subsets []subset
+	var flat []int
 	var walk func(start int, idx []int, c cost, k int)
 	walk = func(start int, idx []int, c cost, k int) {
 		if len(idx) == k {
 			if bound == nil || c.less(*bound) {
-				subsets = append(subsets, subset{slices.Clone(idx), c})
+				subsets = append(subsets, subset{len(flat), k, c})
+				flat = append(flat, idx...)
 			}
 			return
 		}
@@ -142,11 +153,12 @@ func (p *Preemptor) exact(n int, req *placement.Request, units []*unit, bound *c
 			walk(i+1, append(idx, i), c.add(units[i].cost), k)
 		}
 	}
+	idx := make([]int, 0, p.MaxExactUnits)
 	for k := 1; k <= p.MaxExactUnits && k <= len(units); k++ {
 		if len(subsets)+binomial(len(units), k) > exactBudget {
 			break
 		}
-		walk(0, nil, cost{}, k)
+		walk(0, idx, cost{}, k)
 	}
 	slices.SortStableFunc(subsets, func(a, b subset) int {
 		switch {
@@ -157,10 +169,11 @@ func (p *Preemptor) exact(n int, req *placement.Request, units []*unit, bound *c
 		}
 		return 0
 	})
+	set := make([]*unit, 0, p.MaxExactUnits)
 	for _, s := range subsets {
-		set := make([]*unit, len(s.idx))
-		for i, j := range s.idx {
-			set[i] = units[j]
+		set = set[:0]
+		for _, j := range flat[s.at : s.at+s.k] {
+			set = append(set, units[j])
 		}
 		ok, err := p.fits(n, req, set)
 		if err != nil {
@@ -185,8 +198,9 @@ func binomial(n, k int) int {
 // first, as long as the pod still fits (Kubernetes' "reprieve").
 func (p *Preemptor) greedy(n int, req *placement.Request, units []*unit) ([]*unit, cost, error) {
 	var victims []*unit
+	rest := make([]*unit, 0, len(units)) // one buffer for every trial set
 	for i := len(units) - 1; i >= 0; i-- {
-		rest := append(slices.Clone(victims), units[:i]...)
+		rest = append(append(rest[:0], victims...), units[:i]...)
 		ok, err := p.fits(n, req, rest)
 		if err != nil {
 			return nil, cost{}, err
@@ -207,7 +221,8 @@ func (p *Preemptor) greedy(n int, req *placement.Request, units []*unit) ([]*uni
 func (p *Preemptor) fits(n int, req *placement.Request, set []*unit) (bool, error) {
 	cl := p.sched.Cluster()
 	node := cl.Nodes[n]
-	node.GPUs = slices.Clone(node.GPUs)
+	node.GPUs = append(p.scratch[:0], node.GPUs...) // the copy's own GPUs, reused
+	p.scratch = node.GPUs
 	for _, u := range set {
 		for i, d := range u.onNode {
 			if d.Node != n {
