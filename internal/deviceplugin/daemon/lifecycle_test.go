@@ -61,7 +61,17 @@ func TestNoGoroutineLeaks(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		var conns []*grpc.ClientConn
 		for _, res := range e.d.Manager.Resources() {
-			conn, err := grpc.NewClient("unix://"+e.d.Plugin.Server(res).Socket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			// The test deletes the socket directory from one listing, as
+			// kubelet does; a server the plugin's 1 s check restarted in
+			// the middle can lose its new socket that way and is started
+			// again at the next check.
+			sock := e.d.Plugin.Server(res).Socket()
+			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+				if _, err := os.Stat(sock); err == nil {
+					break
+				}
+			}
+			conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)
 			}
