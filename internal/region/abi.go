@@ -8,7 +8,7 @@ package region
 
 // ABI constants; see tessera_abi.h for their meaning.
 const (
-	ABIVersion     = 1
+	ABIVersion     = 2
 	MaxDevices     = 16
 	MaxProcs       = 1024
 	UUIDLen        = 96
@@ -23,7 +23,8 @@ type rawDeviceLimit struct {
 	MemLimitBytes uint64
 	CoreLimitPct  uint32
 	Priority      int32
-	Reserved      [6]uint64
+	ComputeWords  [3]uint64 // reserved for compute time slices
+	BalloonWords  [3]uint64 // reserved for memory balloons
 }
 
 type rawLimits struct {
@@ -59,4 +60,16 @@ type rawRegion struct {
 	ReapedBytes uint64
 	Reserved    [30]uint64
 	Slots       [MaxProcs]rawProcSlot
+	Compute     [MaxDevices]rawDeviceCompute
+	Balloon     [MaxDevices]rawDeviceBalloon
+}
+
+// rawDeviceCompute: per-device compute accounting, reserved until defined.
+type rawDeviceCompute struct {
+	Reserved [8]uint64
+}
+
+// rawDeviceBalloon: per-device balloon request words, reserved until defined.
+type rawDeviceBalloon struct {
+	Reserved [8]uint64
 }

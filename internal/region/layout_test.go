@@ -12,7 +12,7 @@ import (
 func TestLayoutMatchesCHeader(t *testing.T) {
 	want := cabi.Layout()
 	seen := 0
-	for _, v := range []any{rawDeviceLimit{}, rawLimits{}, rawProcSlot{}, rawRegion{}} {
+	for _, v := range []any{rawDeviceLimit{}, rawLimits{}, rawProcSlot{}, rawRegion{}, rawDeviceCompute{}, rawDeviceBalloon{}} {
 		typ := reflect.TypeOf(v)
 		check := func(name string, got uintptr) {
 			t.Helper()

@@ -34,13 +34,16 @@ func Layout() map[string]uintptr {
 	var l C.tessera_limits
 	var s C.tessera_proc_slot
 	var r C.tessera_region
+	var dc C.tessera_device_compute
+	var db C.tessera_device_balloon
 	return map[string]uintptr{
 		"rawDeviceLimit":               unsafe.Sizeof(dl),
 		"rawDeviceLimit.UUID":          unsafe.Offsetof(dl.uuid),
 		"rawDeviceLimit.MemLimitBytes": unsafe.Offsetof(dl.mem_limit_bytes),
 		"rawDeviceLimit.CoreLimitPct":  unsafe.Offsetof(dl.core_limit_pct),
 		"rawDeviceLimit.Priority":      unsafe.Offsetof(dl.priority),
-		"rawDeviceLimit.Reserved":      unsafe.Offsetof(dl.reserved),
+		"rawDeviceLimit.ComputeWords":  unsafe.Offsetof(dl.compute_words),
+		"rawDeviceLimit.BalloonWords":  unsafe.Offsetof(dl.balloon_words),
 
 		"rawLimits":             unsafe.Sizeof(l),
 		"rawLimits.Magic":       unsafe.Offsetof(l.magic),
@@ -73,5 +76,12 @@ func Layout() map[string]uintptr {
 		"rawRegion.ReapedBytes": unsafe.Offsetof(r.reaped_bytes),
 		"rawRegion.Reserved":    unsafe.Offsetof(r.reserved),
 		"rawRegion.Slots":       unsafe.Offsetof(r.slots),
+		"rawRegion.Compute":     unsafe.Offsetof(r.compute),
+		"rawRegion.Balloon":     unsafe.Offsetof(r.balloon),
+
+		"rawDeviceCompute":          unsafe.Sizeof(dc),
+		"rawDeviceCompute.Reserved": unsafe.Offsetof(dc.reserved),
+		"rawDeviceBalloon":          unsafe.Sizeof(db),
+		"rawDeviceBalloon.Reserved": unsafe.Offsetof(db.reserved),
 	}
 }

@@ -46,7 +46,7 @@
 #define TESSERA_ATOMIC(t) _Atomic t
 #endif
 
-#define TESSERA_ABI_VERSION 1u
+#define TESSERA_ABI_VERSION 2u
 #define TESSERA_MAX_DEVICES 16
 #define TESSERA_MAX_PROCS 1024
 #define TESSERA_UUID_LEN 96 /* NVML_DEVICE_UUID_V2_BUFFER_SIZE */
@@ -73,7 +73,8 @@ typedef struct tessera_device_limit {
     TESSERA_ATOMIC(uint64_t) mem_limit_bytes;   /* 0 = no memory cap on this device */
     TESSERA_ATOMIC(uint32_t) core_limit_pct;    /* 0 = no compute cap; 1..100 = share of one GPU */
     TESSERA_ATOMIC(int32_t) priority;           /* reserved for compute arbitration */
-    uint64_t reserved[6];
+    uint64_t compute_words[3];                  /* reserved for compute time slices (policy, grants) */
+    uint64_t balloon_words[3];                  /* reserved for memory balloons (ceiling, state) */
 } tessera_device_limit;
 
 typedef struct tessera_limits {
@@ -97,6 +98,18 @@ typedef struct tessera_proc_slot {
     uint64_t reserved[6];
 } tessera_proc_slot;
 
+/* Per-device words of the region for compute time slices (written by the hook,
+ * read by the node agent's arbiter). Reserved until that feature defines them. */
+typedef struct tessera_device_compute {
+    uint64_t reserved[8];
+} tessera_device_compute;
+
+/* Per-device words of the region for memory balloons (the hook's wait-for-reclaim
+ * request, seen by the node agent). Reserved until that feature defines them. */
+typedef struct tessera_device_balloon {
+    uint64_t reserved[8];
+} tessera_device_balloon;
+
 typedef struct tessera_region {
     uint64_t magic;        /* TESSERA_REGION_MAGIC */
     uint32_t abi_version;  /* TESSERA_ABI_VERSION */
@@ -111,6 +124,8 @@ typedef struct tessera_region {
     TESSERA_ATOMIC(uint64_t) reaped_bytes;                     /* bytes reclaimed from them */
     uint64_t reserved[30];
     tessera_proc_slot slots[TESSERA_MAX_PROCS];
+    tessera_device_compute compute[TESSERA_MAX_DEVICES]; /* per-device compute accounting */
+    tessera_device_balloon balloon[TESSERA_MAX_DEVICES]; /* per-device balloon requests */
 } tessera_region;
 
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
@@ -118,6 +133,8 @@ _Static_assert(sizeof(TESSERA_ATOMIC(uint64_t)) == 8, "atomic u64 must be 8 byte
 _Static_assert(sizeof(TESSERA_ATOMIC(uint32_t)) == 4, "atomic u32 must be 4 bytes");
 _Static_assert(sizeof(tessera_device_limit) == 160, "tessera_device_limit layout");
 _Static_assert(sizeof(tessera_proc_slot) == 192, "tessera_proc_slot layout");
+_Static_assert(sizeof(tessera_device_compute) == 64, "tessera_device_compute layout");
+_Static_assert(sizeof(tessera_device_balloon) == 64, "tessera_device_balloon layout");
 #endif
 
 #endif /* TESSERA_ABI_H */
