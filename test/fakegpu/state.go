@@ -90,7 +90,8 @@ type rawSnap struct {
 	Cur      int32
 	SliceEnd uint64
 	BusyNs   uint64
-	Reserved [3]uint64
+	NCtx     uint64
+	Reserved [2]uint64
 	Ctx      [MaxSlots]rawSnapCtx
 }
 
@@ -170,7 +171,7 @@ func ReadState(path string) (*State, error) {
 		n := int(h.DeviceCount)
 		run := make([]uint64, n)
 		for d := range run {
-			if c := snaps[d].Ctx[i]; c.Tag == s.Owner {
+			if c := snaps[d].Ctx[i]; uint64(i) < snaps[d].NCtx && c.Tag == s.Owner {
 				run[d] = c.BusyNs
 			}
 		}

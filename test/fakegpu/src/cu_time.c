@@ -16,6 +16,7 @@ static struct fg_sched_slot *my_ring(void)
 
 void fg_time_reset(void)
 {
+    fg_sched_fork_child();
     pthread_mutex_init(&fg.tmu, NULL);
     memset(fg.queued_pos, 0, sizeof fg.queued_pos);
     fg.devs_used = 0;

@@ -68,7 +68,8 @@ struct fg_sched_snap {
     int32_t cur;        /* context holding the device, FG_NO_CTX if idle */
     uint64_t slice_end; /* when cur's slice ends */
     uint64_t busy_ns;   /* device busy time (sum over contexts, ever) */
-    uint64_t reserved[3];
+    uint64_t nctx;      /* ctx[0, nctx) are meaningful (slot_hwm when written) */
+    uint64_t reserved[2];
     struct fg_sched_ctx ctx[FG_SCHED_SLOTS];
 };
 
@@ -104,6 +105,9 @@ uint64_t fg_sched_advance(struct fg_state *st, struct fg_sched_snap *s, uint64_t
 /* Publishes s (advanced from the snapshot whose word was `seen`) from slot
  * `slot`'s buffers. 0 on success, -1 if another commit came first. */
 int fg_sched_commit(struct fg_state *st, int slot, uint64_t seen, struct fg_sched_snap *s);
+
+/* In a fork child: forget the parent's in-flight commit and liveness answers. */
+void fg_sched_fork_child(void);
 
 /* The state of dev at `now`: load + advance (+ commit if slot >= 0 and the
  * committed snapshot is older than FG_COMMIT_NS). */
