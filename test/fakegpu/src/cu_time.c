@@ -6,8 +6,35 @@
  * before a point. Streams, contexts and events remember the position their work
  * ends at; "done" means the device's timeline has run the queue that far. */
 #include <string.h>
+#include <sys/prctl.h>
 
 #include "cu_internal.h"
+
+/* Longest sleep between looks at the timeline: a context whose process dies
+ * frees its share at once, which can only make a projected completion earlier. */
+#define FG_WAIT_MAX_NS 2000000ull
+/* A look that finds the work not done although its projection has passed (a
+ * launch arrived in between) looks again this much later. */
+#define FG_WAIT_RETRY_NS 50000ull
+
+/* Sleeps toward a projected completion t (UINT64_MAX: unknown). The first wait
+ * of each thread drops its timer slack to 1 ns (Linux adds 50 µs to every
+ * sleep by default), so that a synchronisation returns close to the simulated
+ * instant; the setting stays with the thread. */
+static void sleep_toward(uint64_t t)
+{
+    static __thread int slack_set;
+    if (!slack_set) {
+        prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+        slack_set = 1;
+    }
+    uint64_t now = fg_now_ns();
+    if (t == UINT64_MAX || t <= now)
+        t = now + FG_WAIT_RETRY_NS;
+    if (t > now + FG_WAIT_MAX_NS)
+        t = now + FG_WAIT_MAX_NS;
+    fg_wait_until(t);
+}
 
 static struct fg_sched_slot *my_ring(void)
 {
@@ -96,8 +123,7 @@ static void wait_for_room(void)
         int dev = (int)x->dev;
         uint64_t pos = x->end_pos;
         pthread_mutex_unlock(&fg.tmu);
-        uint64_t t = fg_sched_projected(fg.st, dev, fg.slot_index, pos), now = fg_now_ns();
-        fg_wait_until(t == UINT64_MAX || t <= now ? now + 100000 : t);
+        sleep_toward(fg_sched_projected(fg.st, dev, fg.slot_index, pos));
         pthread_mutex_lock(&fg.tmu);
     }
 }
@@ -138,15 +164,13 @@ int fg_mark_done(int dev, const struct fg_mark *m)
 }
 
 /* Sleeps until the instant the timeline says pos completes if nothing else
- * arrives; looks again (something may have), until it has. Each look replays
- * from the committed snapshot, so being descheduled delays the wake-up, never
- * the simulated completion. */
+ * arrives (at most FG_WAIT_MAX_NS); looks again (something may have arrived, or
+ * died), until it has. Each look replays from the committed snapshot, so being
+ * descheduled delays the wake-up, never the simulated completion. */
 static void pos_wait(int dev, uint64_t pos)
 {
-    while (!pos_done(dev, pos)) {
-        uint64_t t = fg_sched_projected(fg.st, dev, fg.slot_index, pos), now = fg_now_ns();
-        fg_wait_until(t == UINT64_MAX || t <= now ? now + 100000 : t);
-    }
+    while (!pos_done(dev, pos))
+        sleep_toward(fg_sched_projected(fg.st, dev, fg.slot_index, pos));
 }
 
 void fg_mark_wait(int dev, const struct fg_mark *m)
