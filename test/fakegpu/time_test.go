@@ -55,18 +55,43 @@ func readState(t *testing.T, n *node) *fakegpu.State {
 
 const sharePP = 0.05 // ±5 percentage points: tenants on this shared 2-core machine miss wake-ups
 
+// tenantArgs: a saturating tenant with kernels of us µs and about 20 ms of its
+// own work queued (deep enough to ride out this machine's scheduling hiccups).
+func tenantArgs(ms, us int, api string) []string {
+	depth := 20000 / us
+	if depth < 4 {
+		depth = 4
+	}
+	if depth > 256 {
+		depth = 256
+	}
+	return []string{"saturate", strconv.Itoa(ms), strconv.Itoa(us), strconv.Itoa(depth), api}
+}
+
 // Two processes that saturate one device with no hook split it evenly, whatever
-// API they launch through.
+// API they launch through and whatever their kernel sizes: slices are time.
 func TestTimeTwoTenantsSplitEvenly(t *testing.T) {
-	for _, apis := range [][2]string{{"launch", "launch"}, {"graph", "ex"}, {"capture", "coop"}, {"ptsz", "launch"}} {
-		t.Run(apis[0]+"-"+apis[1], func(t *testing.T) {
+	cases := []struct {
+		apis [2]string
+		us   [2]int
+	}{
+		{[2]string{"launch", "launch"}, [2]int{1000, 1000}},
+		{[2]string{"graph", "ex"}, [2]int{1000, 1000}},
+		{[2]string{"capture", "coop"}, [2]int{1000, 1000}},
+		{[2]string{"ptsz", "launch"}, [2]int{1000, 1000}},
+		{[2]string{"launch", "launch"}, [2]int{50, 10000}},
+		{[2]string{"ex", "graph"}, [2]int{200, 3000}},
+	}
+	for _, c := range cases {
+		apis := c.apis
+		t.Run(fmt.Sprintf("%s%d-%s%d", apis[0], c.us[0], apis[1], c.us[1]), func(t *testing.T) {
 			n := newNode(t)
-			a := n.start("saturate", "3000", "1000", "64", apis[0])
-			b := n.start("saturate", "3000", "1000", "64", apis[1])
+			a := n.start(tenantArgs(3000, c.us[0], apis[0])...)
+			b := n.start(tenantArgs(3000, c.us[1], apis[1])...)
 			time.Sleep(200 * time.Millisecond)
 			shares, busy, dt := shareWindow(t, n, time.Second, a.pid(), b.pid())
-			t.Logf("%s/%s over %v: %.1f%% / %.1f%%, device busy %.1f%%", apis[0], apis[1], dt,
-				100*shares[a.pid()], 100*shares[b.pid()], 100*busy)
+			t.Logf("%s %d µs / %s %d µs over %v: %.2f%% / %.2f%%, device busy %.2f%%", apis[0], c.us[0], apis[1],
+				c.us[1], dt, 100*shares[a.pid()], 100*shares[b.pid()], 100*busy)
 			for _, p := range []*proc{a, b} {
 				if math.Abs(shares[p.pid()]-0.5) > sharePP {
 					t.Errorf("tenant %d got %.1f%% of the device, want 50 ± %.0f", p.pid(), 100*shares[p.pid()], 100*sharePP)
@@ -76,6 +101,25 @@ func TestTimeTwoTenantsSplitEvenly(t *testing.T) {
 				t.Errorf("device busy %.1f%% while two tenants saturate it", 100*busy)
 			}
 		})
+	}
+}
+
+// Over 100 ms windows the split stays within a slice or two of even: the
+// windows' edges cut at most a slice each.
+func TestTimeShares100msWindows(t *testing.T) {
+	n := newNode(t)
+	a := n.start(tenantArgs(3000, 1000, "launch")...)
+	b := n.start(tenantArgs(3000, 300, "launch")...)
+	time.Sleep(200 * time.Millisecond)
+	worst := 0.0
+	for i := 0; i < 10; i++ {
+		shares, _, _ := shareWindow(t, n, 100*time.Millisecond, a.pid(), b.pid())
+		worst = math.Max(worst, math.Abs(shares[a.pid()]-0.5))
+		worst = math.Max(worst, math.Abs(shares[b.pid()]-0.5))
+	}
+	t.Logf("worst deviation from 50%% over ten 100 ms windows: %.2f pp", 100*worst)
+	if worst > sharePP {
+		t.Errorf("a 100 ms window deviated %.1f pp from an even split", 100*worst)
 	}
 }
 

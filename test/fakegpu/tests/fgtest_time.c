@@ -98,14 +98,14 @@ int scenario_saturate(int argc, char **argv)
     double ms = atof(argv[0]);
     unsigned long long ns = strtoull(argv[1], NULL, 10) * 1000ull;
     int depth = atoi(argv[2]);
-    if (depth < 1 || depth > 64)
+    if (depth < 1 || depth > 256)
         return 2;
     fgt_setup(0);
     CUstream s;
     CHECK(cuStreamCreate(&s, 1), CUDA_SUCCESS);
     struct launcher l;
     launcher_init(&l, parse_api(argv[3]), s, ns);
-    CUevent ev[64];
+    CUevent ev[256];
     for (int i = 0; i < depth; i++)
         CHECK(cuEventCreate(&ev[i], 0), CUDA_SUCCESS);
     double t0 = fgt_now_ms();
