@@ -248,6 +248,45 @@ static float elapsed(CUevent a, CUevent b)
 
 #define NEAR(x, want, tol) EXPECT((x) >= (want) - (tol) && (x) <= (want) + (tol))
 
+/* Devices are independent timelines; one process's launch ring serves both (600
+ * launches alternating between them: more than the ring holds). */
+static int two_devices(CUfunction f0)
+{
+    CUcontext c0, c1;
+    CHECK(cuCtxGetCurrent(&c0), CUDA_SUCCESS);
+    CHECK(cuDevicePrimaryCtxRetain(&c1, 1), CUDA_SUCCESS);
+    CHECK(cuCtxSetCurrent(c1), CUDA_SUCCESS);
+    CUfunction f1 = sleep_kernel();
+    CUevent a1, b1, a0, b0;
+    CHECK(cuEventCreate(&a1, 0), CUDA_SUCCESS);
+    CHECK(cuEventCreate(&b1, 0), CUDA_SUCCESS);
+    CHECK(cuCtxSetCurrent(c0), CUDA_SUCCESS);
+    CHECK(cuEventCreate(&a0, 0), CUDA_SUCCESS);
+    CHECK(cuEventCreate(&b0, 0), CUDA_SUCCESS);
+    unsigned long long k = 20000; /* 20 µs */
+    void *args[] = {&k};
+    double t0 = fgt_now_ms();
+    for (int i = 0; i < 600; i++) {
+        int dev = i & 1;
+        CHECK(cuCtxSetCurrent(dev ? c1 : c0), CUDA_SUCCESS);
+        if (i < 2)
+            CHECK(cuEventRecord(dev ? a1 : a0, NULL), CUDA_SUCCESS);
+        CHECK(cuLaunchKernel(dev ? f1 : f0, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL), CUDA_SUCCESS);
+    }
+    CHECK(cuEventRecord(b1, NULL), CUDA_SUCCESS);
+    CHECK(cuCtxSetCurrent(c0), CUDA_SUCCESS);
+    CHECK(cuEventRecord(b0, NULL), CUDA_SUCCESS);
+    CHECK(cuEventSynchronize(b0), CUDA_SUCCESS);
+    CHECK(cuEventSynchronize(b1), CUDA_SUCCESS);
+    double wall = fgt_now_ms() - t0;
+    float ms0 = elapsed(a0, b0), ms1 = elapsed(a1, b1);
+    /* 300 × 20 µs on each: 6 ms of GPU time each, side by side. */
+    EXPECT(ms0 >= 6.0f && ms1 >= 6.0f);
+    printf("two devices: %.3f / %.3f ms of GPU time, %.3f ms wall\n", ms0, ms1, wall);
+    CHECK(cuDevicePrimaryCtxRelease_v2(1), CUDA_SUCCESS);
+    return 0;
+}
+
 /* order: one process alone. Kernels of a stream run in launch order; a context's
  * streams share its queue; events measure simulated GPU time exactly; every
  * launch API queues its time; capture and queries behave. */
@@ -351,5 +390,5 @@ int scenario_order(int argc, char **argv)
     EXPECT(elapsed(e[0], e[1]) >= 20.0f);
     for (int i = 0; i < 8; i++)
         CHECK(cuEventDestroy_v2(e[i]), CUDA_SUCCESS);
-    return 0;
+    return two_devices(f);
 }
