@@ -3,6 +3,7 @@ package fakegpu_test
 import (
 	"fmt"
 	"math"
+	"math/rand"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,10 +56,11 @@ func readState(t *testing.T, n *node) *fakegpu.State {
 
 const sharePP = 0.05 // ±5 percentage points: tenants on this shared 2-core machine miss wake-ups
 
-// tenantArgs: a saturating tenant with kernels of us µs and about 20 ms of its
-// own work queued (deep enough to ride out this machine's scheduling hiccups).
+// tenantArgs: a saturating tenant with kernels of us µs and about 50 ms of its
+// own work queued (up to 256 kernels): deep enough to ride out this machine's
+// scheduling hiccups, which would otherwise leave the device idle.
 func tenantArgs(ms, us int, api string) []string {
-	depth := 20000 / us
+	depth := 50000 / us
 	if depth < 4 {
 		depth = 4
 	}
@@ -126,7 +128,7 @@ func TestTimeShares100msWindows(t *testing.T) {
 // One process alone gets the whole device.
 func TestTimeAloneGetsAll(t *testing.T) {
 	n := newNode(t)
-	a := n.start("saturate", "2000", "1000", "64", "launch")
+	a := n.start(tenantArgs(2000, 1000, "launch")...)
 	time.Sleep(200 * time.Millisecond)
 	shares, busy, dt := shareWindow(t, n, time.Second, a.pid())
 	t.Logf("alone over %v: %.2f%%", dt, 100*shares[a.pid()])
@@ -141,7 +143,7 @@ func TestTimeThreeTenants(t *testing.T) {
 	var ps []*proc
 	var pids []int
 	for i := 0; i < 3; i++ {
-		p := n.start("saturate", "3000", "1000", "64", "launch")
+		p := n.start(tenantArgs(3000, 1000, "launch")...)
 		ps = append(ps, p)
 		pids = append(pids, p.pid())
 	}
@@ -215,8 +217,8 @@ func TestTimeNVMLUtilisation(t *testing.T) {
 	n := newNode(t)
 	lib := openNVML(t, n)
 	d0 := handle(t, lib, 0)
-	a := n.start("saturate", "3000", "1000", "64", "launch")
-	b := n.start("saturate", "3000", "1000", "64", "launch")
+	a := n.start(tenantArgs(3000, 1000, "launch")...)
+	b := n.start(tenantArgs(3000, 1000, "launch")...)
 	time.Sleep(200 * time.Millisecond)
 	if _, ret := d0.GetUtilizationRates(); ret != nvml.SUCCESS {
 		t.Fatal(ret)
@@ -249,7 +251,7 @@ func TestTimeNVMLUtilisation(t *testing.T) {
 func TestTimeSIGKILLFreesDevice(t *testing.T) {
 	n := newNode(t)
 	a := n.start("queue", "200", "10000") // 2 s of work
-	b := n.start("saturate", "3000", "1000", "64", "launch")
+	b := n.start(tenantArgs(3000, 1000, "launch")...)
 	time.Sleep(100 * time.Millisecond)
 	shares, _, _ := shareWindow(t, n, 300*time.Millisecond, a.pid(), b.pid())
 	if math.Abs(shares[a.pid()]-0.5) > sharePP {
@@ -267,7 +269,7 @@ func TestTimeSIGKILLFreesDevice(t *testing.T) {
 // consuming and the other tenant gets the device.
 func TestTimeSIGSTOPQueuedWorkCompletes(t *testing.T) {
 	n := newNode(t)
-	b := n.start("saturate", "4000", "1000", "64", "launch")
+	b := n.start(tenantArgs(4000, 1000, "launch")...)
 	a := n.start("queue", "30", "10000") // 300 ms queued
 	if err := syscall.Kill(a.pid(), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -298,10 +300,54 @@ func TestTimeSIGSTOPQueuedWorkCompletes(t *testing.T) {
 	a.expect(t, "done")
 }
 
+// Processes SIGKILLed or SIGSTOPped at random instants while they replay and
+// commit the timeline (no lock is held anywhere) never wedge the device: the
+// survivor keeps it all.
+func TestTimeKilledAndStoppedCommittersNeverWedge(t *testing.T) {
+	n := newNode(t)
+	b := n.start(tenantArgs(10000, 1000, "launch")...)
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	var stopped []*proc
+	for round := 0; round < 24; round++ {
+		c := n.start("churn")
+		time.Sleep(time.Duration(2+rng.Intn(20)) * time.Millisecond)
+		if round%4 == 3 {
+			if err := syscall.Kill(c.pid(), syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			stopped = append(stopped, c)
+			continue
+		}
+		c.kill()
+	}
+	time.Sleep(50 * time.Millisecond)
+	pids := []int{b.pid()}
+	for _, c := range stopped {
+		pids = append(pids, c.pid())
+	}
+	shares, busy, dt := shareWindow(t, n, 300*time.Millisecond, pids...)
+	t.Logf("after 18 SIGKILLs and 6 SIGSTOPs of committing processes, over %v: survivor %.2f%% (device %.2f%%): %v",
+		dt, 100*shares[b.pid()], 100*busy, shares)
+	if shares[b.pid()] < 0.95 {
+		t.Errorf("survivor got %.1f%% with %d stopped processes and the rest killed", 100*shares[b.pid()], len(stopped))
+	}
+	for _, c := range stopped {
+		_ = syscall.Kill(c.pid(), syscall.SIGCONT)
+	}
+	// The stopped ones resume and share the device again (they were not dropped).
+	time.Sleep(100 * time.Millisecond)
+	st := readState(t, n)
+	for _, c := range stopped {
+		if _, ok := st.Process(c.pid()); !ok {
+			t.Errorf("resumed process %d lost its slot", c.pid())
+		}
+	}
+}
+
 // A fork child is its own context: parent and child split the device.
 func TestTimeForkChildIsOwnContext(t *testing.T) {
 	n := newNode(t)
-	p := n.start("forksat", "3000", "1000", "64")
+	p := n.start("forksat", "3000", "1000", "50")
 	var child int
 	for _, l := range p.prelude {
 		fmt.Sscanf(l, "child %d", &child)

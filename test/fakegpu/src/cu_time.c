@@ -17,11 +17,12 @@
  * launch arrived in between) looks again this much later. */
 #define FG_WAIT_RETRY_NS 50000ull
 
-/* Sleeps toward a projected completion t (UINT64_MAX: unknown). The first wait
- * of each thread drops its timer slack to 1 ns (Linux adds 50 µs to every
- * sleep by default), so that a synchronisation returns close to the simulated
- * instant; the setting stays with the thread. */
-static void sleep_toward(uint64_t t)
+/* Sleeps until ctx's queue on dev reaches pos if nothing else arrives, at most
+ * FG_WAIT_MAX_NS (so a projection never covers more). The first wait of each
+ * thread drops its timer slack to 1 ns (Linux adds 50 µs to every sleep by
+ * default), so that a synchronisation returns close to the simulated instant;
+ * the setting stays with the thread. */
+static void sleep_toward(int dev, uint64_t pos)
 {
     static __thread int slack_set;
     if (!slack_set) {
@@ -29,11 +30,8 @@ static void sleep_toward(uint64_t t)
         slack_set = 1;
     }
     uint64_t now = fg_now_ns();
-    if (t == UINT64_MAX || t <= now)
-        t = now + FG_WAIT_RETRY_NS;
-    if (t > now + FG_WAIT_MAX_NS)
-        t = now + FG_WAIT_MAX_NS;
-    fg_wait_until(t);
+    uint64_t t = fg_sched_projected(fg.st, dev, fg.slot_index, pos, now + FG_WAIT_MAX_NS);
+    fg_wait_until(t <= now ? now + FG_WAIT_RETRY_NS : t);
 }
 
 static struct fg_sched_slot *my_ring(void)
@@ -123,7 +121,7 @@ static void wait_for_room(void)
         int dev = (int)x->dev;
         uint64_t pos = x->end_pos;
         pthread_mutex_unlock(&fg.tmu);
-        sleep_toward(fg_sched_projected(fg.st, dev, fg.slot_index, pos));
+        sleep_toward(dev, pos);
         pthread_mutex_lock(&fg.tmu);
     }
 }
@@ -170,7 +168,7 @@ int fg_mark_done(int dev, const struct fg_mark *m)
 static void pos_wait(int dev, uint64_t pos)
 {
     while (!pos_done(dev, pos))
-        sleep_toward(fg_sched_projected(fg.st, dev, fg.slot_index, pos));
+        sleep_toward(dev, pos);
 }
 
 void fg_mark_wait(int dev, const struct fg_mark *m)

@@ -298,10 +298,10 @@ uint64_t fg_sched_done(struct fg_state *st, int dev, int slot, int ctx, uint64_t
     return s.ctx[ctx].done_pos;
 }
 
-uint64_t fg_sched_projected(struct fg_state *st, int dev, int ctx, uint64_t pos)
+uint64_t fg_sched_projected(struct fg_state *st, int dev, int ctx, uint64_t pos, uint64_t horizon)
 {
     static __thread struct fg_sched_snap s;
     fg_sched_load(st, dev, &s);
-    uint64_t t = fg_sched_advance(st, &s, UINT64_MAX, ctx, pos, 0);
-    return t ? t : UINT64_MAX;
+    uint64_t t = fg_sched_advance(st, &s, horizon, ctx, pos, 0);
+    return t ? t : horizon;
 }

@@ -117,8 +117,9 @@ void fg_sched_now(struct fg_state *st, int dev, int slot, uint64_t now, struct f
 /* Completed queue position of context ctx on dev at `now` (advancing as above). */
 uint64_t fg_sched_done(struct fg_state *st, int dev, int slot, int ctx, uint64_t now);
 
-/* Instant at which ctx's done_pos would reach pos if nothing else arrived
- * (UINT64_MAX if it never would: the context is gone). */
-uint64_t fg_sched_projected(struct fg_state *st, int dev, int ctx, uint64_t pos);
+/* Instant at which ctx's done_pos would reach pos if nothing else arrived, or
+ * `horizon` if not before it (the cost of a projection is bounded by the
+ * simulated time it covers). */
+uint64_t fg_sched_projected(struct fg_state *st, int dev, int ctx, uint64_t pos, uint64_t horizon);
 
 #endif

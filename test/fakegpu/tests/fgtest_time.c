@@ -144,6 +144,31 @@ int scenario_forksat(int argc, char **argv)
     return 0;
 }
 
+/* churn: forever, bursts of 10 µs kernels with a query and a synchronisation
+ * each, so that the process spends its time replaying and committing the
+ * device timeline: the test kills and stops it at random instants. */
+int scenario_churn(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    fgt_setup(0);
+    CUfunction f = sleep_kernel();
+    CUstream s;
+    CUevent e;
+    CHECK(cuStreamCreate(&s, 1), CUDA_SUCCESS);
+    CHECK(cuEventCreate(&e, 0), CUDA_SUCCESS);
+    unsigned long long ns = 10000;
+    void *args[] = {&ns};
+    printf("ready\n");
+    for (;;) {
+        for (int i = 0; i < 4; i++)
+            cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL);
+        cuEventRecord(e, s);
+        cuStreamQuery(s);
+        cuEventSynchronize(e);
+    }
+}
+
 /* queue <n> <kernel_us>: launch n kernels at once, say "ready", wait for all,
  * say "done", then hold until stdin closes. */
 int scenario_queue(int argc, char **argv)
