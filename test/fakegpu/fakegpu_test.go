@@ -75,6 +75,8 @@ func TestBadConfigFailsInitWithOneMessage(t *testing.T) {
 		{"missing file", "-", []string{"FAKEGPU_CONFIG=" + dir + "/nope"}, "cannot open"},
 		{"empty file", "-", []string{"FAKEGPU_CONFIG=" + empty}, "no device lines"},
 		{"both set", "A:1:1", []string{"FAKEGPU_CONFIG=" + file}, "set only one"},
+		{"zero slice", "A:1:1", []string{"FAKEGPU_SLICE_US=0"}, `FAKEGPU_SLICE_US: "0" is not an integer in 1..1000000`},
+		{"bad slice", "A:1:1", []string{"FAKEGPU_SLICE_US=1ms"}, `FAKEGPU_SLICE_US: "1ms"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
