@@ -60,7 +60,17 @@ const sharePP = 0.05 // ±5 percentage points: tenants on this shared 2-core mac
 // own work queued (up to 256 kernels): deep enough to ride out this machine's
 // scheduling hiccups, which would otherwise leave the device idle.
 func tenantArgs(ms, us int, api string) []string {
-	depth := 50000 / us
+	return tenantArgsQueued(ms, us, 50, api)
+}
+
+// deepTenant: 5 ms kernels and ~250 ms queued, for tests that expect one tenant
+// to keep the device ~100 % busy through whatever stalls the machine has.
+func deepTenant(ms int) []string {
+	return tenantArgsQueued(ms, 5000, 250, "launch")
+}
+
+func tenantArgsQueued(ms, us, queueMs int, api string) []string {
+	depth := queueMs * 1000 / us
 	if depth < 4 {
 		depth = 4
 	}
@@ -128,7 +138,7 @@ func TestTimeShares100msWindows(t *testing.T) {
 // One process alone gets the whole device.
 func TestTimeAloneGetsAll(t *testing.T) {
 	n := newNode(t)
-	a := n.start(tenantArgs(2000, 1000, "launch")...)
+	a := n.start(deepTenant(2000)...)
 	time.Sleep(200 * time.Millisecond)
 	shares, busy, dt := shareWindow(t, n, time.Second, a.pid())
 	t.Logf("alone over %v: %.2f%%", dt, 100*shares[a.pid()])
@@ -251,7 +261,7 @@ func TestTimeNVMLUtilisation(t *testing.T) {
 func TestTimeSIGKILLFreesDevice(t *testing.T) {
 	n := newNode(t)
 	a := n.start("queue", "200", "10000") // 2 s of work
-	b := n.start(tenantArgs(3000, 1000, "launch")...)
+	b := n.start(deepTenant(3000)...)
 	time.Sleep(100 * time.Millisecond)
 	shares, _, _ := shareWindow(t, n, 300*time.Millisecond, a.pid(), b.pid())
 	if math.Abs(shares[a.pid()]-0.5) > sharePP {
@@ -269,7 +279,7 @@ func TestTimeSIGKILLFreesDevice(t *testing.T) {
 // consuming and the other tenant gets the device.
 func TestTimeSIGSTOPQueuedWorkCompletes(t *testing.T) {
 	n := newNode(t)
-	b := n.start(tenantArgs(4000, 1000, "launch")...)
+	b := n.start(deepTenant(4000)...)
 	a := n.start("queue", "30", "10000") // 300 ms queued
 	if err := syscall.Kill(a.pid(), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -305,7 +315,7 @@ func TestTimeSIGSTOPQueuedWorkCompletes(t *testing.T) {
 // survivor keeps it all.
 func TestTimeKilledAndStoppedCommittersNeverWedge(t *testing.T) {
 	n := newNode(t)
-	b := n.start(tenantArgs(10000, 1000, "launch")...)
+	b := n.start(deepTenant(10000)...)
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	var stopped []*proc
 	for round := 0; round < 24; round++ {

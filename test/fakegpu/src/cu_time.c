@@ -153,7 +153,7 @@ CUresult fg_submit(struct fg_stream *s, uint64_t ns)
 
 static int pos_done(int dev, uint64_t pos)
 {
-    return pos == 0 || fg_sched_done(fg.st, dev, fg.slot_index, fg.slot_index, fg_now_ns()) >= pos;
+    return pos == 0 || fg_sched_reached(fg.st, dev, fg.slot_index, fg.slot_index, pos, fg_now_ns());
 }
 
 int fg_mark_done(int dev, const struct fg_mark *m)

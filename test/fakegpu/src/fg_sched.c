@@ -291,11 +291,22 @@ void fg_sched_now(struct fg_state *st, int dev, int slot, uint64_t now, struct f
         fg_sched_commit(st, slot, seen, s);
 }
 
-uint64_t fg_sched_done(struct fg_state *st, int dev, int slot, int ctx, uint64_t now)
+int fg_sched_reached(struct fg_state *st, int dev, int slot, int ctx, uint64_t pos, uint64_t now)
 {
     static __thread struct fg_sched_snap s;
-    fg_sched_now(st, dev, slot, now, &s);
-    return s.ctx[ctx].done_pos;
+    for (int tries = 0; tries < 4; tries++) {
+        uint64_t seen = fg_sched_load(st, dev, &s);
+        if (s.sim_ns >= now)
+            return s.ctx[ctx].done_pos >= pos;
+        uint64_t from = s.sim_ns;
+        fg_sched_advance(st, &s, now, FG_NO_CTX, 0, 1);
+        int reached = s.ctx[ctx].done_pos >= pos;
+        if (slot < 0 || (!reached && now - from < FG_COMMIT_NS) || fg_sched_commit(st, slot, seen, &s) == 0)
+            return reached;
+        /* A completion is committed before it is reported (or someone else's
+         * newer snapshot is): the state file then shows it to every reader. */
+    }
+    return s.ctx[ctx].done_pos >= pos;
 }
 
 uint64_t fg_sched_projected(struct fg_state *st, int dev, int ctx, uint64_t pos, uint64_t horizon)

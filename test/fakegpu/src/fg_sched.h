@@ -114,8 +114,9 @@ void fg_sched_fork_child(void);
 #define FG_COMMIT_NS 2000000ull
 void fg_sched_now(struct fg_state *st, int dev, int slot, uint64_t now, struct fg_sched_snap *s);
 
-/* Completed queue position of context ctx on dev at `now` (advancing as above). */
-uint64_t fg_sched_done(struct fg_state *st, int dev, int slot, int ctx, uint64_t now);
+/* Whether context ctx on dev has completed queue position pos at `now`
+ * (advancing as above; a completion is committed before it is reported). */
+int fg_sched_reached(struct fg_state *st, int dev, int slot, int ctx, uint64_t pos, uint64_t now);
 
 /* Instant at which ctx's done_pos would reach pos if nothing else arrived, or
  * `horizon` if not before it (the cost of a projection is bounded by the
