@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -61,21 +62,36 @@ type rendered struct {
 // misspelt field in a template is an error, not a silently dropped setting.
 var strict = serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
 
+var (
+	renderOnce sync.Once
+	renderings []rendered
+	renderErr  error
+)
+
+// renderAll renders every set of values once per test binary.
 func renderAll(t *testing.T) []rendered {
 	t.Helper()
 	helm := helmBinary(t)
+	renderOnce.Do(func() { renderings, renderErr = render(helm) })
+	if renderErr != nil {
+		t.Fatal(renderErr)
+	}
+	return renderings
+}
+
+func render(helm string) ([]rendered, error) {
 	rs, err := Renderings(chartDir)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if len(rs) < 3 {
-		t.Fatalf("renderings %v: want the defaults and at least two ci values files", rs)
+		return nil, fmt.Errorf("renderings %v: want the defaults and at least two ci values files", rs)
 	}
 	var out []rendered
 	for _, r := range rs {
 		m, err := Template(helm, chartDir, r)
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		rr := rendered{Rendering: r, manifest: m}
 		rd := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(m)))
@@ -85,14 +101,14 @@ func renderAll(t *testing.T) []rendered {
 				break
 			}
 			if err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
 				continue
 			}
 			u := &unstructured.Unstructured{}
 			if err := sigsyaml.Unmarshal(doc, &u.Object); err != nil {
-				t.Fatalf("%s: %v\n%s", r.Name, err, doc)
+				return nil, fmt.Errorf("%s: %v\n%s", r.Name, err, doc)
 			}
 			if u.GroupVersionKind().Group == "monitoring.coreos.com" {
 				rr.other = append(rr.other, u)
@@ -100,13 +116,13 @@ func renderAll(t *testing.T) []rendered {
 			}
 			obj, _, err := strict.Decode(doc, nil, nil)
 			if err != nil {
-				t.Fatalf("%s: %s %s does not decode strictly: %v", r.Name, u.GetKind(), u.GetName(), err)
+				return nil, fmt.Errorf("%s: %s %s does not decode strictly: %v", r.Name, u.GetKind(), u.GetName(), err)
 			}
 			rr.objects = append(rr.objects, obj)
 		}
 		out = append(out, rr)
 	}
-	return out
+	return out, nil
 }
 
 func stripComments(doc []byte) []byte {

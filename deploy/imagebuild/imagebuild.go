@@ -30,6 +30,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // epoch is every layer entry's time: file times of the build tree must not
@@ -71,7 +72,10 @@ type Spec struct {
 
 // Build makes the image.
 func Build(s Spec) (v1.Image, error) {
-	img, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{
+	// OCI media types throughout (go-containerregistry's empty image
+	// starts with Docker's).
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.ConfigFile(base, &v1.ConfigFile{
 		Architecture: runtime.GOARCH,
 		OS:           "linux",
 		RootFS:       v1.RootFS{Type: "layers"},
@@ -150,7 +154,7 @@ func Layer(files []File) (v1.Layer, error) {
 	}
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(data)), nil
-	})
+	}, tarball.WithMediaType(types.OCILayer))
 }
 
 func layerTar(files []File) ([]byte, error) {

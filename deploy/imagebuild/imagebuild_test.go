@@ -15,6 +15,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // fixture makes a bin and lib directory like `make build` leaves them: a
@@ -167,6 +168,9 @@ func TestImageContents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if mt, _ := img.MediaType(); mt != types.OCIManifestSchema1 {
+		t.Errorf("manifest media type %s", mt)
+	}
 	if cfg.Config.User != UserRoot || !slices.Equal(cfg.Config.Entrypoint, []string{"/usr/local/bin/device-plugin"}) || cfg.OS != "linux" || !cfg.Created.IsZero() {
 		t.Errorf("config %+v", cfg)
 	}
@@ -267,5 +271,37 @@ func TestMissingLibraryIsNamed(t *testing.T) {
 	_, err := RuntimeLibraries(nil, []string{"libnot-there.so.9"}, DefaultLibraryDirs)
 	if err == nil || !strings.Contains(err.Error(), "libnot-there.so.9") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestImageRuns unpacks an image built around a dynamically linked program
+// (this machine's /bin/true) and runs it chrooted in that root file system:
+// the interpreter and libraries the image builder found are enough to start
+// it. chroot needs root (CI runs as root; elsewhere the test is skipped).
+func TestImageRuns(t *testing.T) {
+	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
+		t.Skip("chroot needs root")
+	}
+	bin, lib := fixture(t)
+	img, err := Build(Components(bin, lib)["device-plugin"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	layers, _ := img.Layers()
+	for _, l := range layers {
+		rc, err := l.Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("tar", "-x", "-C", root)
+		cmd.Stdin = rc
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("unpack: %v %s", err, out)
+		}
+		rc.Close()
+	}
+	if out, err := exec.Command("chroot", root, "/usr/local/bin/device-plugin").CombinedOutput(); err != nil {
+		t.Fatalf("the image's program does not start in its own root: %v %s", err, out)
 	}
 }
