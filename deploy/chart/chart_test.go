@@ -255,18 +255,45 @@ func TestHostPathsAreDocumented(t *testing.T) {
 				if v.HostPath == nil {
 					continue
 				}
-				documented := strings.Contains(section, "`"+v.HostPath.Path+"`")
-				if !documented && r.Name != "default" {
-					// Non-default renderings move documented paths by value.
-					documented = strings.Contains(section, "node.driver.libraryDir") && v.Name == "driver-libraries" ||
-						strings.Contains(section, "node.driver.extraMounts") && v.Name != "driver-libraries"
-				}
+				// Paths set through values are documented by the value's row.
+				documented := strings.Contains(section, "`"+v.HostPath.Path+"`") ||
+					v.Name == "driver-libraries" && strings.Contains(section, "`node.driver.libraryDir`") ||
+					slices.Contains(extraMountNames(t, r.Rendering), v.Name) && strings.Contains(section, "`node.driver.extraMounts`")
 				if !documented {
 					t.Errorf("%s %s: hostPath %s (volume %s) is not in docs/operator-guide.md's host path table", r.Name, name, v.HostPath.Path, v.Name)
 				}
 			}
 		}
 	}
+}
+
+// extraMountNames are the node.driver.extraMounts a rendering's values add.
+func extraMountNames(t *testing.T, r Rendering) []string {
+	t.Helper()
+	if r.ValuesFile == "" {
+		return nil
+	}
+	data, err := os.ReadFile(filepath.Join(chartDir, r.ValuesFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Node struct {
+			Driver struct {
+				ExtraMounts []struct {
+					Name string `json:"name"`
+				} `json:"extraMounts"`
+			} `json:"driver"`
+		} `json:"node"`
+	}
+	if err := sigsyaml.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range v.Node.Driver.ExtraMounts {
+		names = append(names, m.Name)
+	}
+	return names
 }
 
 // rule is one RBAC rule per resource, as the operator guide lists it.

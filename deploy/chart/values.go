@@ -139,9 +139,14 @@ func ValuesTable(values []Value) string {
 		if len(def) > 60 {
 			def = def[:57] + "..."
 		}
-		fmt.Fprintf(&b, "| `%s` | `%s` | %s |\n", v.Path, strings.ReplaceAll(def, "|", `\|`), strings.ReplaceAll(v.Doc, "|", `\|`))
+		fmt.Fprintf(&b, "| `%s` | `%s` | %s |\n", cell(v.Path), cell(def), cell(v.Doc))
 	}
 	return b.String()
+}
+
+// cell keeps a value inside one Markdown table cell.
+func cell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ").Replace(s)
 }
 
 // ReplaceTable puts table between the markers of doc.

@@ -64,3 +64,23 @@ func TestValuesReferenceInSync(t *testing.T) {
 		t.Fatal("docs/operator-guide.md's values reference differs from values.yaml: run `make manifests`")
 	}
 }
+
+// FuzzValues: any input gives documented values or an error, never a
+// panic, and a table of one row per value.
+func FuzzValues(f *testing.F) {
+	if data, err := os.ReadFile(filepath.Join(chartDir, "values.yaml")); err == nil {
+		f.Add(data)
+	}
+	f.Add([]byte("# -- a\na: 1\nb:\n  # -- c\n  c: [1, {d: e}]\n"))
+	f.Add([]byte("a:\n  b:\n"))
+	f.Add([]byte("- 1\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		vs, err := Values(data)
+		if err != nil {
+			return
+		}
+		if rows := strings.Count(ValuesTable(vs), "\n"); rows != len(vs)+2 {
+			t.Fatalf("%d values, %d table lines", len(vs), rows)
+		}
+	})
+}
