@@ -340,7 +340,7 @@ func TestRBACIsExactlyTheDocumentedSet(t *testing.T) {
 	}
 	guide, _ := os.ReadFile("../../docs/operator-guide.md")
 	var want []string
-	row := regexp.MustCompile(`^\| (node|scheduler) \| (ClusterRole|Role) \| ([a-z.]+) \| ([a-z/]+) \| ([a-z, ]+) \| .+ \|$`)
+	row := regexp.MustCompile(`^\| (node|scheduler) \| (ClusterRole|Role) \| ([a-z0-9.]+) \| ([a-z/]+) \| ([a-z, ]+) \| .+ \|$`)
 	for _, l := range strings.Split(string(guide), "\n") {
 		if m := row.FindStringSubmatch(l); m != nil {
 			want = append(want, rule{m[1], m[2], m[3], m[4], m[5]}.String())

@@ -34,6 +34,15 @@ app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* Labels of a component's pods: its selector labels and the release's. */}}
+{{- define "tessera.podLabels" -}}
+{{ include "tessera.selectorLabels" . }}
+helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+" "_" }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: tessera
+{{- end -}}
+
 {{/* Image of one component: (dict "ctx" $ "component" "device-plugin"). */}}
 {{- define "tessera.image" -}}
 {{- printf "%s/%s:%s" .ctx.Values.image.repository .component (default .ctx.Chart.AppVersion .ctx.Values.image.tag) -}}
