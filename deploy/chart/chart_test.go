@@ -27,6 +27,7 @@ import (
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
 	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
+	"github.com/tessera-gpu/tessera/deploy/imagebuild"
 )
 
 // helmBinary is the helm the make target built (hack/e2e-binaries.sh helm).
@@ -233,10 +234,15 @@ func TestImagesAreTheChartsRelease(t *testing.T) {
 			}
 		}
 	}
-	for _, c := range []string{"device-plugin", "vgpu-monitor", "cluster-scheduler", "hook"} {
+	// The images `make images` builds are exactly the ones the chart runs.
+	for c := range imagebuild.Components("bin", "lib") {
 		if !used[c] {
-			t.Errorf("image %s/%s unused by the default rendering", repo, c)
+			t.Errorf("image %s/%s is built but unused by the default rendering", repo, c)
 		}
+		delete(used, c)
+	}
+	for c := range used {
+		t.Errorf("the chart runs %s/%s, which `make images` does not build", repo, c)
 	}
 }
 
