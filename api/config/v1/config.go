@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
+	"tags.cncf.io/container-device-interface/pkg/parser"
 )
 
 // Version is the config schema version this package reads.
@@ -40,6 +41,28 @@ const (
 	MIGStrategyMixed  = "mixed"
 	MIGStrategySingle = "single"
 )
+
+// Device list strategies: how Allocate tells the container runtime which
+// GPUs a container gets.
+const (
+	// DeviceListEnvVar hands over the GPUs' device nodes and
+	// NVIDIA_VISIBLE_DEVICES (no CDI needed; an NVIDIA runtime honours the
+	// variable as well).
+	DeviceListEnvVar = "envvar"
+	// DeviceListCDIAnnotations names CDI devices in a cdi.k8s.io/ annotation
+	// of the response, which a CDI-enabled runtime (containerd >= 1.7,
+	// CRI-O >= 1.23) resolves against the spec of CDIKind.
+	DeviceListCDIAnnotations = "cdi-annotations"
+	// DeviceListCDICRI names CDI devices in ContainerAllocateResponse's
+	// CDIDevices, which kubelet passes to the runtime in the CRI's
+	// CDIDevices field (kubelet >= 1.29, DevicePluginCDIDevices).
+	DeviceListCDICRI = "cdi-cri"
+)
+
+// DefaultCDIKind is the kind of the NVIDIA Container Toolkit's spec
+// (nvidia-ctk cdi generate), whose devices are named by GPU or MIG UUID
+// (and "all").
+const DefaultCDIKind = "nvidia.com/gpu"
 
 // Config is the whole device plugin configuration.
 type Config struct {
@@ -65,6 +88,14 @@ type Config struct {
 	// error).
 	AllowGPUSpill bool   `json:"allowGPUSpill"`
 	MIGStrategy   string `json:"migStrategy"`
+	// DeviceListStrategy is how a container's GPUs reach the runtime:
+	// envvar (device nodes + NVIDIA_VISIBLE_DEVICES), cdi-annotations or
+	// cdi-cri (CDI device names of CDIKind, one per GPU or MIG UUID).
+	DeviceListStrategy string `json:"deviceListStrategy"`
+	// CDIKind is the vendor/class of the CDI spec the CDI strategies name
+	// devices in: the NVIDIA Container Toolkit's by default; any spec with
+	// one device per GPU UUID works (the simulated driver's in tests).
+	CDIKind string `json:"cdiKind"`
 	// RediscoverInterval is how often the GPUs' MIG layout is read again;
 	// a change is advertised without a restart. 0 disables it.
 	RediscoverInterval Duration `json:"rediscoverInterval"`
@@ -158,6 +189,8 @@ func Default() *Config {
 		Placement:          PlacementBinpack,
 		AllowGPUSpill:      false,
 		MIGStrategy:        MIGStrategyMixed,
+		DeviceListStrategy: DeviceListEnvVar,
+		CDIKind:            DefaultCDIKind,
 		RediscoverInterval: Duration{time.Minute},
 		ProcRoot:           "/proc",
 		DevRoot:            "/dev",
@@ -272,6 +305,14 @@ func (c *Config) Validate() error {
 	default:
 		bad("migStrategy", "%q (want %q or %q)", c.MIGStrategy, MIGStrategyNone, MIGStrategyMixed)
 	}
+	switch c.DeviceListStrategy {
+	case DeviceListEnvVar, DeviceListCDIAnnotations, DeviceListCDICRI:
+	default:
+		bad("deviceListStrategy", "%q (want %q, %q or %q)", c.DeviceListStrategy, DeviceListEnvVar, DeviceListCDIAnnotations, DeviceListCDICRI)
+	}
+	if err := ValidateCDIKind(c.CDIKind); err != nil {
+		bad("cdiKind", "%v", err)
+	}
 	if d := c.RediscoverInterval.Duration; d != 0 && d < time.Second {
 		bad("rediscoverInterval", "%s below 1s (0 disables)", d)
 	}
@@ -335,6 +376,22 @@ func (l LogConfig) check(e *fieldErrors) {
 	if l.Format != "json" && l.Format != "text" {
 		e.add("log.format", "%q (want json or text)", l.Format)
 	}
+}
+
+// ValidateCDIKind checks a CDI kind ("vendor/class", e.g. nvidia.com/gpu)
+// with the CDI library's own rules.
+func ValidateCDIKind(kind string) error {
+	vendor, class := parser.ParseQualifier(kind)
+	if vendor == "" || class == "" {
+		return fmt.Errorf("%q is not vendor/class (e.g. %s)", kind, DefaultCDIKind)
+	}
+	if err := parser.ValidateVendorName(vendor); err != nil {
+		return fmt.Errorf("%q: %w", kind, err)
+	}
+	if err := parser.ValidateClassName(class); err != nil {
+		return fmt.Errorf("%q: %w", kind, err)
+	}
+	return nil
 }
 
 // MemoryUnitBytes is the gpu-mem unit in bytes.

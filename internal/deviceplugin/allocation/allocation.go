@@ -71,6 +71,12 @@ type Builder struct {
 	// DevRoot is the host side of device nodes as kubelet sees them
 	// (default /dev); containers always see them under /dev.
 	DevRoot string
+	// DeviceList is the config's deviceListStrategy: envvar (or empty)
+	// hands over device nodes and NVIDIA_VISIBLE_DEVICES; cdi-annotations
+	// and cdi-cri name CDI devices of CDIKind instead (see cdi.go).
+	DeviceList string
+	// CDIKind is the vendor/class of the CDI spec (config cdiKind).
+	CDIKind string
 	// LocateMIG reports where a MIG device is now (mig.Locate over NVML).
 	// Nil uses what discovery saw.
 	LocateMIG func(migUUID string) (mig.Location, error)
@@ -159,7 +165,6 @@ func (b *Builder) Restore(res string, ids []string) error {
 // build makes the response and writes the files; keep leaves valid
 // existing limits files untouched.
 func (b *Builder) build(res string, kind resource.Kind, ids []string, shares []resource.Share, keep bool) (*pluginapi.ContainerAllocateResponse, error) {
-	var err error
 	if kind == resource.KindMIG {
 		if keep {
 			// A MIG container has no files to restore.
@@ -171,7 +176,10 @@ func (b *Builder) build(res string, kind resource.Kind, ids []string, shares []r
 		}
 		return r, nil
 	}
-	r := b.common(shares)
+	r, err := b.common(shares)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", res, err)
+	}
 	b.dirs.RLock()
 	defer b.dirs.RUnlock()
 	switch kind {
@@ -188,26 +196,30 @@ func (b *Builder) build(res string, kind resource.Kind, ids []string, shares []r
 
 // common is what every tessera response of a container carries, identical
 // across its resources so kubelet merges them without conflict.
-func (b *Builder) common(shares []resource.Share) *pluginapi.ContainerAllocateResponse {
+func (b *Builder) common(shares []resource.Share) (*pluginapi.ContainerAllocateResponse, error) {
 	uuids := make([]string, 0, len(shares))
 	for _, s := range shares {
 		uuids = append(uuids, s.GPU)
 	}
-	devs := b.deviceSpecs(shares)
-	visible := strings.Join(uuids, ",")
-	env := map[string]string{EnvNVIDIA: visible, EnvCUDAVisible: visible, EnvLog: b.HookLogLevel}
+	env := map[string]string{EnvLog: b.HookLogLevel}
 	if b.ContextReserveMiB > 0 {
 		env[EnvCtxReserve] = strconv.Itoa(b.ContextReserveMiB)
 	}
-	return &pluginapi.ContainerAllocateResponse{
+	r := &pluginapi.ContainerAllocateResponse{
 		Envs: env,
 		Mounts: []*pluginapi.Mount{
 			{HostPath: b.HookLibrary, ContainerPath: b.HookLibrary, ReadOnly: true},
 			{HostPath: b.preloadHostPath(), ContainerPath: PreloadPath, ReadOnly: true},
 			{HostPath: b.hookConfHostPath(), ContainerPath: HookConfPath, ReadOnly: true},
 		},
-		Devices: devs,
 	}
+	if b.usesCDI() {
+		return r, b.addCDIDevices(r, uuids)
+	}
+	visible := strings.Join(uuids, ",")
+	r.Envs[EnvNVIDIA], r.Envs[EnvCUDAVisible] = visible, visible
+	r.Devices = b.deviceSpecs(shares)
+	return r, nil
 }
 
 // writeLimits writes one limits file per container allocation, in place
@@ -285,6 +297,16 @@ func (b *Builder) addCore(r *pluginapi.ContainerAllocateResponse, ids []string, 
 // sees no device, so a missing or unreadable minors file refuses the
 // allocation instead of starting a container that cannot use its GPU.
 func (b *Builder) mig(shares []resource.Share) (*pluginapi.ContainerAllocateResponse, error) {
+	if b.usesCDI() {
+		// The CDI spec's MIG device (named by its UUID) carries the parent
+		// GPU's node and both capability nodes.
+		var migs []string
+		for _, s := range shares {
+			migs = append(migs, s.MIG...)
+		}
+		r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
+		return r, b.addCDIDevices(r, migs)
+	}
 	minors, err := mig.ReadMinors(b.procRoot())
 	if err != nil {
 		return nil, err

@@ -84,7 +84,8 @@ func New(cfg *configv1.Config, lib nvml.Interface, client kube.Client, podResour
 		AllowGPUSpill: cfg.AllowGPUSpill, AwaitPod: AwaitPod}
 	d.Builder = &allocation.Builder{Manager: mgr, HookLibrary: cfg.HookLibrary, StateDir: cfg.StateDir,
 		ContextReserveMiB: cfg.ContextReserveMiB, HookLogLevel: cfg.HookLogLevel, ProcRoot: cfg.ProcRoot, DevRoot: cfg.DevRoot,
-		AllowGPUSpill: cfg.AllowGPUSpill, LocateMIG: func(u string) (mig.Location, error) { return mig.Locate(lib, u) }}
+		AllowGPUSpill: cfg.AllowGPUSpill, DeviceList: cfg.DeviceListStrategy, CDIKind: cfg.CDIKind,
+		LocateMIG: func(u string) (mig.Location, error) { return mig.Locate(lib, u) }}
 	d.Reconciler = &reconcile.Reconciler{PodResources: podResources, Pods: d.Pods, Client: client, Manager: mgr, Ledger: d.Ledger,
 		Builder: d.Builder, Metrics: reconcile.NewMetrics(d.Registry), Log: log, Warn: warn, GCGrace: 10 * time.Minute}
 	d.Inventory = &inventory.Publisher{Client: client, Node: cfg.NodeName, Manager: mgr, Log: log}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// sharedLibrary returns a shared object of this machine (the C library).
+func sharedLibrary(t *testing.T) string {
+	for _, p := range []string{"/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib64/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Fatal("no libc.so.6 found")
+	return ""
+}
+
+// TestInstallReplacesByNewInode: a first install creates the file 0755; an
+// identical one changes nothing (same inode); a different library replaces
+// it by a new inode, so a container holding the old one keeps it.
+func TestInstallReplacesByNewInode(t *testing.T) {
+	src := sharedLibrary(t)
+	dst := filepath.Join(t.TempDir(), "libtessera-hook.so")
+	if changed, err := install(src, dst); err != nil || !changed {
+		t.Fatalf("first install: changed %v err %v", changed, err)
+	}
+	fi, _ := os.Stat(dst)
+	if fi.Mode().Perm() != 0o755 {
+		t.Errorf("mode %v", fi.Mode())
+	}
+	ino := fi.Sys().(*syscall.Stat_t).Ino
+	if changed, err := install(src, dst); err != nil || changed {
+		t.Fatalf("same content: changed %v err %v", changed, err)
+	}
+	if fi, _ := os.Stat(dst); fi.Sys().(*syscall.Stat_t).Ino != ino {
+		t.Error("identical install replaced the inode")
+	}
+	held, _ := os.Open(dst)
+	defer held.Close()
+	other := filepath.Join(t.TempDir(), "other.so")
+	data, _ := os.ReadFile(src)
+	if err := os.WriteFile(other, append(data, 0), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := install(other, dst); err != nil || !changed {
+		t.Fatalf("new library: changed %v err %v", changed, err)
+	}
+	if fi, _ := os.Stat(dst); fi.Sys().(*syscall.Stat_t).Ino == ino {
+		t.Error("new library written over the inode a container may hold")
+	}
+	if hs, _ := held.Stat(); hs.Size() != int64(len(data)) {
+		t.Errorf("held old file now has %d bytes", hs.Size())
+	}
+	if _, err := os.Stat(dst + ".tmp"); !os.IsNotExist(err) {
+		t.Errorf("temporary file left: %v", err)
+	}
+}
+
+func TestInstallRefusesWhatLdSoCannotLoad(t *testing.T) {
+	dir := t.TempDir()
+	text := filepath.Join(dir, "hook.so")
+	os.WriteFile(text, []byte("not a library"), 0o644)
+	dst := filepath.Join(dir, "out.so")
+	if _, err := install(text, dst); err == nil || !strings.Contains(err.Error(), "not an ELF") {
+		t.Errorf("text: %v", err)
+	}
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Errorf("a refused file was installed: %v", err)
+	}
+}
