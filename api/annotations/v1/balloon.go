@@ -56,7 +56,9 @@ type BorrowedGPU struct {
 }
 
 // ParseNodeBalloons decodes and validates a NodeBalloonsKey annotation value.
-func ParseNodeBalloons(s string) (*NodeBalloons, error) { return parse[NodeBalloons](NodeBalloonsKey, s) }
+func ParseNodeBalloons(s string) (*NodeBalloons, error) {
+	return parse[NodeBalloons](NodeBalloonsKey, s)
+}
 
 // ParseBorrowed decodes and validates a BorrowedKey annotation value.
 func ParseBorrowed(s string) (*Borrowed, error) { return parse[Borrowed](BorrowedKey, s) }
