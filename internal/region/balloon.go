@@ -87,3 +87,12 @@ func (r *Region) BalloonWait(d int) BalloonWait {
 		WaitNsTotal:  atomic.LoadUint64(&b.WaitNsTotal),
 	}
 }
+
+// ClearBalloonWait drops device d's wait request, for the node agent when the
+// request outlived any wait bound (its waiter was killed mid-wait). Counters stay.
+func (r *Region) ClearBalloonWait(d int) {
+	b := &r.raw.Balloon[d]
+	atomic.StoreUint64(&b.Waiters, 0)
+	atomic.StoreUint64(&b.WantBytes, 0)
+	atomic.StoreUint64(&b.WaitSinceNs, 0)
+}
