@@ -175,14 +175,17 @@ func (c *Controller) read(ctx context.Context, now time.Time) ([]*member, func()
 		if e.Kind != "mem" {
 			continue
 		}
+		// A container the agent cannot name (PodResources not refreshed yet) or whose
+		// pod it cannot read still holds its cap on the GPU: it counts in what the GPU
+		// is promised, as neither owner nor borrower, and is left alone.
+		var info PodInfo
 		owner, ok := c.Owner(e.Key)
-		if !ok {
-			continue // not (or no longer) a listed container's: nobody to balloon or evict
-		}
-		info, err := c.Pods.Info(ctx, owner)
-		if err != nil {
-			c.Log.Debug("balloons: pod unknown; its containers are left alone this pass", "owner", owner.String(), "err", err)
-			continue
+		if ok {
+			var err error
+			if info, err = c.Pods.Info(ctx, owner); err != nil {
+				c.Log.Debug("balloons: pod unknown; its containers are left alone this pass", "owner", owner.String(), "err", err)
+				info = PodInfo{}
+			}
 		}
 		l, err := region.OpenLimits(e.Limits())
 		if err != nil {

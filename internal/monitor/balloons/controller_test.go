@@ -288,3 +288,26 @@ func TestStateSurvivesAgentRestart(t *testing.T) {
 		t.Fatalf("stale request kept: %+v", w)
 	}
 }
+
+// TestUnknownContainerStillCountsOnTheGPU: a container the agent cannot attribute yet
+// keeps its cap in what the GPU is promised, so an owner is not raised into it.
+func TestUnknownContainerStillCountsOnTheGPU(t *testing.T) {
+	n := newFakeNode(t)
+	c := n.controller(nil)
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 100})
+	n.step(c, 0)
+	n.step(c, 11*time.Minute)
+	n.add("borrower", 15*GiB, 1*GiB, PodInfo{Borrower: true})
+	n.step(c, time.Second)
+	if capB, _ := n.limits("owner"); capB != 15*GiB {
+		t.Fatalf("not inflated: %d", capB/GiB)
+	}
+	delete(n.pods, "mem-borrower") // its pod cannot be named this pass
+	n.step(c, time.Second)
+	if capB, _ := n.limits("owner"); capB != 15*GiB {
+		t.Fatalf("owner raised to %d GiB into memory an unattributed container holds", capB/GiB)
+	}
+	if capB, _ := n.limits("borrower"); capB != 15*GiB || len(n.evicted) != 0 {
+		t.Fatalf("an unattributed container was shrunk (%d GiB) or evicted (%v)", capB/GiB, n.evicted)
+	}
+}
