@@ -56,19 +56,21 @@ func DefaultBalloonConfig() BalloonConfig {
 
 // BalloonResult is one side (balloons off or on) of the comparison.
 type BalloonResult struct {
-	Balloons        bool
-	Arrived         int
-	Completed       int
-	MemUsedShare    float64 // time-averaged Σ usage / Σ GPU memory
-	WaitP50         time.Duration
-	WaitP99         time.Duration
-	Borrowers       int // pods placed on reclaimed memory
-	Evictions       int
-	OwnerAllocs     int // growth steps of owners (each an allocation)
-	OwnerWaits      int
-	OwnerWaitP99    time.Duration
-	OwnerOOMs       int
-	PromiseBreaches int // times Σ caps exceeded a GPU's memory (must stay 0)
+	Balloons bool
+	Arrived  int
+	// Completed counts pods that finished while pods still arrived (by the horizon):
+	// throughput at equal load; CompletedAll adds those that finished in the drain.
+	Completed, CompletedAll int
+	MemUsedShare            float64 // Σ usage / Σ GPU memory, averaged from warmup to the horizon
+	WaitP50                 time.Duration
+	WaitP99                 time.Duration
+	Borrowers               int // pods placed on reclaimed memory
+	Evictions               int
+	OwnerAllocs             int // growth steps of owners (each an allocation)
+	OwnerWaits              int
+	OwnerWaitP99            time.Duration
+	OwnerOOMs               int
+	PromiseBreaches         int // times Σ caps exceeded a GPU's memory (must stay 0)
 }
 
 // simPod is one pod in the balloon simulation.
@@ -165,10 +167,12 @@ type balloonSim struct {
 	lastT    time.Duration
 	capTotal float64
 	end      time.Duration
+	horizon  time.Duration
+	warmup   time.Duration
 }
 
 // CompareBalloons simulates the same jobs with balloons off and on.
-func CompareBalloons(nodes []partition.NodeSpec, jobs []Job, horizon, drain time.Duration, cfg BalloonConfig) ([2]BalloonResult, error) {
+func CompareBalloons(nodes []partition.NodeSpec, jobs []Job, warmup, horizon, drain time.Duration, cfg BalloonConfig) ([2]BalloonResult, error) {
 	var out [2]BalloonResult
 	if err := cfg.Policy.Validate(); err != nil {
 		return out, err
@@ -177,7 +181,7 @@ func CompareBalloons(nodes []partition.NodeSpec, jobs []Job, horizon, drain time
 		return out, errors.New("balloon simulation: steps ≥ 1, start share and growth share in (0, 1], α and β positive")
 	}
 	for i, on := range []bool{false, true} {
-		s := &balloonSim{cfg: cfg, on: on, end: horizon + drain}
+		s := &balloonSim{cfg: cfg, on: on, end: horizon + drain, horizon: horizon, warmup: warmup}
 		s.res.Balloons = on
 		for _, n := range nodes {
 			var gs []*simGPU
@@ -281,7 +285,10 @@ func (s *balloonSim) run() {
 				continue
 			}
 			e.pod.done = true
-			s.res.Completed++
+			s.res.CompletedAll++
+			if e.at <= s.horizon {
+				s.res.Completed++
+			}
 			s.release(e.pod)
 		case evGone:
 			if e.epoch != e.pod.epoch || e.pod.done {
@@ -303,7 +310,7 @@ func (s *balloonSim) run() {
 	for _, p := range s.pending {
 		s.waits = append(s.waits, s.end-p.waitFrom)
 	}
-	s.res.MemUsedShare = s.usedInt / s.capTotal / s.end.Seconds()
+	s.res.MemUsedShare = s.usedInt / s.capTotal / (s.horizon - s.warmup).Seconds()
 	s.res.WaitP50, s.res.WaitP99 = pct(s.waits, 0.5), pct(s.waits, 0.99)
 	s.res.OwnerWaitP99 = pct(s.ownerW, 0.99)
 }
@@ -316,10 +323,14 @@ func pct(d []time.Duration, q float64) time.Duration {
 	return quantile(d, q)
 }
 
-// advance integrates memory in use up to t.
+// advance integrates memory in use up to t, over [warmup, horizon] only.
 func (s *balloonSim) advance(t time.Duration) {
+	t = min(max(t, s.warmup), s.horizon)
 	if t <= s.lastT {
 		return
+	}
+	if s.lastT < s.warmup {
+		s.lastT = s.warmup
 	}
 	var used float64
 	for _, gs := range s.nodes {
@@ -590,6 +601,9 @@ func (s *balloonSim) reclaimFor(p *simPod) (time.Duration, bool) {
 	}
 	setCap(p, p.ceiling)
 	p.ceiling = 0
+	for _, g := range p.gpus {
+		s.deflateInto(g) // what the evicted borrowers held beyond p's need goes back to other owners first
+	}
 	return wait, true
 }
 
@@ -613,7 +627,7 @@ func (s *balloonSim) reclaimOrder(g *simGPU) []*simPod {
 // WriteBalloonTable prints the comparison.
 func WriteBalloonTable(w io.Writer, r [2]BalloonResult) {
 	fmt.Fprintf(w, "\nmemory balloons (same arrivals; usage Beta-distributed, growing over each pod's life):\n")
-	fmt.Fprintf(w, "%-9s %9s %9s %9s %10s %10s %9s %9s %11s %12s %10s\n", "balloons", "arrived", "completed", "mem used", "wait p50", "wait p99", "borrowers", "evictions", "owner waits", "owner wait99", "owner OOMs")
+	fmt.Fprintf(w, "%-9s %9s %9s %9s %10s %10s %9s %9s %11s %12s %10s\n", "balloons", "arrived", "done@hzn", "mem used", "wait p50", "wait p99", "borrowers", "evictions", "owner waits", "owner wait99", "owner OOMs")
 	for _, x := range r {
 		on := "off"
 		if x.Balloons {

