@@ -474,8 +474,10 @@ func (s *balloonSim) inflate(g *simGPU, need uint64, prio int) {
 			return
 		}
 		if f, ok := s.inflatable(o, prio); ok {
+			// Lower only by what is missing: memory taken from an owner is the
+			// borrower's, none is left free for pods that would not give it back.
 			o.ceiling = o.cap
-			setCap(o, f)
+			setCap(o, max(f, o.cap-(need-g.room())))
 		}
 	}
 }
@@ -516,10 +518,22 @@ func (s *balloonSim) release(p *simPod) {
 	p.gpus = nil
 }
 
-// deflateInto raises lowered caps back where the GPU has room.
+// deflateInto raises lowered caps back, as far as the GPU has room.
 func (s *balloonSim) deflateInto(g *simGPU) {
 	for _, o := range g.pods {
-		if o.ceiling != 0 && g.room() >= o.ceiling-o.cap {
+		if o.ceiling == 0 {
+			continue
+		}
+		up := o.ceiling - o.cap
+		for _, og := range o.gpus { // a cap is the same on each of the owner's GPUs
+			up = min(up, og.room())
+		}
+		if up == 0 {
+			continue
+		}
+		if up < o.ceiling-o.cap {
+			setCap(o, o.cap+up)
+		} else {
 			setCap(o, o.ceiling)
 			o.ceiling = 0
 		}

@@ -211,14 +211,17 @@ func (g *gpuPass) inflateForBorrowers() {
 			return
 		}
 		m := cd.m
+		// Lower only by what the GPU is over: memory taken from an owner is the
+		// borrower's, none is left free for pods that would not give it back.
+		target := max(cd.floor, m.cap-over)
 		b := region.Balloon{CeilingBytes: m.cap, WaitMS: g.c.Policy.WaitMS, FloorBytes: cd.floor}
-		if err := m.limits.SetBalloonCap(m.uuid, cd.floor, b); err != nil {
+		if err := m.limits.SetBalloonCap(m.uuid, target, b); err != nil {
 			g.c.Log.Warn("balloons: cap not lowered", "owner", m.owner.String(), "err", err)
 			continue
 		}
-		over -= min(over, m.cap-cd.floor)
-		g.c.Log.Info("balloons: owner inflated", "owner", m.owner.String(), "gpu", m.uuid, "ceiling", m.cap, "floor", cd.floor)
-		m.cap, m.bal = cd.floor, b
+		over -= m.cap - target
+		g.c.Log.Info("balloons: owner inflated", "owner", m.owner.String(), "gpu", m.uuid, "ceiling", m.cap, "cap", target, "floor", cd.floor)
+		m.cap, m.bal = target, b
 		if g.c.Metrics != nil {
 			g.c.Metrics.Inflations.Inc()
 		}
@@ -235,8 +238,15 @@ func (g *gpuPass) deflateIntoRoom() {
 	}
 	slices.SortFunc(inflated, func(a, b *member) int { return cmp.Compare(b.info.Priority, a.info.Priority) })
 	for _, m := range inflated {
-		if g.room() >= m.bal.CeilingBytes-m.cap {
+		switch room := g.room(); {
+		case room >= m.bal.CeilingBytes-m.cap:
 			g.deflate(m)
+		case room > 0:
+			// Part of its memory is free: it goes back to the owner, not to whoever
+			// is placed next.
+			if err := m.limits.SetBalloonCap(m.uuid, m.cap+room, m.bal); err == nil {
+				m.cap += room
+			}
 		}
 	}
 }
