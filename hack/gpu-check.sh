@@ -4,7 +4,10 @@
 # Builds the hook, then runs PyTorch under it with a memory cap on GPU 0 and checks:
 # torch.cuda.mem_get_info() shows the cap; allocating up to the cap works and beyond
 # it raises torch's OutOfMemoryError; two processes share one cap; how much a
-# launch-heavy loop slows down under the hook. Prints one `GPUCHECK <name> <value>`
+# launch-heavy loop slows down under the hook; a memory balloon: a running PyTorch whose
+# cap is lowered in place sees OOM and recovers (torch.cuda.empty_cache()) once the cap
+# is raised back, and an allocation over the lowered cap waits in the hook until the
+# cap comes back (docs/balloon.md). Prints one `GPUCHECK <name> <value>`
 # line per result (and nothing else on stdout); exits non-zero if a check fails.
 # Takes well under 5 minutes. Needs: nvidia-smi, python3 with torch (CUDA build), gcc, make.
 #
@@ -25,6 +28,8 @@ UUID=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0 | tr -d ' ')
 gcc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Ishim/cuda-hook/include -Ishim/cuda-hook/test \
 	-o "$work/abi_write" shim/cuda-hook/test/abi_write.c
 "$work/abi_write" "$work/region" "$work/limits" "$UUID" $((CAP_GIB << 30))
+gcc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Ishim/cuda-hook/include \
+	-o "$work/balloon_set" shim/cuda-hook/test/balloon_set.c
 
 hooked() {
 	env LD_PRELOAD="$HOOK" TESSERA_REGION="$work/region" TESSERA_LIMITS="$work/limits" \
@@ -68,6 +73,22 @@ elif mode == "try":
         print(1)
     except torch.cuda.OutOfMemoryError:
         print(0)
+elif mode == "balloon":  # one step per line on stdin, one answer per line on stdout
+    total, raised, held = fill(limit=cap // 2)
+    print(total, flush=True)
+    for line in sys.stdin:
+        step = line.split()
+        if not step:
+            continue
+        n = int(float(step[1]) * GIB)
+        t0 = time.perf_counter()
+        try:
+            held.append(torch.empty(n, dtype=torch.uint8, device="cuda"))
+            ok = 1
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()  # the caching allocator must let go to recover
+            ok = 0
+        print(ok, f"{time.perf_counter() - t0:.3f}", flush=True)
 elif mode == "launch":
     x = torch.ones(16, device="cuda")
     for _ in range(2000):
@@ -119,6 +140,37 @@ exec {hold_in}>&-
 wait "$HOLD_PID" || true
 result two_procs_first_holds_bytes "$held"
 check two_procs_share_cap "$(( second == 0 && third == 1 ))"
+
+# Memory balloon: a PyTorch owner holds half its cap; the node lowers the cap in place
+# to 60 % (ceiling the full cap, wait bound 200 ms); a 30 % allocation gets OOM after
+# the bound and torch recovers; the cap raised back, the same allocation succeeds; the
+# cap lowered again with a 10 s bound and raised 1 s later from here, an allocation
+# over it waits about 1 s in the hook and succeeds.
+coproc OWNER { hooked "$PY" "$work/check.py" balloon; }
+owner_in=${OWNER[1]}
+read -r owner_held <&"${OWNER[0]}" || { echo "gpu-check: the balloon owner failed" >&2; exit 1; }
+cap=$((CAP_GIB << 30))
+low=$((cap * 6 / 10))
+"$work/balloon_set" "$work/limits" "$low" "$cap" 200
+echo "alloc $(calc "$CAP_GIB * 0.3")" >&"$owner_in"
+read -r lowered_ok lowered_s <&"${OWNER[0]}"
+"$work/balloon_set" "$work/limits" "$cap" 0 0
+echo "alloc $(calc "$CAP_GIB * 0.3")" >&"$owner_in"
+read -r raised_ok _ <&"${OWNER[0]}"
+"$work/balloon_set" "$work/limits" "$(( owner_held + (cap * 3 / 10) + (256 << 20) ))" "$cap" 10000
+echo "alloc $(calc "$CAP_GIB * 0.15")" >&"$owner_in"
+sleep 1
+"$work/balloon_set" "$work/limits" "$cap" 0 0
+read -r waited_ok waited_s <&"${OWNER[0]}"
+exec {owner_in}>&-
+wait "$OWNER_PID" || true
+result balloon_owner_held_bytes "$owner_held"
+result balloon_oom_after_s "$lowered_s"
+result balloon_wait_s "$waited_s"
+check balloon_lowered_cap_ooms "$(( lowered_ok == 0 ))"
+check balloon_raised_cap_recovers "$(( raised_ok == 1 ))"
+check balloon_owner_waits_for_cap "$(( waited_ok == 1 ))"
+check balloon_wait_about_1s "$(calc "int(0.8 <= $waited_s <= 3)")"
 
 base=$("$PY" "$work/check.py" launch)
 with=$(py launch)

@@ -19,11 +19,14 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/kube"
 	"github.com/tessera-gpu/tessera/internal/monitor/agent"
+	"github.com/tessera-gpu/tessera/internal/monitor/balloons"
 	"github.com/tessera-gpu/tessera/internal/monitor/gpus"
 )
 
@@ -64,6 +67,15 @@ func run(ctx context.Context, args []string) error {
 		} else {
 			a.Enforcer.Event = events
 		}
+	}
+	if a.Balloons != nil {
+		api, err := kube.NewFromKubeconfig(opts.kubeconfig)
+		if err != nil {
+			return fmt.Errorf("balloon.enabled needs the API server (pods' opt-in, evictions): %w", err)
+		}
+		a.Balloons.Pods = &balloons.KubePods{API: api, TTL: time.Minute}
+		a.Balloons.Evictor = balloons.KubeEvictor{API: api}
+		a.Balloons.Publisher = balloons.NodeAnnotation{API: api, Node: cfg.NodeName}
 	}
 	log.Info("vgpu-monitor starting", "listen", cfg.ListenAddress, "stateDir", cfg.StateDir, "policy", cfg.Enforcement.Policy, "gpus", node != nil)
 	return a.Run(ctx, nil)

@@ -75,6 +75,8 @@ type Engine struct {
 	preemptor        *preempt.Preemptor
 	gangs            *gangs
 	candBuf          []preempt.Running
+	// balloons: owners' floors and borrowers' loans (balloon.go).
+	balloons balloonState
 }
 
 // New builds an engine over the scheduler's cluster. admit may be nil (no
@@ -211,6 +213,10 @@ func (e *Engine) unbook(r *Running) {
 		e.preemptibleMilli[r.Decision.Node][r.Pod.Class] -= grantMilli(r)
 	}
 	e.placer.capacityFreed()
+	if e.balloons.floors != nil {
+		e.returnLoans(r.Pod.Key)
+		delete(e.balloons.floors, r.Pod.Key)
+	}
 }
 
 // start reserves d for p and books it.
@@ -310,6 +316,10 @@ func (e *Engine) attempt(p *Pod, now time.Time) bool {
 	if e.placeThroughReservations(p, now) {
 		e.dropReservation(p.Key)
 		return true
+	}
+	if e.placeOnBalloons(p, now) {
+		e.dropReservation(p.Key)
+		return true // reclaimable memory before anyone is preempted
 	}
 	budget := e.searches
 	if e.cfg.Preemption {

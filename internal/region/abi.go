@@ -18,6 +18,14 @@ const (
 	ReaperNode     = 0x7fffffff
 )
 
+// Indices of a device limit's balloon words and the default wait (tessera_abi.h).
+const (
+	BalloonCeilingWord   = 0
+	BalloonWaitMSWord    = 1
+	BalloonFloorWord     = 2
+	BalloonDefaultWaitMS = 3000
+)
+
 type rawDeviceLimit struct {
 	UUID          [UUIDLen]byte
 	MemLimitBytes uint64
@@ -69,7 +77,15 @@ type rawDeviceCompute struct {
 	Reserved [8]uint64
 }
 
-// rawDeviceBalloon: per-device balloon request words, reserved until defined.
+// rawDeviceBalloon: the hook's per-device wait-for-reclaim request (see
+// tessera_abi.h, "Memory balloons").
 type rawDeviceBalloon struct {
-	Reserved [8]uint64
+	WantBytes    uint64
+	Waiters      uint64
+	WaitSinceNs  uint64
+	Waits        uint64
+	WaitsGranted uint64
+	WaitsExpired uint64
+	WaitNsTotal  uint64
+	Reserved     [1]uint64
 }

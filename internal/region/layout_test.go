@@ -42,6 +42,8 @@ func TestConstantsMatchCHeader(t *testing.T) {
 		"ABIVersion": ABIVersion, "MaxDevices": MaxDevices, "MaxProcs": MaxProcs, "UUIDLen": UUIDLen,
 		"LimitsMagic": LimitsMagic, "RegionMagic": RegionMagic,
 		"SlotReclaimBit": SlotReclaimBit, "ReaperNode": ReaperNode,
+		"BalloonCeilingWord": BalloonCeilingWord, "BalloonWaitMSWord": BalloonWaitMSWord,
+		"BalloonFloorWord": BalloonFloorWord, "BalloonDefaultWaitMS": BalloonDefaultWaitMS,
 	}
 	c := cabi.Constants()
 	if len(c) != len(goSide) {

@@ -56,6 +56,28 @@ type MonitorConfig struct {
 	Enforcement  EnforcementConfig `json:"enforcement"`
 	Health       HealthConfig      `json:"health"`
 	Log          LogConfig         `json:"log"`
+	// Balloon is the memory-balloon controller (docs/balloon.md).
+	Balloon BalloonConfig `json:"balloon,omitempty"`
+}
+
+// BalloonConfig tunes memory balloons. Only containers whose pod opted in
+// (tessera.io/balloon: "true") are ever lowered.
+type BalloonConfig struct {
+	// Enabled runs the controller (it needs the API server: pods' opt-in).
+	Enabled bool `json:"enabled"`
+	// Interval between passes; an owner waiting in the hook is served within one.
+	Interval Duration `json:"interval"`
+	// Window is how far back the observed peak that sets a floor looks.
+	Window Duration `json:"window"`
+	// Settle is how long usage must stay flat before a cap may be lowered.
+	Settle Duration `json:"settle"`
+	// MarginPercent of the ceiling is kept above the observed peak.
+	MarginPercent int `json:"marginPercent"`
+	// MinFloorMiB: no cap is lowered below it.
+	MinFloorMiB int `json:"minFloorMiB"`
+	// WaitMS is how long an owner's allocation waits in the hook for its memory
+	// (written into the limits file; the hook accepts up to 60000).
+	WaitMS int `json:"waitMs"`
 }
 
 // EnforcementConfig is the out-of-band check of the driver's per-process truth.
@@ -107,6 +129,8 @@ func DefaultMonitor() *MonitorConfig {
 		},
 		Health: HealthConfig{Enabled: true, IgnoredXids: append([]uint64(nil), DefaultIgnoredXids...)},
 		Log:    LogConfig{Level: "info", Format: "json"},
+		Balloon: BalloonConfig{Interval: Duration{200 * time.Millisecond}, Window: Duration{30 * time.Minute},
+			Settle: Duration{10 * time.Minute}, MarginPercent: 10, MinFloorMiB: 1024, WaitMS: 3000},
 	}
 }
 
@@ -157,5 +181,28 @@ func (c *MonitorConfig) Validate() error {
 	}
 	c.Health.check(&errs)
 	c.Log.check(&errs)
+	c.Balloon.check(&errs)
 	return errors.Join(errs...)
+}
+
+func (b *BalloonConfig) check(errs *fieldErrors) {
+	bad := errs.add
+	if b.Interval.Duration < 10*time.Millisecond {
+		bad("balloon.interval", "%s below 10ms", b.Interval.Duration)
+	}
+	if b.Window.Duration <= 0 {
+		bad("balloon.window", "must be positive")
+	}
+	if b.Settle.Duration <= 0 || b.Settle.Duration > b.Window.Duration {
+		bad("balloon.settle", "%s must be positive and at most balloon.window", b.Settle.Duration)
+	}
+	if b.MarginPercent < 0 || b.MarginPercent > 99 {
+		bad("balloon.marginPercent", "%d outside 0..99", b.MarginPercent)
+	}
+	if b.MinFloorMiB < 0 || b.MinFloorMiB > 1<<30 {
+		bad("balloon.minFloorMiB", "%d outside 0..%d", b.MinFloorMiB, 1<<30)
+	}
+	if b.WaitMS < 0 || b.WaitMS > 60000 {
+		bad("balloon.waitMs", "%d outside 0..60000 (the hook's limit)", b.WaitMS)
+	}
 }

@@ -18,9 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/balloon"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/health"
 	"github.com/tessera-gpu/tessera/internal/hostproc"
 	"github.com/tessera-gpu/tessera/internal/monitor/accounting"
+	"github.com/tessera-gpu/tessera/internal/monitor/balloons"
 	"github.com/tessera-gpu/tessera/internal/monitor/enforce"
 	"github.com/tessera-gpu/tessera/internal/monitor/gpus"
 	"github.com/tessera-gpu/tessera/internal/monitor/identity"
@@ -40,6 +42,9 @@ type Agent struct {
 	Reaper   *reaper.Reaper
 	// Enforcer is the out-of-band check (nil without NVML).
 	Enforcer *enforce.Enforcer
+	// Balloons is the memory-balloon controller (nil unless balloon.enabled; the
+	// caller sets its Pods, Evictor and Publisher, which need the API server).
+	Balloons *balloons.Controller
 }
 
 // New builds an agent from a validated configuration.
@@ -63,6 +68,9 @@ func New(cfg *configv1.MonitorConfig, log *slog.Logger, source identity.Source, 
 			OnKill:   func(hostproc.Process) { counters.Kills.Inc() },
 			OnSpare:  func(_ hostproc.Process, reason string) { counters.Spared.WithLabelValues(reason).Inc() },
 		}
+	}
+	if cfg.Balloon.Enabled {
+		a.Balloons = newBalloons(cfg, log, a.Identity, node, metrics.NewBalloon(reg, cfg.NodeName))
 	}
 	c := &metrics.Collector{Node: cfg.NodeName, Reader: a.Reader, Owner: a.Identity.Owner, Processes: a.Reaper.Owners}
 	if node != nil {
@@ -122,6 +130,9 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	if a.Enforcer != nil {
 		loops.Go(func() { a.Enforcer.Run(ctx, a.Config.Enforcement.Interval.Duration) })
 	}
+	if a.Balloons != nil && a.Balloons.Pods != nil {
+		loops.Go(func() { a.Balloons.Run(ctx, a.Config.Balloon.Interval.Duration) })
+	}
 	if a.GPUs != nil && a.Config.Health.Enabled {
 		loops.Go(func() {
 			if err := a.HealthWatcher().Run(ctx); err != nil {
@@ -142,5 +153,22 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 			return nil
 		}
 		return fmt.Errorf("serve: %w", err)
+	}
+}
+
+// newBalloons builds the balloon controller from the configuration. GPU memory
+// comes from NVML; without NVML no GPU is known and the controller leaves every
+// cap alone.
+func newBalloons(cfg *configv1.MonitorConfig, log *slog.Logger, id *identity.Resolver, node *gpus.Node, m *metrics.Balloon) *balloons.Controller {
+	b := cfg.Balloon
+	physical := func(string) (uint64, bool) { return 0, false }
+	if node != nil {
+		physical = node.MemoryTotal
+	}
+	return &balloons.Controller{
+		StateDir: cfg.StateDir,
+		Policy: balloon.Policy{Window: b.Window.Duration, Settle: b.Settle.Duration, MarginFraction: float64(b.MarginPercent) / 100,
+			MinFloorBytes: uint64(b.MinFloorMiB) << 20, WaitMS: uint64(b.WaitMS)},
+		Owner: id.Owner, Physical: physical, Metrics: m, Log: log,
 	}
 }

@@ -50,6 +50,7 @@ var descVarLabels = regexp.MustCompile(`variableLabels: \{([^}]*)\}`)
 func TestDocumentedMetricsAreTheRegisteredOnes(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	NewAgent(reg, "n")
+	NewBalloon(reg, "n")
 	reg.MustRegister(&Collector{})
 	ch := make(chan *prometheus.Desc, 100)
 	go func() {
@@ -58,6 +59,10 @@ func TestDocumentedMetricsAreTheRegisteredOnes(t *testing.T) {
 		}
 		a := NewAgent(nil, "n")
 		for _, c := range []prometheus.Collector{a.ReapedSlots, a.ReapedBytes, a.Kills, a.Spared, a.IdentityErrors} {
+			c.Describe(ch)
+		}
+		b := NewBalloon(nil, "n")
+		for _, c := range []prometheus.Collector{b.Reclaimable, b.Lent, b.Inflations, b.Deflations, b.Evictions, b.OwnerWait, b.OwnerOOMs} {
 			c.Describe(ch)
 		}
 		close(ch)

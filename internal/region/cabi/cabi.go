@@ -24,6 +24,11 @@ func Constants() map[string]uint64 {
 		"RegionMagic":    uint64(C.TESSERA_REGION_MAGIC),
 		"SlotReclaimBit": uint64(C.TESSERA_SLOT_RECLAIM_BIT),
 		"ReaperNode":     uint64(C.TESSERA_REAPER_NODE),
+
+		"BalloonCeilingWord":   uint64(C.TESSERA_BALLOON_CEILING),
+		"BalloonWaitMSWord":    uint64(C.TESSERA_BALLOON_WAIT_MS),
+		"BalloonFloorWord":     uint64(C.TESSERA_BALLOON_FLOOR),
+		"BalloonDefaultWaitMS": uint64(C.TESSERA_BALLOON_DEFAULT_WAIT_MS),
 	}
 }
 
@@ -79,9 +84,16 @@ func Layout() map[string]uintptr {
 		"rawRegion.Compute":     unsafe.Offsetof(r.compute),
 		"rawRegion.Balloon":     unsafe.Offsetof(r.balloon),
 
-		"rawDeviceCompute":          unsafe.Sizeof(dc),
-		"rawDeviceCompute.Reserved": unsafe.Offsetof(dc.reserved),
-		"rawDeviceBalloon":          unsafe.Sizeof(db),
-		"rawDeviceBalloon.Reserved": unsafe.Offsetof(db.reserved),
+		"rawDeviceCompute":              unsafe.Sizeof(dc),
+		"rawDeviceCompute.Reserved":     unsafe.Offsetof(dc.reserved),
+		"rawDeviceBalloon":              unsafe.Sizeof(db),
+		"rawDeviceBalloon.WantBytes":    unsafe.Offsetof(db.want_bytes),
+		"rawDeviceBalloon.Waiters":      unsafe.Offsetof(db.waiters),
+		"rawDeviceBalloon.WaitSinceNs":  unsafe.Offsetof(db.wait_since_ns),
+		"rawDeviceBalloon.Waits":        unsafe.Offsetof(db.waits),
+		"rawDeviceBalloon.WaitsGranted": unsafe.Offsetof(db.waits_granted),
+		"rawDeviceBalloon.WaitsExpired": unsafe.Offsetof(db.waits_expired),
+		"rawDeviceBalloon.WaitNsTotal":  unsafe.Offsetof(db.wait_ns_total),
+		"rawDeviceBalloon.Reserved":     unsafe.Offsetof(db.reserved),
 	}
 }

@@ -42,3 +42,29 @@ func TestWriteIsReadBackByRegion(t *testing.T) {
 		t.Fatalf("restarted node reaper finished %d slots, %d bytes; want 1, 2", p, b)
 	}
 }
+
+func TestWriteBalloonWaitReadsBack(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "region")
+	if err := region.CreateRegion(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteBalloonWait(path, 3, 5<<30, 2, 12345); err != nil {
+		t.Fatal(err)
+	}
+	r, err := region.OpenRegion(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w := r.BalloonWait(3)
+	if w.WantBytes != 5<<30 || w.Waiters != 2 || w.WaitSinceNs != 12345 || !w.Waiting() {
+		t.Fatalf("read back %+v", w)
+	}
+	if other := r.BalloonWait(2); other.Waiting() {
+		t.Fatalf("device 2 shows a wait: %+v", other)
+	}
+	r.ClearBalloonWait(3)
+	if w := r.BalloonWait(3); w.Waiting() || w.WantBytes != 0 || w.WaitSinceNs != 0 {
+		t.Fatalf("after clearing: %+v", w)
+	}
+}

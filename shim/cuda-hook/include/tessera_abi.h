@@ -104,10 +104,40 @@ typedef struct tessera_device_compute {
     uint64_t reserved[8];
 } tessera_device_compute;
 
-/* Per-device words of the region for memory balloons (the hook's wait-for-reclaim
- * request, seen by the node agent). Reserved until that feature defines them. */
+/*
+ * Memory balloons (docs/balloon.md).
+ *
+ * Limits file, balloon_words[] of a device entry, written only by the node side (read
+ * by the hook with atomic loads):
+ *   [TESSERA_BALLOON_CEILING]  the cap the container was given and may grow back to;
+ *                              0 = the cap is not lowered (no balloon, nothing to wait for)
+ *   [TESSERA_BALLOON_WAIT_MS]  how long an allocation above the lowered cap but within
+ *                              the ceiling waits for the node to reclaim; 0 = the default
+ *                              (TESSERA_BALLOON_DEFAULT_WAIT_MS)
+ *   [TESSERA_BALLOON_FLOOR]    the floor the cap was lowered to (the node agent's state)
+ * Inflating stores the ceiling before lowering mem_limit_bytes; deflating raises
+ * mem_limit_bytes before clearing the ceiling, so a hook never waits on a cap that is
+ * not lowered and never misses one that is.
+ *
+ * Region, balloon[d]: the hook's wait-for-reclaim request on device d, seen by the node
+ * agent. A waiting allocation counts itself in `waiters`, raises `want_bytes` to the
+ * container usage it needs (re-asserted on every poll, so a racing clear by the last
+ * leaver loses nothing), and leaves when the cap admits it or its wait bound passes.
+ */
+#define TESSERA_BALLOON_CEILING 0
+#define TESSERA_BALLOON_WAIT_MS 1
+#define TESSERA_BALLOON_FLOOR 2
+#define TESSERA_BALLOON_DEFAULT_WAIT_MS 3000u
+
 typedef struct tessera_device_balloon {
-    uint64_t reserved[8];
+    TESSERA_ATOMIC(uint64_t) want_bytes;     /* usage the waiting allocations need; 0 = no request */
+    TESSERA_ATOMIC(uint64_t) waiters;        /* allocations waiting now */
+    TESSERA_ATOMIC(uint64_t) wait_since_ns;  /* CLOCK_MONOTONIC start of the current waits; 0 = none */
+    TESSERA_ATOMIC(uint64_t) waits;          /* waits started */
+    TESSERA_ATOMIC(uint64_t) waits_granted;  /* waits that ended with the allocation admitted */
+    TESSERA_ATOMIC(uint64_t) waits_expired;  /* waits that ended in CUDA_ERROR_OUT_OF_MEMORY */
+    TESSERA_ATOMIC(uint64_t) wait_ns_total;  /* nanoseconds spent in ended waits */
+    uint64_t reserved[1];
 } tessera_device_balloon;
 
 typedef struct tessera_region {

@@ -100,14 +100,30 @@ static void note_peak(int idx, uint64_t total)
         ;
 }
 
+const tessera_limits *limiter_limits(void) { return limiter_active() ? g_limits : NULL; }
+tessera_region *limiter_region(void) { return limiter_active() ? g_region : NULL; }
+
+void limiter_note_refused(int idx)
+{
+    if (idx >= 0 && limiter_active())
+        atomic_fetch_add(&g_region->refused[idx], 1);
+}
+
 int limiter_charge(int idx, uint64_t n)
+{
+    int rc = limiter_try(idx, n);
+    if (rc == LIMITER_OVER_CAP)
+        limiter_note_refused(idx);
+    return rc;
+}
+
+int limiter_try(int idx, uint64_t n)
 {
     if (idx < 0 || n == 0 || !limiter_active())
         return LIMITER_OK; /* taking nothing fits even under a cap lowered below usage */
     if (n > LIMITER_MAX_BYTES) {
         /* No GPU has this much (the driver would refuse too); adding it could wrap the
          * slot's counter and corrupt everyone's sum. */
-        atomic_fetch_add(&g_region->refused[idx], 1);
         return LIMITER_OVER_CAP;
     }
     tessera_proc_slot *s = my_slot();
@@ -130,7 +146,6 @@ int limiter_charge(int idx, uint64_t n)
          * have retracted by now. Look once more. */
         region_reap(g_region, g_pid, g_start);
     }
-    atomic_fetch_add(&g_region->refused[idx], 1);
     return LIMITER_OVER_CAP;
 }
 

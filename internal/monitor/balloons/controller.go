@@ -1,0 +1,277 @@
+package balloons
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	apiv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
+	"github.com/tessera-gpu/tessera/internal/balloon"
+	"github.com/tessera-gpu/tessera/internal/monitor/identity"
+	"github.com/tessera-gpu/tessera/internal/monitor/metrics"
+	"github.com/tessera-gpu/tessera/internal/region"
+	"github.com/tessera-gpu/tessera/internal/statedir"
+)
+
+// PodInfo is what the controller needs to know about a container's pod.
+type PodInfo struct {
+	OptedIn  bool  // tessera.io/balloon: "true"
+	Borrower bool  // tessera.io/borrowed is set: it rides on reclaimed memory
+	Priority int32 // the pod's priority (spec.priority)
+}
+
+// Pods answers PodInfo for a container.
+type Pods interface {
+	Info(ctx context.Context, owner identity.Owner) (PodInfo, error)
+}
+
+// Evictor evicts a pod, honouring its grace period (production: the Eviction API).
+type Evictor interface {
+	Evict(ctx context.Context, owner identity.Owner) error
+}
+
+// Publisher writes the node's balloon state (production: the node annotation).
+type Publisher interface {
+	Publish(ctx context.Context, state apiv1.NodeBalloons) error
+}
+
+// Controller is one node's balloon controller.
+type Controller struct {
+	StateDir string
+	Policy   balloon.Policy
+	// Owner names the container that holds a state directory (identity.Resolver.Owner).
+	Owner func(key string) (identity.Owner, bool)
+	Pods  Pods
+	// Evictor and Publisher may be nil (no API server): owners then only get memory
+	// that is free or that borrowers do not use, and nothing is published.
+	Evictor   Evictor
+	Publisher Publisher
+	// Physical is a GPU's memory; a GPU it does not know is left alone.
+	Physical func(uuid string) (uint64, bool)
+	Metrics  *metrics.Balloon
+	Log      *slog.Logger
+	Now      func() time.Time // wall clock for histories; nil: time.Now
+	// Monotonic is CLOCK_MONOTONIC in ns (the hook's wait stamps); nil: monoNow.
+	Monotonic func() uint64
+	// EvictRetry: a borrower asked to leave is not asked again before this (the
+	// Eviction API answered; the pod is terminating within its grace period).
+	EvictRetry time.Duration
+
+	hist      map[string]*balloon.History // key/uuid
+	waits     map[string]region.BalloonWait
+	evicted   map[string]time.Time // pod → when asked
+	published string
+}
+
+// member is one container on one GPU in this pass.
+type member struct {
+	key    string
+	entry  statedir.Entry
+	owner  identity.Owner
+	info   PodInfo
+	uuid   string
+	dev    int
+	cap    uint64
+	bal    region.Balloon
+	usage  uint64
+	wait   region.BalloonWait
+	hist   *balloon.History
+	limits *region.Limits
+	region *region.Region
+}
+
+func (m *member) ceiling() uint64 {
+	if m.bal.Inflated() {
+		return m.bal.CeilingBytes
+	}
+	return m.cap
+}
+
+func (m *member) histKey() string { return m.key + "/" + m.uuid }
+
+// Run calls Step every interval until ctx ends.
+func (c *Controller) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := c.Step(ctx); err != nil {
+			c.Log.Warn("balloon pass failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Step is one pass over the node.
+func (c *Controller) Step(ctx context.Context) error {
+	now := c.now()
+	members, closeAll, err := c.read(ctx, now)
+	defer closeAll()
+	if err != nil {
+		return err
+	}
+	byGPU := map[string][]*member{}
+	for _, m := range members {
+		byGPU[m.uuid] = append(byGPU[m.uuid], m)
+	}
+	state := apiv1.NodeBalloons{Version: apiv1.Version}
+	uuids := make([]string, 0, len(byGPU))
+	for u := range byGPU {
+		uuids = append(uuids, u)
+	}
+	slices.Sort(uuids)
+	for _, u := range uuids {
+		phys, ok := c.Physical(u)
+		if !ok || phys == 0 {
+			continue
+		}
+		g := &gpuPass{c: c, ctx: ctx, now: now, physical: phys, members: byGPU[u]}
+		g.run()
+		state.GPUs = append(state.GPUs, g.report(u))
+	}
+	c.publish(ctx, state)
+	return nil
+}
+
+func (c *Controller) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
+
+func (c *Controller) mono() uint64 {
+	if c.Monotonic != nil {
+		return c.Monotonic()
+	}
+	return monoNow()
+}
+
+// read maps every memory allocation and builds its members. The returned func
+// unmaps them.
+func (c *Controller) read(ctx context.Context, now time.Time) ([]*member, func(), error) {
+	var opened []interface{ Close() error }
+	closeAll := func() {
+		for _, o := range opened {
+			o.Close()
+		}
+	}
+	entries, err := statedir.List(c.StateDir)
+	if err != nil {
+		return nil, closeAll, fmt.Errorf("balloons: %w", err)
+	}
+	if c.hist == nil {
+		c.hist, c.waits, c.evicted = map[string]*balloon.History{}, map[string]region.BalloonWait{}, map[string]time.Time{}
+	}
+	seen := map[string]bool{}
+	var out []*member
+	for _, e := range entries {
+		if e.Kind != "mem" {
+			continue
+		}
+		// A container the agent cannot name (PodResources not refreshed yet) or whose
+		// pod it cannot read still holds its cap on the GPU: it counts in what the GPU
+		// is promised, as neither owner nor borrower, and is left alone.
+		var info PodInfo
+		owner, ok := c.Owner(e.Key)
+		if ok {
+			var err error
+			if info, err = c.Pods.Info(ctx, owner); err != nil {
+				c.Log.Debug("balloons: pod unknown; its containers are left alone this pass", "owner", owner.String(), "err", err)
+				info = PodInfo{}
+			}
+		}
+		l, err := region.OpenLimits(e.Limits())
+		if err != nil {
+			continue // the accounting reader reports bad files
+		}
+		opened = append(opened, l)
+		r, err := region.OpenRegion(e.Region())
+		if err != nil {
+			continue
+		}
+		opened = append(opened, r)
+		var devs []region.DeviceLimit
+		var u region.Usage
+		if err := region.Guard(e.Region(), func() { devs, u = l.Devices(), r.Usage() }); err != nil {
+			continue
+		}
+		for i, d := range devs {
+			m := &member{key: e.Key, entry: e, owner: owner, info: info, uuid: d.UUID, dev: i, cap: d.MemLimitBytes,
+				usage: u.UsedBytes[i], limits: l, region: r}
+			m.bal, _ = l.Balloon(d.UUID)
+			_ = region.Guard(e.Region(), func() { m.wait = r.BalloonWait(i) })
+			if m.cap == 0 {
+				continue // uncapped: nothing to lower, nothing it was promised
+			}
+			h := c.hist[m.histKey()]
+			if h == nil {
+				h = &balloon.History{}
+				c.hist[m.histKey()] = h
+			}
+			h.Observe(now, m.usage, c.Policy.Window)
+			m.hist = h
+			seen[m.histKey()] = true
+			c.countWaits(m)
+			out = append(out, m)
+		}
+	}
+	for k := range c.hist {
+		if !seen[k] {
+			delete(c.hist, k)
+			delete(c.waits, k)
+		}
+	}
+	return out, closeAll, nil
+}
+
+// countWaits turns the region's wait counters into metrics: the first reading of a
+// region (or after an agent restart) is the baseline.
+func (c *Controller) countWaits(m *member) {
+	prev, ok := c.waits[m.histKey()]
+	c.waits[m.histKey()] = m.wait
+	if !ok || c.Metrics == nil {
+		return
+	}
+	ended := (m.wait.WaitsGranted - prev.WaitsGranted) + (m.wait.WaitsExpired - prev.WaitsExpired)
+	if m.wait.WaitsGranted < prev.WaitsGranted || m.wait.WaitsExpired < prev.WaitsExpired || ended == 0 {
+		return
+	}
+	c.Metrics.OwnerOOMs.Add(float64(m.wait.WaitsExpired - prev.WaitsExpired))
+	mean := float64(m.wait.WaitNsTotal-prev.WaitNsTotal) / float64(ended) / 1e9
+	for range ended {
+		c.Metrics.OwnerWait.Observe(mean)
+	}
+}
+
+func (c *Controller) publish(ctx context.Context, state apiv1.NodeBalloons) {
+	if c.Publisher == nil {
+		return
+	}
+	s, err := apiv1.Marshal(&state)
+	if err != nil || s == c.published {
+		return
+	}
+	if err := c.Publisher.Publish(ctx, state); err != nil {
+		c.Log.Warn("balloons: node state not published; retrying next pass", "err", err)
+		return
+	}
+	c.published = s
+}
+
+// byReclaimOrder sorts borrowers as the ledger does: lowest priority, then youngest.
+func byReclaimOrder(a, b *member) int {
+	if x := cmp.Compare(a.info.Priority, b.info.Priority); x != 0 {
+		return x
+	}
+	if x := b.hist.Since().Compare(a.hist.Since()); x != 0 {
+		return x
+	}
+	return cmp.Compare(a.key, b.key)
+}

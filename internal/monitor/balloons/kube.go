@@ -1,0 +1,93 @@
+package balloons
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	apiv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
+	"github.com/tessera-gpu/tessera/internal/monitor/identity"
+)
+
+// API is what the controller's production side needs from the API server
+// (internal/deviceplugin/kube.REST).
+type API interface {
+	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	EvictPod(ctx context.Context, namespace, name string) error
+	AnnotateNode(ctx context.Context, name string, annotations map[string]string) error
+}
+
+// KubePods reads opt-in, borrower and priority from the pod, cached for TTL (a
+// pod's annotations and priority do not change while its containers run).
+type KubePods struct {
+	API API
+	TTL time.Duration
+
+	mu    sync.Mutex
+	cache map[string]cachedPod
+}
+
+type cachedPod struct {
+	info PodInfo
+	at   time.Time
+}
+
+// Info implements Pods.
+func (k *KubePods) Info(ctx context.Context, o identity.Owner) (PodInfo, error) {
+	key := o.Namespace + "/" + o.Pod
+	k.mu.Lock()
+	c, ok := k.cache[key]
+	k.mu.Unlock()
+	if ok && time.Since(c.at) < k.TTL {
+		return c.info, nil
+	}
+	pod, err := k.API.GetPod(ctx, o.Namespace, o.Pod)
+	if err != nil {
+		return PodInfo{}, fmt.Errorf("pod %s: %w", key, err)
+	}
+	info := InfoOf(pod)
+	k.mu.Lock()
+	if k.cache == nil {
+		k.cache = map[string]cachedPod{}
+	}
+	k.cache[key] = cachedPod{info, time.Now()}
+	k.mu.Unlock()
+	return info, nil
+}
+
+// InfoOf reads a pod's balloon facts.
+func InfoOf(pod *corev1.Pod) PodInfo {
+	info := PodInfo{OptedIn: apiv1.OptedIn(pod.Annotations)}
+	_, info.Borrower = pod.Annotations[apiv1.BorrowedKey]
+	if pod.Spec.Priority != nil {
+		info.Priority = *pod.Spec.Priority
+	}
+	return info
+}
+
+// KubeEvictor evicts through the Eviction API (PodDisruptionBudgets and the pod's
+// grace period honoured).
+type KubeEvictor struct{ API API }
+
+// Evict implements Evictor.
+func (k KubeEvictor) Evict(ctx context.Context, o identity.Owner) error {
+	return k.API.EvictPod(ctx, o.Namespace, o.Pod)
+}
+
+// NodeAnnotation publishes the state as the node's tessera.io/node-balloons.
+type NodeAnnotation struct {
+	API  API
+	Node string
+}
+
+// Publish implements Publisher.
+func (n NodeAnnotation) Publish(ctx context.Context, s apiv1.NodeBalloons) error {
+	v, err := apiv1.Marshal(&s)
+	if err != nil {
+		return err
+	}
+	return n.API.AnnotateNode(ctx, n.Node, map[string]string{apiv1.NodeBalloonsKey: v})
+}

@@ -1,0 +1,67 @@
+package balloons
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	apiv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
+	"github.com/tessera-gpu/tessera/internal/monitor/identity"
+)
+
+type fakeAPI struct {
+	pods      map[string]*corev1.Pod
+	gets      int
+	evicted   []string
+	annotated map[string]string
+}
+
+func (f *fakeAPI) GetPod(_ context.Context, ns, name string) (*corev1.Pod, error) {
+	f.gets++
+	return f.pods[ns+"/"+name], nil
+}
+
+func (f *fakeAPI) EvictPod(_ context.Context, ns, name string) error {
+	f.evicted = append(f.evicted, ns+"/"+name)
+	return nil
+}
+
+func (f *fakeAPI) AnnotateNode(_ context.Context, _ string, a map[string]string) error {
+	f.annotated = a
+	return nil
+}
+
+func TestKubeAdapters(t *testing.T) {
+	prio := int32(1000)
+	f := &fakeAPI{pods: map[string]*corev1.Pod{
+		"ns/owner": {ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{apiv1.BalloonKey: "true"}}, Spec: corev1.PodSpec{Priority: &prio}},
+		"ns/b":     {ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{apiv1.BorrowedKey: "{}"}}},
+	}}
+	pods := &KubePods{API: f, TTL: time.Minute}
+	for range 3 {
+		info, err := pods.Info(context.Background(), identity.Owner{Namespace: "ns", Pod: "owner"})
+		if err != nil || info != (PodInfo{OptedIn: true, Priority: 1000}) {
+			t.Fatalf("owner: %+v %v", info, err)
+		}
+	}
+	if f.gets != 1 {
+		t.Errorf("%d GETs for one pod within the TTL", f.gets)
+	}
+	if info, _ := pods.Info(context.Background(), identity.Owner{Namespace: "ns", Pod: "b"}); !info.Borrower || info.OptedIn {
+		t.Errorf("borrower: %+v", info)
+	}
+	if err := (KubeEvictor{API: f}).Evict(context.Background(), identity.Owner{Namespace: "ns", Pod: "b"}); err != nil || f.evicted[0] != "ns/b" {
+		t.Errorf("evict: %v %v", f.evicted, err)
+	}
+	s := apiv1.NodeBalloons{Version: apiv1.Version, GPUs: []apiv1.GPUBalloon{{UUID: "GPU-a", ReclaimableMiB: 5}}}
+	if err := (NodeAnnotation{API: f, Node: "n"}).Publish(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	got, err := apiv1.ParseNodeBalloons(f.annotated[apiv1.NodeBalloonsKey])
+	if err != nil || got.GPUs[0].ReclaimableMiB != 5 {
+		t.Fatalf("published %v: %+v %v", f.annotated, got, err)
+	}
+}
