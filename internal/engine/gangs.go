@@ -146,13 +146,19 @@ func (e *Engine) startGang(name string, decisions map[string]placement.Decision,
 // gangMembers appends the running members of the gangs in out that out
 // does not hold yet: preempt takes a gang whole, so it must see all of it.
 func (e *Engine) gangMembers(out []preemptRunning, convert func(*Running) preemptRunning) []preemptRunning {
-	seen := map[string]bool{}
-	gangs := map[string]bool{}
+	// Only gang members are looked up: a full cluster lists 100,000
+	// candidates, a map of them all cost more than the victim search.
+	var gangs map[string]bool
+	var seen map[string]bool
 	for _, r := range out {
-		seen[r.ID] = true
-		if r.Gang != "" {
-			gangs[r.Gang] = true
+		if r.Gang == "" {
+			continue
 		}
+		if gangs == nil {
+			gangs, seen = map[string]bool{}, map[string]bool{}
+		}
+		gangs[r.Gang] = true
+		seen[r.ID] = true
 	}
 	for g := range gangs {
 		for _, r := range e.gangs.running[g] {
