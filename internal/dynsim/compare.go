@@ -3,6 +3,7 @@ package dynsim
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,6 +25,8 @@ type Options struct {
 	AgeStep time.Duration
 	// AgeCeiling is the most urgent class ageing reaches (full mode).
 	AgeCeiling priority.Class
+	// AgeClasses are the classes that age (full mode); empty: all.
+	AgeClasses []priority.Class
 	Deadline   [priority.NumClasses]time.Duration
 	Policy     string
 	// TeamShares are the teams' guaranteed shares of GPU compute (team-0
@@ -55,7 +58,11 @@ func Compare(nodes []partition.NodeSpec, pods []trace.Pod, o Options) ([]*Result
 	}
 	modes := make([]Mode, len(o.Modes))
 	for i, name := range o.Modes {
-		if modes[i], err = Modes(name, priority.Ageing{Step: o.AgeStep, Ceiling: o.AgeCeiling}); err != nil {
+		ageing := priority.Ageing{Step: o.AgeStep, Ceiling: o.AgeCeiling}
+		for c := range ageing.Skip {
+			ageing.Skip[c] = len(o.AgeClasses) > 0 && !slices.Contains(o.AgeClasses, priority.Class(c))
+		}
+		if modes[i], err = Modes(name, ageing); err != nil {
 			return nil, info, err
 		}
 	}
