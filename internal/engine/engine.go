@@ -163,6 +163,7 @@ func (e *Engine) entry(p *Pod) *queue.Entry[*Pod] {
 func (e *Engine) Delete(key string) bool {
 	for name, m := range e.gangs.pending {
 		if _, ok := m[key]; ok {
+			e.dropReservation(key)
 			_ = e.gangs.tracker.RemoveMember(name, key)
 			delete(m, key)
 			return true
