@@ -27,6 +27,9 @@ type Options struct {
 	AgeCeiling priority.Class
 	// AgeClasses are the classes that age (full mode); empty: all.
 	AgeClasses []priority.Class
+	// ProtectAged (full mode): pods started while aged run at the class
+	// they reached (engine.Config.ProtectAged).
+	ProtectAged bool
 	Deadline   [priority.NumClasses]time.Duration
 	Policy     string
 	// TeamShares are the teams' guaranteed shares of GPU compute (team-0
@@ -64,6 +67,9 @@ func Compare(nodes []partition.NodeSpec, pods []trace.Pod, o Options) ([]*Result
 		}
 		if modes[i], err = Modes(name, ageing); err != nil {
 			return nil, info, err
+		}
+		if name == "full" {
+			modes[i].Engine.ProtectAged = o.ProtectAged
 		}
 	}
 	teams := make([]TeamQuota, o.Workload.Teams)

@@ -52,7 +52,6 @@ func Modes(name string, ageing priority.Ageing) (Mode, error) {
 		if name == "full" {
 			m.Engine.Queue.Ageing = ageing
 			m.Engine.Queue.Ageing.JoinAtReach = true
-			m.Engine.ProtectAged = true
 		}
 		return m, nil
 	}
