@@ -30,8 +30,8 @@ type Options struct {
 	// ProtectAged (full mode): pods started while aged run at the class
 	// they reached (engine.Config.ProtectAged).
 	ProtectAged bool
-	Deadline   [priority.NumClasses]time.Duration
-	Policy     string
+	Deadline    [priority.NumClasses]time.Duration
+	Policy      string
 	// TeamShares are the teams' guaranteed shares of GPU compute (team-0
 	// first); empty: equal shares of the whole cluster.
 	TeamShares []float64
