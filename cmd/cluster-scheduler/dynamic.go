@@ -30,6 +30,8 @@ func dynamicFlags(fs *flag.FlagSet) func() (dynsim.Options, error) {
 	warmup := fs.Duration("warmup", d.Warmup, "dynamic: arrivals before this are simulated but not reported")
 	age := fs.Duration("age-step", d.AgeStep, "dynamic (full): wait that gains one priority class")
 	ceiling := fs.String("age-ceiling", d.AgeCeiling.String(), "dynamic (full): the most urgent class ageing reaches")
+	ageClasses := fs.String("age-classes", "", "dynamic (full): the classes that age, e.g. P3 (default: all)")
+	protect := fs.Bool("protect-aged", d.ProtectAged, "dynamic (full): a pod started while aged runs at the class it reached (only more urgent classes may preempt it)")
 	shares := fs.String("team-quota", "", "dynamic: the teams' guaranteed shares of GPU compute, e.g. 0.4,0.3,0.2,0.1 (default: equal)")
 	deadlines := fs.String("deadline", "", "dynamic: per-class deadlines, e.g. P1=1h,P3=12h (pods still pending then are dropped)")
 	balloons := fs.Bool("balloons", d.Balloons, "dynamic: also compare memory balloons off vs on (docs/balloon.md)")
@@ -47,6 +49,16 @@ func dynamicFlags(fs *flag.FlagSet) func() (dynsim.Options, error) {
 			return o, fmt.Errorf("--age-ceiling: %w", err)
 		}
 		o.AgeCeiling = c
+		o.ProtectAged = *protect
+		if *ageClasses != "" {
+			for _, part := range strings.Split(*ageClasses, ",") {
+				k, err := priority.ParseClass(strings.TrimSpace(part))
+				if err != nil {
+					return o, fmt.Errorf("--age-classes %q: %w", *ageClasses, err)
+				}
+				o.AgeClasses = append(o.AgeClasses, k)
+			}
+		}
 		if *shares != "" {
 			for _, part := range strings.Split(*shares, ",") {
 				v, err := strconv.ParseFloat(strings.TrimSpace(part), 64)

@@ -3,6 +3,7 @@ package dynsim
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,8 +25,13 @@ type Options struct {
 	AgeStep time.Duration
 	// AgeCeiling is the most urgent class ageing reaches (full mode).
 	AgeCeiling priority.Class
-	Deadline   [priority.NumClasses]time.Duration
-	Policy     string
+	// AgeClasses are the classes that age (full mode); empty: all.
+	AgeClasses []priority.Class
+	// ProtectAged (full mode): pods started while aged run at the class
+	// they reached (engine.Config.ProtectAged).
+	ProtectAged bool
+	Deadline    [priority.NumClasses]time.Duration
+	Policy      string
 	// TeamShares are the teams' guaranteed shares of GPU compute (team-0
 	// first); empty: equal shares of the whole cluster.
 	TeamShares []float64
@@ -60,8 +66,15 @@ func Compare(nodes []partition.NodeSpec, pods []trace.Pod, o Options) ([]*Result
 	}
 	modes := make([]Mode, len(o.Modes))
 	for i, name := range o.Modes {
-		if modes[i], err = Modes(name, priority.Ageing{Step: o.AgeStep, Ceiling: o.AgeCeiling}); err != nil {
+		ageing := priority.Ageing{Step: o.AgeStep, Ceiling: o.AgeCeiling}
+		for c := range ageing.Skip {
+			ageing.Skip[c] = len(o.AgeClasses) > 0 && !slices.Contains(o.AgeClasses, priority.Class(c))
+		}
+		if modes[i], err = Modes(name, ageing); err != nil {
 			return nil, info, err
+		}
+		if name == "full" {
+			modes[i].Engine.ProtectAged = o.ProtectAged
 		}
 	}
 	teams := make([]TeamQuota, o.Workload.Teams)

@@ -37,6 +37,12 @@ type Config struct {
 	// place (the simulator); the Kubernetes side deletes them instead and
 	// their controller submits new ones.
 	RequeuePreempted bool
+	// ProtectAged: a pod that starts while ageing (or escalation) has
+	// raised it above its class runs at the class it reached — only a more
+	// urgent class may preempt it. Otherwise the classes it overtook evict
+	// it as soon as its minimum run time is over and the wait that earned
+	// it the start is thrown away with the work (docs/scheduler.md).
+	ProtectAged bool
 }
 
 // Validate rejects settings the engine cannot run with.
@@ -159,6 +165,7 @@ func (e *Engine) entry(p *Pod) *queue.Entry[*Pod] {
 func (e *Engine) Delete(key string) bool {
 	for name, m := range e.gangs.pending {
 		if _, ok := m[key]; ok {
+			e.dropReservation(key)
 			_ = e.gangs.tracker.RemoveMember(name, key)
 			delete(m, key)
 			return true
@@ -209,8 +216,8 @@ func (e *Engine) unbook(r *Running) {
 		}
 	}
 	if r.Pod.Preemptible {
-		e.preemptible[r.Pod.Class]--
-		e.preemptibleMilli[r.Decision.Node][r.Pod.Class] -= grantMilli(r)
+		e.preemptible[r.Class]--
+		e.preemptibleMilli[r.Decision.Node][r.Class] -= grantMilli(r)
 	}
 	e.placer.capacityFreed()
 	if e.balloons.floors != nil {
@@ -231,12 +238,15 @@ func (e *Engine) start(p *Pod, d placement.Decision, now time.Time) error {
 
 // book records p as running on d, already reserved on the cluster.
 func (e *Engine) book(p *Pod, d placement.Decision, now time.Time) {
-	r := &Running{Pod: p, Decision: d, Started: now, slot: len(e.onNode[d.Node])}
+	r := &Running{Pod: p, Decision: d, Started: now, Class: p.Class, slot: len(e.onNode[d.Node])}
+	if c := e.effective(p, now); e.cfg.ProtectAged && c.Above(p.Class) {
+		r.Class = c
+	}
 	e.onNode[d.Node] = append(e.onNode[d.Node], r)
 	e.running[p.Key] = r
 	if p.Preemptible {
-		e.preemptible[p.Class]++
-		e.preemptibleMilli[d.Node][p.Class] += grantMilli(r)
+		e.preemptible[r.Class]++
+		e.preemptibleMilli[d.Node][r.Class] += grantMilli(r)
 	}
 	if e.admit != nil {
 		e.admit.Charge(p, r)

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"math/bits"
+	"slices"
 
 	"github.com/tessera-gpu/tessera/internal/partition"
 )
@@ -77,17 +78,41 @@ func multiCandidates(n *partition.Node, s *Shape, buf []Candidate) []Candidate {
 		}
 	}
 	start := len(buf)
-	var islands uint64
+	// Per island (within one NUMA node when SameNUMA) that can host it;
+	// when none can and the island is only preferred, per NUMA node when
+	// that is required, else the node's tightest GPUs.
+	buf = groupCandidates(n, s, idx, buf, true, s.SameNUMA)
+	if len(buf) == start && !s.SameIsland && s.SameNUMA {
+		return groupCandidates(n, s, idx, buf, false, true)
+	}
+	if len(buf) == start && !s.SameIsland && !s.SameNUMA && len(idx) >= s.NumGPU {
+		var c Candidate
+		for _, gj := range idx[:s.NumGPU] {
+			c |= 1 << uint(gj)
+		}
+		buf = append(buf, c)
+	}
+	return buf
+}
+
+// groupCandidates appends, per group of GPUs (by island and/or NUMA node)
+// that has NumGPU fitting ones, its tightest GPUs (idx is tightest first).
+func groupCandidates(n *partition.Node, s *Shape, idx []int, buf []Candidate, island, numa bool) []Candidate {
+	var seen [64]int // group keys already offered
+	groups := 0
 	for _, gi := range idx {
-		isl := uint(n.GPUs[gi].Island) & 63
-		if islands&(1<<isl) != 0 {
+		key := localityKey(&n.GPUs[gi], island, numa)
+		if slices.Contains(seen[:groups], key) {
 			continue
 		}
-		islands |= 1 << isl
+		if groups < len(seen) {
+			seen[groups] = key
+			groups++
+		}
 		var c Candidate
 		taken := 0
 		for _, gj := range idx {
-			if taken < s.NumGPU && n.GPUs[gj].Island == n.GPUs[gi].Island {
+			if taken < s.NumGPU && localityKey(&n.GPUs[gj], island, numa) == key {
 				c |= 1 << uint(gj)
 				taken++
 			}
@@ -95,13 +120,6 @@ func multiCandidates(n *partition.Node, s *Shape, buf []Candidate) []Candidate {
 		if taken == s.NumGPU {
 			buf = append(buf, c)
 		}
-	}
-	if len(buf) == start && !s.SameIsland && len(idx) >= s.NumGPU {
-		var c Candidate
-		for _, gj := range idx[:s.NumGPU] {
-			c |= 1 << uint(gj)
-		}
-		buf = append(buf, c)
 	}
 	return buf
 }

@@ -21,6 +21,35 @@ var Filters = []Filter{
 	{"nvlink-island", func(n *partition.Node, _ uint8, s *Shape) bool {
 		return !s.SameIsland || s.NumGPU <= 1 || bestIslandCount(n, s) >= s.NumGPU
 	}},
+	{"numa-node", func(n *partition.Node, _ uint8, s *Shape) bool {
+		return !s.SameNUMA || s.NumGPU <= 1 || bestGroupCount(n, s, func(g *partition.GPU) int { return localityKey(g, s.SameIsland, true) }) >= s.NumGPU
+	}},
+}
+
+// localityKey groups GPUs by NVLink island, NUMA node or both.
+func localityKey(g *partition.GPU, island, numa bool) int {
+	k := 0
+	if island {
+		k = int(g.Island) & 63
+	}
+	if numa {
+		k |= (int(g.NUMA) & 63) << 6
+	}
+	return k
+}
+
+// bestGroupCount is the most fitting GPUs any one group (by key) has.
+func bestGroupCount(n *partition.Node, s *Shape, key func(g *partition.GPU) int) int {
+	var per [64 * 64]int16
+	best := 0
+	for i := range n.GPUs {
+		if g := &n.GPUs[i]; gpuFits(g, s) {
+			k := key(g)
+			per[k]++
+			best = max(best, int(per[k]))
+		}
+	}
+	return best
 }
 
 // feasible runs every filter; it returns the index of the first that fails,

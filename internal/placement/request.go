@@ -23,6 +23,10 @@ type Request struct {
 	// SameIsland requires a multi-GPU pod's GPUs to share one NVLink island;
 	// without it one island is only preferred.
 	SameIsland bool
+	// SameNUMA requires a multi-GPU pod's GPUs to hang off one host NUMA
+	// node (with SameIsland: one island within one NUMA node); without it
+	// GPUs of one island (and then of one NUMA node) are only preferred.
+	SameNUMA bool
 }
 
 // Validate rejects requests the engine cannot interpret.
@@ -55,12 +59,13 @@ type Shape struct {
 	Models     uint64 // bit per cluster model id; 0 with AnyModel false admits nothing
 	AnyModel   bool
 	SameIsland bool
+	SameNUMA   bool
 }
 
 // ShapeOf resolves a request's model names against the cluster's models.
 func (c *Cluster) ShapeOf(r *Request) Shape {
 	s := Shape{CPUMilli: r.CPUMilli, MemMiB: r.MemMiB, NumGPU: r.NumGPU, GPUMilli: r.GPUMilli,
-		GPUMemMiB: r.GPUMemMiB, SameIsland: r.SameIsland, AnyModel: len(r.Models) == 0}
+		GPUMemMiB: r.GPUMemMiB, SameIsland: r.SameIsland, SameNUMA: r.SameNUMA, AnyModel: len(r.Models) == 0}
 	s.Models = c.modelMask(r.Models)
 	return s
 }
