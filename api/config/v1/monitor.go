@@ -56,6 +56,31 @@ type MonitorConfig struct {
 	Enforcement  EnforcementConfig `json:"enforcement"`
 	Health       HealthConfig      `json:"health"`
 	Log          LogConfig         `json:"log"`
+	// Containerd names the container and pod of a host process through
+	// containerd's API (task PIDs and the CRI's io.kubernetes.* labels).
+	Containerd ContainerdConfig `json:"containerd"`
+	// Kubernetes is the optional API access for Events.
+	Kubernetes KubernetesConfig `json:"kubernetes"`
+}
+
+// ContainerdConfig is the monitor's access to containerd.
+type ContainerdConfig struct {
+	// Socket is containerd's gRPC socket. Empty switches the lookup off;
+	// a socket that does not exist when the monitor starts (another
+	// runtime: CRI-O, or containerd elsewhere) switches it off with a log
+	// line, leaving /proc/<pid>/cgroup paths as the only identity.
+	Socket string `json:"socket"`
+	// Namespace is the containerd namespace kubelet's containers live in
+	// (the CRI plugin's "k8s.io").
+	Namespace string `json:"namespace"`
+}
+
+// KubernetesConfig is the optional API server access of a node agent.
+type KubernetesConfig struct {
+	// Kubeconfig is a kubeconfig file; empty uses the in-cluster
+	// configuration (service account) when the agent runs in a pod. With
+	// neither, Events are off (metrics and log lines still say everything).
+	Kubeconfig string `json:"kubeconfig,omitempty"`
 }
 
 // EnforcementConfig is the out-of-band check of the driver's per-process truth.
@@ -105,8 +130,9 @@ func DefaultMonitor() *MonitorConfig {
 			ToleranceMiB: DefaultToleranceMiB,
 			Events:       true,
 		},
-		Health: HealthConfig{Enabled: true, IgnoredXids: append([]uint64(nil), DefaultIgnoredXids...)},
-		Log:    LogConfig{Level: "info", Format: "json"},
+		Health:     HealthConfig{Enabled: true, IgnoredXids: append([]uint64(nil), DefaultIgnoredXids...)},
+		Log:        LogConfig{Level: "info", Format: "json"},
+		Containerd: ContainerdConfig{Socket: "/run/containerd/containerd.sock", Namespace: "k8s.io"},
 	}
 }
 
@@ -129,6 +155,14 @@ func (c *MonitorConfig) Validate() error {
 	for field, p := range map[string]string{"stateDir": c.StateDir, "procRoot": c.ProcRoot, "podResourcesSocket": c.PodResourcesSocket} {
 		if !filepath.IsAbs(p) {
 			bad(field, "%q is not an absolute path", p)
+		}
+	}
+	if c.Containerd.Socket != "" {
+		if !filepath.IsAbs(c.Containerd.Socket) {
+			bad("containerd.socket", "%q is not an absolute path", c.Containerd.Socket)
+		}
+		if c.Containerd.Namespace == "" {
+			bad("containerd.namespace", "empty (kubelet's containers are in the CRI plugin's %q)", "k8s.io")
 		}
 	}
 	if _, _, err := net.SplitHostPort(c.ListenAddress); err != nil {

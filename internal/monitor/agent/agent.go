@@ -24,6 +24,7 @@ import (
 	"github.com/tessera-gpu/tessera/internal/monitor/enforce"
 	"github.com/tessera-gpu/tessera/internal/monitor/gpus"
 	"github.com/tessera-gpu/tessera/internal/monitor/identity"
+	"github.com/tessera-gpu/tessera/internal/monitor/lease"
 	"github.com/tessera-gpu/tessera/internal/monitor/metrics"
 	"github.com/tessera-gpu/tessera/internal/monitor/reaper"
 )
@@ -40,6 +41,9 @@ type Agent struct {
 	Reaper   *reaper.Reaper
 	// Enforcer is the out-of-band check (nil without NVML).
 	Enforcer *enforce.Enforcer
+	// Lease makes one monitor per node the acting one (node.go).
+	Lease *lease.Lease
+	Node  *metrics.Node
 }
 
 // New builds an agent from a validated configuration.
@@ -69,6 +73,7 @@ func New(cfg *configv1.MonitorConfig, log *slog.Logger, source identity.Source, 
 		c.GPUs = node
 	}
 	reg.MustRegister(c)
+	a.initNode()
 	return a
 }
 
@@ -110,6 +115,7 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	// The loops call NVML: they must all have returned before the caller
 	// shuts NVML down.
 	var loops sync.WaitGroup
+	defer a.runLease(ctx, &loops)() // given back after the loops below have returned
 	defer loops.Wait()
 	defer cancel()
 	loops.Go(func() {
