@@ -120,6 +120,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", 
 		}
 		killShims(t, filepath.Join(dir, "state"))
 		unmountUnder(t, dir)
+		removeCgroups(t, dir)
 		logf.Close()
 		if t.Failed() {
 			data, _ := os.ReadFile(logf.Name())
@@ -237,7 +238,8 @@ func run(t *testing.T, ctx context.Context, c *client.Client, dir, id, root stri
 	ctr, err := c.NewContainer(ctx, id,
 		client.WithContainerLabels(labels),
 		client.WithRuntime("io.containerd.runc.v2", &runcoptions.Options{Root: filepath.Join(dir, "runc")}),
-		client.WithNewSpec(oci.WithRootFSPath(root), oci.WithProcessArgs("/workload")))
+		client.WithNewSpec(oci.WithRootFSPath(root), oci.WithProcessArgs("/workload"),
+			oci.WithCgroup(filepath.Join(cgroupParent(dir), id))))
 	if err != nil {
 		t.Fatalf("container %s: %v", id, err)
 	}
@@ -268,6 +270,28 @@ func run(t *testing.T, ctx context.Context, c *client.Client, dir, id, root stri
 		t.Fatalf("start %s: %v", id, err)
 	}
 	return task
+}
+
+// cgroupParent is the test's own cgroup parent, so that nothing it leaves
+// mixes with a real node's (containerd's default is /<namespace>/<id>).
+func cgroupParent(dir string) string { return "/tessera-e2e-" + filepath.Base(dir) }
+
+// removeCgroups removes the parent runc created in every hierarchy (runc
+// delete removed the containers' own).
+func removeCgroups(t *testing.T, dir string) {
+	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, h := range append(hierarchies, "/sys/fs/cgroup") {
+		p := filepath.Join(h, cgroupParent(dir))
+		kids, _ := filepath.Glob(filepath.Join(p, "*"))
+		for _, k := range kids {
+			if st, err := os.Stat(k); err == nil && st.IsDir() {
+				os.Remove(k)
+			}
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Logf("cgroup %s left: %v", p, err)
+		}
+	}
 }
 
 // children reads a process's children from /proc (not from containerd).
