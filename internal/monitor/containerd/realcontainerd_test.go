@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -118,7 +119,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", 
 			cmd.Process.Kill()
 			<-done
 		}
-		killShims(t, filepath.Join(dir, "state"))
+		killShims(t, socket)
 		unmountUnder(t, dir)
 		removeCgroups(t, dir)
 		logf.Close()
@@ -151,20 +152,22 @@ func tail(s string, n int) string {
 	return s
 }
 
-// killShims ends every shim recorded under the state directory (a test that
-// failed before deleting its task leaves them running).
-func killShims(t *testing.T, state string) {
-	filepath.WalkDir(state, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.Name() != "shim.pid" {
-			return nil
+// killShims ends every shim of this containerd (their command line names
+// its socket): a test that failed before deleting its tasks leaves them.
+func killShims(t *testing.T, socket string) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
 		}
-		data, _ := os.ReadFile(path)
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && pid > 1 {
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) > 0 && strings.Contains(filepath.Base(args[0]), "containerd-shim") && slices.Contains(args, socket) {
 			t.Logf("killing leftover shim %d", pid)
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
-		return nil
-	})
+	}
 }
 
 // unmountUnder lazily unmounts everything mounted below dir, deepest first.
@@ -282,6 +285,17 @@ func removeCgroups(t *testing.T, dir string) {
 	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
 	for _, h := range append(hierarchies, "/sys/fs/cgroup") {
 		p := filepath.Join(h, cgroupParent(dir))
+		// Processes a failed test left in its containers.
+		procs, _ := filepath.Glob(filepath.Join(p, "*", "cgroup.procs"))
+		for _, f := range procs {
+			data, _ := os.ReadFile(f)
+			for _, field := range strings.Fields(string(data)) {
+				if pid, err := strconv.Atoi(field); err == nil && pid > 1 {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
 		kids, _ := filepath.Glob(filepath.Join(p, "*"))
 		for _, k := range kids {
 			if st, err := os.Stat(k); err == nil && st.IsDir() {
@@ -294,13 +308,23 @@ func removeCgroups(t *testing.T, dir string) {
 	}
 }
 
-// children reads a process's children from /proc (not from containerd).
+// children finds a process's children in /proc (not through containerd).
 func children(pid uint32) []uint32 {
-	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
 	var out []uint32
-	for _, f := range strings.Fields(string(data)) {
-		if n, err := strconv.ParseUint(f, 10, 32); err == nil {
-			out = append(out, uint32(n))
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		n, err := strconv.ParseUint(e.Name(), 10, 32)
+		if err != nil {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if ppid, ok := strings.CutPrefix(line, "PPid:"); ok && strings.TrimSpace(ppid) == strconv.FormatUint(uint64(pid), 10) {
+				out = append(out, uint32(n))
+			}
 		}
 	}
 	return out
@@ -325,7 +349,7 @@ func TestRealContainerdNamesContainerProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() }) // after the containers' cleanups, which use it
 	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(context.Background(), "k8s.io"), 2*time.Minute)
 	defer cancel()
 	pod := map[string]string{containerd.LabelPodNamespace: "team", containerd.LabelPodName: "trainer", containerd.LabelPodUID: "uid-7"}
