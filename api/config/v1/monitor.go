@@ -58,6 +58,11 @@ type MonitorConfig struct {
 	Log          LogConfig         `json:"log"`
 	// Balloon is the memory-balloon controller (docs/balloon.md).
 	Balloon BalloonConfig `json:"balloon,omitempty"`
+	// Containerd names the container and pod of a host process through
+	// containerd's API (task PIDs and the CRI's io.kubernetes.* labels).
+	Containerd ContainerdConfig `json:"containerd"`
+	// Kubernetes is the optional API access for Events.
+	Kubernetes KubernetesConfig `json:"kubernetes"`
 }
 
 // BalloonConfig tunes memory balloons. Only containers whose pod opted in
@@ -78,6 +83,26 @@ type BalloonConfig struct {
 	// WaitMS is how long an owner's allocation waits in the hook for its memory
 	// (written into the limits file; the hook accepts up to 60000).
 	WaitMS int `json:"waitMs"`
+}
+
+// ContainerdConfig is the monitor's access to containerd.
+type ContainerdConfig struct {
+	// Socket is containerd's gRPC socket. Empty switches the lookup off;
+	// a socket that does not exist when the monitor starts (another
+	// runtime: CRI-O, or containerd elsewhere) switches it off with a log
+	// line, leaving /proc/<pid>/cgroup paths as the only identity.
+	Socket string `json:"socket"`
+	// Namespace is the containerd namespace kubelet's containers live in
+	// (the CRI plugin's "k8s.io").
+	Namespace string `json:"namespace"`
+}
+
+// KubernetesConfig is the optional API server access of a node agent.
+type KubernetesConfig struct {
+	// Kubeconfig is a kubeconfig file; empty uses the in-cluster
+	// configuration (service account) when the agent runs in a pod. With
+	// neither, Events are off (metrics and log lines still say everything).
+	Kubeconfig string `json:"kubeconfig,omitempty"`
 }
 
 // EnforcementConfig is the out-of-band check of the driver's per-process truth.
@@ -131,6 +156,7 @@ func DefaultMonitor() *MonitorConfig {
 		Log:    LogConfig{Level: "info", Format: "json"},
 		Balloon: BalloonConfig{Interval: Duration{200 * time.Millisecond}, Window: Duration{30 * time.Minute},
 			Settle: Duration{10 * time.Minute}, MarginPercent: 10, MinFloorMiB: 1024, WaitMS: 3000},
+		Containerd: ContainerdConfig{Socket: "/run/containerd/containerd.sock", Namespace: "k8s.io"},
 	}
 }
 
@@ -153,6 +179,14 @@ func (c *MonitorConfig) Validate() error {
 	for field, p := range map[string]string{"stateDir": c.StateDir, "procRoot": c.ProcRoot, "podResourcesSocket": c.PodResourcesSocket} {
 		if !filepath.IsAbs(p) {
 			bad(field, "%q is not an absolute path", p)
+		}
+	}
+	if c.Containerd.Socket != "" {
+		if !filepath.IsAbs(c.Containerd.Socket) {
+			bad("containerd.socket", "%q is not an absolute path", c.Containerd.Socket)
+		}
+		if c.Containerd.Namespace == "" {
+			bad("containerd.namespace", "empty (kubelet's containers are in the CRI plugin's %q)", "k8s.io")
 		}
 	}
 	if _, _, err := net.SplitHostPort(c.ListenAddress); err != nil {

@@ -119,3 +119,27 @@ func TestMonitorBalloonConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestMonitorContainerdAndKubernetesFields(t *testing.T) {
+	c := DefaultMonitor()
+	c.NodeName = "n"
+	if c.Containerd.Socket != "/run/containerd/containerd.sock" || c.Containerd.Namespace != "k8s.io" {
+		t.Fatalf("defaults: %+v", c.Containerd)
+	}
+	if err := ParseMonitor([]byte("version: v1\ncontainerd: {socket: \"\"}\nkubernetes: {kubeconfig: /etc/kc}\n"), c); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil || c.Containerd.Socket != "" || c.Kubernetes.Kubeconfig != "/etc/kc" {
+		t.Fatalf("containerd off: %v %+v", err, c)
+	}
+	c.Containerd = ContainerdConfig{Socket: "run/c.sock"}
+	err := c.Validate()
+	for _, field := range []string{"containerd.socket", "containerd.namespace"} {
+		if err == nil || !strings.Contains(err.Error(), field+":") {
+			t.Errorf("Validate: %v, want %s named", err, field)
+		}
+	}
+	if err := ParseMonitor([]byte("version: v1\ncontainerd: {sockett: /x}\n"), DefaultMonitor()); err == nil || !strings.Contains(err.Error(), "sockett") {
+		t.Errorf("unknown field: %v", err)
+	}
+}

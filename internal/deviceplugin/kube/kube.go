@@ -141,6 +141,10 @@ func annotationPatch(annotations map[string]string) ([]byte, error) {
 	return json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 }
 
+// RESTClient is the underlying core/v1 client, for callers that need a call
+// Client does not name (the node monitor's event recorder sink).
+func (c *REST) RESTClient() rest.Interface { return c.rc }
+
 // CreateEvent implements Client.
 func (c *REST) CreateEvent(ctx context.Context, ev *corev1.Event) error {
 	return c.rc.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Do(ctx).Error()

@@ -86,6 +86,9 @@ type Reader struct {
 	Log      *slog.Logger
 	// OnSkip is called for every skipped file (the metric).
 	OnSkip func(Skip)
+	// OnNewSkip is called when a file is first skipped for a reason (when
+	// it is logged): the Event on its pod.
+	OnNewSkip func(Skip)
 
 	mu     sync.Mutex
 	logged map[string]string // key/file → reason last logged
@@ -217,9 +220,13 @@ func (r *Reader) skip(key, file string, err error) error {
 		r.logged = map[string]string{}
 	}
 	id := key + "/" + file
-	if r.logged[id] != s.Reason {
-		r.logged[id] = s.Reason
-		r.Log.Warn("state file skipped", "key", key, "file", file, "reason", s.Reason, "err", err)
+	if r.logged[id] == s.Reason {
+		return err
+	}
+	r.logged[id] = s.Reason
+	r.Log.Warn("state file skipped", "key", key, "file", file, "reason", s.Reason, "err", err)
+	if r.OnNewSkip != nil {
+		r.OnNewSkip(s)
 	}
 	return err
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/tessera-gpu/tessera/internal/monitor/enforce"
 	"github.com/tessera-gpu/tessera/internal/monitor/gpus"
 	"github.com/tessera-gpu/tessera/internal/monitor/identity"
+	"github.com/tessera-gpu/tessera/internal/monitor/lease"
 	"github.com/tessera-gpu/tessera/internal/monitor/metrics"
 	"github.com/tessera-gpu/tessera/internal/monitor/reaper"
 )
@@ -45,6 +46,9 @@ type Agent struct {
 	// Balloons is the memory-balloon controller (nil unless balloon.enabled; the
 	// caller sets its Pods, Evictor and Publisher, which need the API server).
 	Balloons *balloons.Controller
+	// Lease makes one monitor per node the acting one (node.go).
+	Lease *lease.Lease
+	Node  *metrics.Node
 }
 
 // New builds an agent from a validated configuration.
@@ -77,6 +81,7 @@ func New(cfg *configv1.MonitorConfig, log *slog.Logger, source identity.Source, 
 		c.GPUs = node
 	}
 	reg.MustRegister(c)
+	a.initNode()
 	return a
 }
 
@@ -118,6 +123,7 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	// The loops call NVML: they must all have returned before the caller
 	// shuts NVML down.
 	var loops sync.WaitGroup
+	defer a.runLease(ctx, &loops)() // given back after the loops below have returned
 	defer loops.Wait()
 	defer cancel()
 	loops.Go(func() {
@@ -131,7 +137,7 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 		loops.Go(func() { a.Enforcer.Run(ctx, a.Config.Enforcement.Interval.Duration) })
 	}
 	if a.Balloons != nil && a.Balloons.Pods != nil {
-		loops.Go(func() { a.Balloons.Run(ctx, a.Config.Balloon.Interval.Duration) })
+		loops.Go(func() { a.runBalloons(ctx, a.Config.Balloon.Interval.Duration) })
 	}
 	if a.GPUs != nil && a.Config.Health.Enabled {
 		loops.Go(func() {
@@ -170,5 +176,25 @@ func newBalloons(cfg *configv1.MonitorConfig, log *slog.Logger, id *identity.Res
 		Policy: balloon.Policy{Window: b.Window.Duration, Settle: b.Settle.Duration, MarginFraction: float64(b.MarginPercent) / 100,
 			MinFloorBytes: uint64(b.MinFloorMiB) << 20, WaitMS: uint64(b.WaitMS)},
 		Owner: id.Owner, Physical: physical, Metrics: m, Log: log,
+	}
+}
+
+// runBalloons runs the balloon controller's passes while this monitor holds
+// the node lease: the controller writes caps into limits files and evicts
+// pods, which a standby monitor (a DaemonSet surge) must never do.
+func (a *Agent) runBalloons(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if a.Lease.Held() {
+			if err := a.Balloons.Step(ctx); err != nil {
+				a.Log.Warn("balloon pass failed", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }

@@ -54,7 +54,7 @@ func TestDocumentedMetricsAreTheRegisteredOnes(t *testing.T) {
 	reg.MustRegister(&Collector{})
 	ch := make(chan *prometheus.Desc, 100)
 	go func() {
-		for _, c := range []prometheus.Collector{&Collector{}, NewAgent(nil, "n").Bypass, NewAgent(nil, "n").Skipped} {
+		for _, c := range []prometheus.Collector{&Collector{}, NewAgent(nil, "n").Bypass, NewAgent(nil, "n").Skipped, NewNode("n", "/", nil)} {
 			c.Describe(ch)
 		}
 		a := NewAgent(nil, "n")
