@@ -94,36 +94,45 @@ func render(helm string) ([]rendered, error) {
 		if err != nil {
 			return nil, err
 		}
-		rr := rendered{Rendering: r, manifest: m}
-		rd := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(m)))
-		for {
-			doc, err := rd.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return nil, err
-			}
-			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
-				continue
-			}
-			u := &unstructured.Unstructured{}
-			if err := sigsyaml.Unmarshal(doc, &u.Object); err != nil {
-				return nil, fmt.Errorf("%s: %v\n%s", r.Name, err, doc)
-			}
-			if u.GroupVersionKind().Group == "monitoring.coreos.com" {
-				rr.other = append(rr.other, u)
-				continue
-			}
-			obj, _, err := strict.Decode(doc, nil, nil)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %s %s does not decode strictly: %v", r.Name, u.GetKind(), u.GetName(), err)
-			}
-			rr.objects = append(rr.objects, obj)
+		rr, err := decodeManifest(r, m)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, rr)
 	}
 	return out, nil
+}
+
+// decodeManifest splits a rendering into objects, each decoded strictly.
+func decodeManifest(r Rendering, m []byte) (rendered, error) {
+	rr := rendered{Rendering: r, manifest: m}
+	rd := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(m)))
+	for {
+		doc, err := rd.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return rendered{}, err
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		u := &unstructured.Unstructured{}
+		if err := sigsyaml.Unmarshal(doc, &u.Object); err != nil {
+			return rendered{}, fmt.Errorf("%s: %v\n%s", r.Name, err, doc)
+		}
+		if u.GroupVersionKind().Group == "monitoring.coreos.com" {
+			rr.other = append(rr.other, u)
+			continue
+		}
+		obj, _, err := strict.Decode(doc, nil, nil)
+		if err != nil {
+			return rendered{}, fmt.Errorf("%s: %s %s does not decode strictly: %v", r.Name, u.GetKind(), u.GetName(), err)
+		}
+		rr.objects = append(rr.objects, obj)
+	}
+	return rr, nil
 }
 
 func stripComments(doc []byte) []byte {

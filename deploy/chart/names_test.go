@@ -1,0 +1,114 @@
+package chart
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// templateWith renders the chart with release name release and extra helm
+// arguments (--set ...), decoding every object strictly.
+func templateWith(t *testing.T, release string, args ...string) rendered {
+	t.Helper()
+	all := append([]string{"template", release, chartDir, "--namespace", Namespace, "--kube-version", KubeVersion}, args...)
+	m, err := run(helmBinary(t), all...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := decodeManifest(Rendering{Name: release}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestLongNamesStayValid: Helm admits release names up to 53 characters and
+// fullnameOverride is cut at 63, but the chart appends component suffixes
+// (-node, -scheduler-metrics, ...) to that prefix. Every object name must
+// still be one the API server accepts (a Service's a DNS-1035 label of at
+// most 63 characters), and every reference between objects (service
+// account, ConfigMap, role, policy) must name an object the chart renders.
+func TestLongNamesStayValid(t *testing.T) {
+	all := []string{"--set", "webhook.enabled=true", "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.podMonitor.enabled=true"}
+	cases := map[string][]string{
+		// The longest release name Helm accepts (53), not containing "tessera".
+		strings.Repeat("r", 53): all,
+		"x":                     append([]string{"--set", "fullnameOverride=" + strings.Repeat("f", 70)}, all...),
+		"y":                     append([]string{"--set", "nameOverride=" + strings.Repeat("n", 70)}, all...),
+	}
+	for release, args := range cases {
+		r := templateWith(t, release, args...)
+		if len(r.objects) == 0 {
+			t.Fatalf("release %s rendered nothing", release)
+		}
+		names := map[string]bool{} // "Kind/name"
+		for _, o := range r.objects {
+			m, err := meta.Accessor(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kind := fmt.Sprintf("%T", o)
+			kind = kind[strings.LastIndex(kind, ".")+1:]
+			names[kind+"/"+m.GetName()] = true
+			errs := validation.IsDNS1123Subdomain(m.GetName())
+			if kind == "Service" {
+				errs = validation.IsDNS1035Label(m.GetName())
+			}
+			for _, e := range errs {
+				t.Errorf("release %s: %s %q (%d characters): %s", release, kind, m.GetName(), len(m.GetName()), e)
+			}
+		}
+		for _, u := range r.other {
+			for _, e := range validation.IsDNS1123Subdomain(u.GetName()) {
+				t.Errorf("release %s: %s %q: %s", release, u.GetKind(), u.GetName(), e)
+			}
+		}
+		ref := func(what, key string) {
+			if !names[key] {
+				t.Errorf("release %s: %s names %s, which the chart does not render", release, what, key)
+			}
+		}
+		for _, ds := range find[*appsv1.DaemonSet](r.objects) {
+			checkPodRefs(ds.Name, ds.Spec.Template.Spec, ref)
+		}
+		for _, d := range find[*appsv1.Deployment](r.objects) {
+			checkPodRefs(d.Name, d.Spec.Template.Spec, ref)
+			for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+				if cm, ok := strings.CutPrefix(a, "--queue-config-map="+Namespace+"/"); ok {
+					ref("the scheduler's --queue-config-map", "ConfigMap/"+cm)
+				}
+			}
+		}
+		for _, b := range find[*rbacv1.ClusterRoleBinding](r.objects) {
+			ref(b.Name, b.RoleRef.Kind+"/"+b.RoleRef.Name)
+			for _, s := range b.Subjects {
+				ref(b.Name, "ServiceAccount/"+s.Name)
+			}
+		}
+		for _, b := range find[*rbacv1.RoleBinding](r.objects) {
+			ref(b.Name, b.RoleRef.Kind+"/"+b.RoleRef.Name)
+			for _, s := range b.Subjects {
+				ref(b.Name, "ServiceAccount/"+s.Name)
+			}
+		}
+		for _, b := range find[*admissionv1.MutatingAdmissionPolicyBinding](r.objects) {
+			ref(b.Name, "MutatingAdmissionPolicy/"+b.Spec.PolicyName)
+		}
+	}
+}
+
+func checkPodRefs(owner string, spec corev1.PodSpec, ref func(what, key string)) {
+	ref(owner+"'s serviceAccountName", "ServiceAccount/"+spec.ServiceAccountName)
+	for _, v := range spec.Volumes {
+		if v.ConfigMap != nil {
+			ref(owner+"'s volume "+v.Name, "ConfigMap/"+v.ConfigMap.Name)
+		}
+	}
+}
