@@ -19,6 +19,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 func main() {
@@ -75,8 +76,15 @@ func install(src, dst string) (bool, error) {
 	return true, dir.Sync()
 }
 
+// writeSynced creates path afresh: whatever is there (a stale file of a
+// crashed run, or a link to some other host file, which O_TRUNC would write
+// through as root) is removed first, and O_EXCL|O_NOFOLLOW refuse anything
+// that appears at the name in between.
 func writeSynced(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o755)
 	if err != nil {
 		return err
 	}

@@ -72,3 +72,32 @@ func TestInstallRefusesWhatLdSoCannotLoad(t *testing.T) {
 		t.Errorf("a refused file was installed: %v", err)
 	}
 }
+
+// TestInstallDoesNotFollowALinkAtTheTemporaryName: the installer runs as
+// root in a host directory; whatever sits at its temporary name (a link
+// left there to any host file, or a stale file of a crashed run) must be
+// replaced, never written through.
+func TestInstallDoesNotFollowALinkAtTheTemporaryName(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("keep me"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, "libtessera-hook.so")
+	if err := os.Symlink(victim, dst+".tmp"); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := install(sharedLibrary(t), dst); err != nil || !changed {
+		t.Fatalf("install: changed %v err %v", changed, err)
+	}
+	if got, _ := os.ReadFile(victim); string(got) != "keep me" {
+		t.Errorf("the link's target was written: %d bytes", len(got))
+	}
+	if fi, err := os.Lstat(dst); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("%s: %v %v, want a regular file", dst, fi, err)
+	}
+	want, _ := os.ReadFile(sharedLibrary(t))
+	if got, _ := os.ReadFile(dst); string(got) != string(want) {
+		t.Error("installed file differs from the source")
+	}
+}
