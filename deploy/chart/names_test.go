@@ -2,6 +2,7 @@ package chart
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/validation"
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 // templateWith renders the chart with release name release and extra helm
@@ -109,6 +111,41 @@ func checkPodRefs(owner string, spec corev1.PodSpec, ref func(what, key string))
 	for _, v := range spec.Volumes {
 		if v.ConfigMap != nil {
 			ref(owner+"'s volume "+v.Name, "ConfigMap/"+v.ConfigMap.Name)
+		}
+	}
+}
+
+// TestSchedulerUsesThePluginsMemoryUnit: tessera.io/gpu-mem counts units of
+// the device plugin's memoryUnit; a scheduler counting in another unit
+// would place pods by a wrong size. The chart has one value for both.
+func TestSchedulerUsesThePluginsMemoryUnit(t *testing.T) {
+	for _, unit := range []string{"", "512Mi"} {
+		var args []string
+		if unit != "" {
+			args = []string{"--set", "node.devicePlugin.config.memoryUnit=" + unit}
+		}
+		r := templateWith(t, ReleaseName, args...)
+		var pluginUnit string
+		for _, cm := range find[*corev1.ConfigMap](r.objects) {
+			if data, ok := cm.Data["device-plugin.yaml"]; ok {
+				var c struct {
+					MemoryUnit string `json:"memoryUnit"`
+				}
+				if err := sigsyaml.Unmarshal([]byte(data), &c); err != nil {
+					t.Fatal(err)
+				}
+				pluginUnit = c.MemoryUnit
+			}
+		}
+		if pluginUnit == "" || (unit != "" && pluginUnit != unit) {
+			t.Fatalf("device plugin memoryUnit %q, want %q", pluginUnit, unit)
+		}
+		deps := find[*appsv1.Deployment](r.objects)
+		if len(deps) != 1 {
+			t.Fatalf("%d Deployments", len(deps))
+		}
+		if args := deps[0].Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--memory-unit="+pluginUnit) {
+			t.Errorf("memoryUnit %s: scheduler args %q lack --memory-unit=%s", pluginUnit, args, pluginUnit)
 		}
 	}
 }
