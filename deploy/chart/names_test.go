@@ -149,3 +149,17 @@ func TestSchedulerUsesThePluginsMemoryUnit(t *testing.T) {
 		}
 	}
 }
+
+// TestClashingMetricsPortsRefused: the device plugin and the monitor share
+// the pod's network namespace; one port for both would leave the second
+// to start crash-looping on "address already in use". The chart says so
+// at install instead.
+func TestClashingMetricsPortsRefused(t *testing.T) {
+	_, err := run(helmBinary(t), "template", ReleaseName, chartDir, "--namespace", Namespace, "--kube-version", KubeVersion,
+		"--set", "node.devicePlugin.metricsPort=9394", "--set", "node.monitor.metricsPort=9394")
+	if err == nil || !strings.Contains(err.Error(), "node.monitor.metricsPort") {
+		t.Errorf("one port for the plugin and the monitor: %v, want an error naming node.monitor.metricsPort", err)
+	}
+	// Without the monitor the port is free.
+	templateWith(t, ReleaseName, "--set", "node.devicePlugin.metricsPort=9394", "--set", "node.monitor.metricsPort=9394", "--set", "node.monitor.enabled=false")
+}
