@@ -163,3 +163,46 @@ func TestClashingMetricsPortsRefused(t *testing.T) {
 	// Without the monitor the port is free.
 	templateWith(t, ReleaseName, "--set", "node.devicePlugin.metricsPort=9394", "--set", "node.monitor.metricsPort=9394", "--set", "node.monitor.enabled=false")
 }
+
+// TestPluginSeesTheHookItHandsOut: the device plugin stats its hookLibrary
+// at start and logs an error ("CUDA hook library missing on the host")
+// when it is not there; the path is a host path that kubelet mounts into
+// containers. The plugin container must see the host's hook directory at
+// that same path (read-only: the init container installs it), or every
+// healthy node logs the error at every start.
+func TestPluginSeesTheHookItHandsOut(t *testing.T) {
+	for _, r := range renderAll(t) {
+		var hookLibrary string
+		for _, cm := range find[*corev1.ConfigMap](r.objects) {
+			if data, ok := cm.Data["device-plugin.yaml"]; ok {
+				var c struct {
+					HookLibrary string `json:"hookLibrary"`
+				}
+				if err := sigsyaml.Unmarshal([]byte(data), &c); err != nil {
+					t.Fatal(err)
+				}
+				hookLibrary = c.HookLibrary
+			}
+		}
+		for _, ds := range find[*appsv1.DaemonSet](r.objects) {
+			spec := ds.Spec.Template.Spec
+			hostDirs := map[string]string{} // volume → host path
+			for _, v := range spec.Volumes {
+				if v.HostPath != nil {
+					hostDirs[v.Name] = v.HostPath.Path
+				}
+			}
+			for _, c := range spec.Containers {
+				if c.Name != "device-plugin" {
+					continue
+				}
+				dir := hookLibrary[:strings.LastIndex(hookLibrary, "/")]
+				if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+					return m.MountPath == dir && hostDirs[m.Name] == dir && m.ReadOnly
+				}) {
+					t.Errorf("%s: device-plugin does not mount the host's %s read-only at the same path (hookLibrary %s); mounts %v", r.Name, dir, hookLibrary, c.VolumeMounts)
+				}
+			}
+		}
+	}
+}
