@@ -19,6 +19,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 )
 
@@ -39,6 +40,9 @@ func main() {
 	}
 }
 
+// nodeMachine is the ELF machine of each architecture tessera builds for.
+var nodeMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+
 // install copies src to dst unless dst already holds the same bytes.
 func install(src, dst string) (bool, error) {
 	data, err := os.ReadFile(src)
@@ -53,6 +57,12 @@ func install(src, dst string) (bool, error) {
 	}
 	if f.Type != elf.ET_DYN {
 		return false, fmt.Errorf("%s is not a shared library (ELF type %s)", src, f.Type)
+	}
+	// ld.so skips a preload entry of another machine with a warning and
+	// runs the program uncapped; this installer runs on the node's
+	// architecture (its image is built per architecture).
+	if want, known := nodeMachine[runtime.GOARCH]; known && f.Machine != want {
+		return false, fmt.Errorf("%s is built for machine %s, this node is %s (%s)", src, f.Machine, want, runtime.GOARCH)
 	}
 	if have, err := os.ReadFile(dst); err == nil && bytes.Equal(have, data) {
 		return false, os.Chmod(dst, 0o755)
