@@ -206,3 +206,19 @@ func TestPluginSeesTheHookItHandsOut(t *testing.T) {
 		}
 	}
 }
+
+// TestValuesThatLookLikeOtherYAMLTypes: environment variable names are
+// free text (YAML 1.1 reads ON, Y or NO as booleans, 1e3 as a number);
+// every object must still decode, with the names as given.
+func TestValuesThatLookLikeOtherYAMLTypes(t *testing.T) {
+	r := templateWith(t, ReleaseName, "--set", "node.driver.env.ON=1", "--set", "node.driver.env.NO=off")
+	for _, ds := range find[*appsv1.DaemonSet](r.objects) {
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			for _, name := range []string{"ON", "NO"} {
+				if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == name }) {
+					t.Errorf("%s: no env %s in %v", c.Name, name, c.Env)
+				}
+			}
+		}
+	}
+}

@@ -77,7 +77,7 @@ LD_LIBRARY_PATH, which would also load the host directory's C library. */}}
   value: utility
 {{- end }}
 {{- range $k, $v := .Values.node.driver.env }}
-- name: {{ $k }}
+- name: {{ $k | quote }}
   value: {{ $v | quote }}
 {{- end }}
 {{- end -}}
@@ -90,8 +90,8 @@ LD_LIBRARY_PATH, which would also load the host directory's C library. */}}
   readOnly: true
 {{- end }}
 {{- range .Values.node.driver.extraMounts }}
-- name: {{ .name }}
-  mountPath: {{ .mountPath }}
+- name: {{ .name | quote }}
+  mountPath: {{ .mountPath | quote }}
   readOnly: {{ .readOnly | default false }}
 {{- end }}
 {{- end -}}
