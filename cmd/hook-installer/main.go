@@ -19,6 +19,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
+	"syscall"
 )
 
 func main() {
@@ -38,6 +40,9 @@ func main() {
 	}
 }
 
+// nodeMachine is the ELF machine of each architecture tessera builds for.
+var nodeMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+
 // install copies src to dst unless dst already holds the same bytes.
 func install(src, dst string) (bool, error) {
 	data, err := os.ReadFile(src)
@@ -52,6 +57,12 @@ func install(src, dst string) (bool, error) {
 	}
 	if f.Type != elf.ET_DYN {
 		return false, fmt.Errorf("%s is not a shared library (ELF type %s)", src, f.Type)
+	}
+	// ld.so skips a preload entry of another machine with a warning and
+	// runs the program uncapped; this installer runs on the node's
+	// architecture (its image is built per architecture).
+	if want, known := nodeMachine[runtime.GOARCH]; known && f.Machine != want {
+		return false, fmt.Errorf("%s is built for machine %s, this node is %s (%s)", src, f.Machine, want, runtime.GOARCH)
 	}
 	if have, err := os.ReadFile(dst); err == nil && bytes.Equal(have, data) {
 		return false, os.Chmod(dst, 0o755)
@@ -75,8 +86,15 @@ func install(src, dst string) (bool, error) {
 	return true, dir.Sync()
 }
 
+// writeSynced creates path afresh: whatever is there (a stale file of a
+// crashed run, or a link to some other host file, which O_TRUNC would write
+// through as root) is removed first, and O_EXCL|O_NOFOLLOW refuse anything
+// that appears at the name in between.
 func writeSynced(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o755)
 	if err != nil {
 		return err
 	}

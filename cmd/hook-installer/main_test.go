@@ -72,3 +72,61 @@ func TestInstallRefusesWhatLdSoCannotLoad(t *testing.T) {
 		t.Errorf("a refused file was installed: %v", err)
 	}
 }
+
+// TestInstallDoesNotFollowALinkAtTheTemporaryName: the installer runs as
+// root in a host directory; whatever sits at its temporary name (a link
+// left there to any host file, or a stale file of a crashed run) must be
+// replaced, never written through.
+func TestInstallDoesNotFollowALinkAtTheTemporaryName(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("keep me"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, "libtessera-hook.so")
+	if err := os.Symlink(victim, dst+".tmp"); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := install(sharedLibrary(t), dst); err != nil || !changed {
+		t.Fatalf("install: changed %v err %v", changed, err)
+	}
+	if got, _ := os.ReadFile(victim); string(got) != "keep me" {
+		t.Errorf("the link's target was written: %d bytes", len(got))
+	}
+	if fi, err := os.Lstat(dst); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("%s: %v %v, want a regular file", dst, fi, err)
+	}
+	want, _ := os.ReadFile(sharedLibrary(t))
+	if got, _ := os.ReadFile(dst); string(got) != string(want) {
+		t.Error("installed file differs from the source")
+	}
+}
+
+// TestInstallRefusesAnotherArchitecture: ld.so skips a preload entry of
+// another machine with a one-line warning and runs the program without
+// it, so a hook built for the wrong architecture would leave every GPU
+// container uncapped. The installer runs on the node's architecture (its
+// image is per architecture) and refuses a library of another.
+func TestInstallRefusesAnotherArchitecture(t *testing.T) {
+	data, err := os.ReadFile(sharedLibrary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := byte(62) // EM_X86_64
+	if data[18] == 62 {
+		other = 183 // EM_AARCH64
+	}
+	data[18], data[19] = other, 0 // e_machine, little endian
+	dir := t.TempDir()
+	src := filepath.Join(dir, "foreign.so")
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, "libtessera-hook.so")
+	if _, err := install(src, dst); err == nil || !strings.Contains(err.Error(), "machine") {
+		t.Errorf("foreign library: %v, want an error naming its machine", err)
+	}
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Errorf("a foreign library was installed: %v", err)
+	}
+}

@@ -87,7 +87,10 @@ func TestSpecInjectsWhatTheDevicePluginNames(t *testing.T) {
 		t.Fatalf("%d devices, want %d GPUs + all: %v", got, len(gpus), cache.ListDevices())
 	}
 
-	names := allocation.CDIDeviceNames("nvidia.com/gpu", []string{gpus[2].UUID})
+	names, err := allocation.CDIDeviceNames("nvidia.com/gpu", []string{gpus[2].UUID})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
 	if unresolved, err := cache.InjectDevices(c, names...); err != nil {
 		t.Fatalf("inject %v: %v (unresolved %v)", names, err, unresolved)

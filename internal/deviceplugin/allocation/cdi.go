@@ -28,14 +28,21 @@ func (b *Builder) usesCDI() bool {
 
 // CDIDeviceNames are the fully qualified CDI names of devices (GPU or MIG
 // UUIDs) in kind's spec: the NVIDIA Container Toolkit's and the simulated
-// driver's specs both name one device per UUID.
-func CDIDeviceNames(kind string, uuids []string) []string {
+// driver's specs both name one device per UUID. Each is checked with the
+// CDI library's rules, for the CRI field as for the annotation (whose
+// library call checks them too): a name the runtime would refuse at
+// container start fails Allocate instead, naming the device.
+func CDIDeviceNames(kind string, uuids []string) ([]string, error) {
 	vendor, class := parser.ParseQualifier(kind)
 	names := make([]string, 0, len(uuids))
 	for _, u := range uuids {
-		names = append(names, parser.QualifiedName(vendor, class, u))
+		n := parser.QualifiedName(vendor, class, u)
+		if _, _, _, err := parser.ParseQualifiedName(n); err != nil {
+			return nil, fmt.Errorf("device %q is no valid CDI device name: %w", u, err)
+		}
+		names = append(names, n)
 	}
-	return names
+	return names, nil
 }
 
 // addCDIDevices hands uuids over as CDI devices, the spec injecting their
@@ -49,7 +56,10 @@ func (b *Builder) addCDIDevices(r *pluginapi.ContainerAllocateResponse, uuids []
 	if err := configv1.ValidateCDIKind(b.CDIKind); err != nil {
 		return fmt.Errorf("cdiKind: %w", err)
 	}
-	names := CDIDeviceNames(b.CDIKind, uuids)
+	names, err := CDIDeviceNames(b.CDIKind, uuids)
+	if err != nil {
+		return err
+	}
 	r.Envs[EnvNVIDIA] = visibleNone
 	r.Envs[EnvCUDAVisible] = strings.Join(uuids, ",")
 	switch b.DeviceList {

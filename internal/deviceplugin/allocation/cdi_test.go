@@ -145,3 +145,19 @@ func TestCDIKindRefusedAtAllocate(t *testing.T) {
 		t.Fatalf("err = %v, want one naming cdiKind", err)
 	}
 }
+
+// TestCDINamesValidatedInEveryStrategy: a device name the CDI library
+// refuses (the MIG UUID format of drivers before R470,
+// MIG-GPU-<uuid>/<gi>/<ci>, has slashes) fails Allocate with a message
+// naming it under cdi-cri as under cdi-annotations, instead of reaching
+// the runtime, which would refuse the container at start.
+func TestCDINamesValidatedInEveryStrategy(t *testing.T) {
+	const old = "MIG-GPU-5e3b8a5c-3f2a-4b1d-9e6f-0123456789ab/1/0"
+	if _, err := CDIDeviceNames(configv1.DefaultCDIKind, []string{old}); err == nil || !strings.Contains(err.Error(), old) {
+		t.Errorf("%s: err = %v, want one naming it", old, err)
+	}
+	names, err := CDIDeviceNames(configv1.DefaultCDIKind, []string{"MIG-5e3b8a5c-3f2a-4b1d-9e6f-0123456789ab", "GPU-1"})
+	if err != nil || !reflect.DeepEqual(names, []string{"nvidia.com/gpu=MIG-5e3b8a5c-3f2a-4b1d-9e6f-0123456789ab", "nvidia.com/gpu=GPU-1"}) {
+		t.Errorf("names = %v, err = %v", names, err)
+	}
+}

@@ -20,8 +20,8 @@
 {{/* Labels on every object. */}}
 {{- define "tessera.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
-app.kubernetes.io/name: {{ include "tessera.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/name: {{ include "tessera.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: tessera
@@ -29,8 +29,8 @@ app.kubernetes.io/part-of: tessera
 
 {{/* Selector labels of one component: (dict "ctx" $ "component" "node"). */}}
 {{- define "tessera.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "tessera.name" .ctx }}
-app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/name: {{ include "tessera.name" .ctx | quote }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name | quote }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
@@ -48,8 +48,16 @@ app.kubernetes.io/part-of: tessera
 {{- printf "%s/%s:%s" .ctx.Values.image.repository .component (default .ctx.Chart.AppVersion .ctx.Values.image.tag) -}}
 {{- end -}}
 
-{{- define "tessera.nodeName" -}}{{ include "tessera.fullname" . }}-node{{- end -}}
-{{- define "tessera.schedulerName" -}}{{ include "tessera.fullname" . }}-scheduler{{- end -}}
+{{/* Name of one object: the prefix, cut so that "<prefix>-<suffix>" stays
+within 63 characters (a Service name is a DNS-1035 label; the prefix alone
+may already be 63): (dict "ctx" $ "suffix" "node-metrics"). */}}
+{{- define "tessera.componentName" -}}
+{{- $prefix := include "tessera.fullname" .ctx | trunc (int (sub 62 (len .suffix))) | trimSuffix "-" -}}
+{{- printf "%s-%s" $prefix .suffix -}}
+{{- end -}}
+
+{{- define "tessera.nodeName" -}}{{ include "tessera.componentName" (dict "ctx" . "suffix" "node") }}{{- end -}}
+{{- define "tessera.schedulerName" -}}{{ include "tessera.componentName" (dict "ctx" . "suffix" "scheduler") }}{{- end -}}
 
 {{/* Flags naming the driver's NVML library (mode hostPath): by path, not
 LD_LIBRARY_PATH, which would also load the host directory's C library. */}}
@@ -69,7 +77,7 @@ LD_LIBRARY_PATH, which would also load the host directory's C library. */}}
   value: utility
 {{- end }}
 {{- range $k, $v := .Values.node.driver.env }}
-- name: {{ $k }}
+- name: {{ $k | quote }}
   value: {{ $v | quote }}
 {{- end }}
 {{- end -}}
@@ -82,8 +90,8 @@ LD_LIBRARY_PATH, which would also load the host directory's C library. */}}
   readOnly: true
 {{- end }}
 {{- range .Values.node.driver.extraMounts }}
-- name: {{ .name }}
-  mountPath: {{ .mountPath }}
+- name: {{ .name | quote }}
+  mountPath: {{ .mountPath | quote }}
   readOnly: {{ .readOnly | default false }}
 {{- end }}
 {{- end -}}
