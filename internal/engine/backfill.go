@@ -67,7 +67,7 @@ func heldGrant(n *partition.Node, q *placement.Request) partition.Grant {
 	}
 	idx := make([]int, 0, len(n.GPUs))
 	for i := range n.GPUs {
-		if n.GPUs[i].MIG == nil && n.GPUs[i].FreeMilli > 0 {
+		if !n.GPUs[i].InMIGMode() && n.GPUs[i].FreeMilli > 0 {
 			idx = append(idx, i)
 		}
 	}
