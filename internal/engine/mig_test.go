@@ -157,3 +157,38 @@ func TestMIGBadRequestsRefused(t *testing.T) {
 		t.Fatalf("unschedulable MIG request explained as %v; want the mig filter named", err)
 	}
 }
+
+// TestMIGPreemption: a more urgent MIG pod evicts a preemptible one that
+// holds the only device of its profile, and gets that device.
+func TestMIGPreemption(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Preemption = true
+	e := newEngine(t, cfg, migSpec("m", 1, map[int][]string{0: {"3g.20gb", "4g.20gb"}}))
+	low := migPod("low", "3g.20gb", 1)
+	low.Class, low.Preemptible = priority.P3, true
+	if err := e.Submit(low); err != nil {
+		t.Fatal(err)
+	}
+	e.Cycle(at(1))
+	r, ok := e.Running("low")
+	if !ok {
+		t.Fatal("low did not start")
+	}
+	held, _ := e.cluster.MIGDevices(r.Decision)
+	high := migPod("high", "3g.20gb", 1)
+	high.Class = priority.P0
+	if err := e.Submit(high); err != nil {
+		t.Fatal(err)
+	}
+	e.Cycle(at(2))
+	if _, ok := e.Running("low"); ok {
+		t.Fatal("low still runs")
+	}
+	r, ok = e.Running("high")
+	if !ok {
+		t.Fatal("high did not start after low's eviction")
+	}
+	if got, _ := e.cluster.MIGDevices(r.Decision); len(got) != 1 || got[0].UUID != held[0].UUID {
+		t.Fatalf("high holds %v, want %s", got, held[0].UUID)
+	}
+}
