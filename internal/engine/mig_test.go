@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tessera-gpu/tessera/internal/partition"
 	"github.com/tessera-gpu/tessera/internal/placement"
@@ -190,5 +191,53 @@ func TestMIGPreemption(t *testing.T) {
 	}
 	if got, _ := e.cluster.MIGDevices(r.Decision); len(got) != 1 || got[0].UUID != held[0].UUID {
 		t.Fatalf("high holds %v, want %s", got, held[0].UUID)
+	}
+}
+
+// TestMIGReservationHoldsDevices: a MIG pod that waited ReserveAfter holds
+// the devices of its profile as they free, so a later single-device pod
+// does not take them; without reservations it does and the pair starves.
+func TestMIGReservationHoldsDevices(t *testing.T) {
+	for _, reserve := range []bool{true, false} {
+		cfg := baseConfig()
+		if reserve {
+			cfg.ReserveAfter, cfg.MaxReservations = time.Second, 1
+		}
+		e := newEngine(t, cfg, migSpec("m", 1, map[int][]string{0: {"1g.5gb", "1g.5gb"}}))
+		for _, k := range []string{"s0", "s1"} {
+			if err := e.Submit(migPod(k, "1g.5gb", 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.Cycle(at(1))
+		pair := migPod("pair", "1g.5gb", 2)
+		pair.Submitted = at(1)
+		if err := e.Submit(pair); err != nil {
+			t.Fatal(err)
+		}
+		e.Cycle(at(3))
+		if err := e.Complete("s0"); err != nil {
+			t.Fatal(err)
+		}
+		late := migPod("late", "1g.5gb", 1)
+		late.Submitted = at(4)
+		if err := e.Submit(late); err != nil {
+			t.Fatal(err)
+		}
+		e.Cycle(at(5))
+		if _, lateRuns := e.Running("late"); lateRuns == reserve {
+			t.Fatalf("reservations %v: late running = %v", reserve, lateRuns)
+		}
+		if !reserve {
+			continue
+		}
+		if err := e.Complete("s1"); err != nil {
+			t.Fatal(err)
+		}
+		e.Cycle(at(6))
+		r, ok := e.Running("pair")
+		if !ok || len(r.Decision.Grant.MIG) != 2 {
+			t.Fatalf("pair running %v with %v after both devices freed", ok, r)
+		}
 	}
 }
