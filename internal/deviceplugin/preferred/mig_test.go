@@ -132,3 +132,54 @@ func TestPreferredMIGFallsBack(t *testing.T) {
 		})
 	}
 }
+
+// FuzzPreferredMIGAssignment: whatever the assignment annotation says, a
+// mig-<profile> answer is at most size distinct IDs kubelet offered, and
+// an answer other than the assigned devices comes with a warning.
+func FuzzPreferredMIGAssignment(f *testing.F) {
+	c, res, devs, warned := migFixture(&testing.T{})
+	avail := []string{migKey(devs[0]), migKey(devs[1])}
+	for _, mig := range [][]annotations.MIGAllocation{devs[:1], devs, {{UUID: "MIG-x", Profile: devs[0].Profile, Parent: devs[0].Parent}}} {
+		raw, _ := annotations.Marshal(&annotations.Assignment{Version: annotations.Version, Containers: []annotations.ContainerAssignment{{Name: "c", MIG: mig}}})
+		f.Add(raw, 1)
+	}
+	f.Add(`{"version":"v1","containers":[{"name":"c","mig":[{"uuid":"x"}]}]}`, 1)
+	f.Add(`{"version":"v1","containers":[{"name":"c","gpus":[{"uuid":"GPU-1"}]}]}`, 2)
+	f.Fuzz(func(t *testing.T, raw string, size int) {
+		size = 1 + size&1 // 1 or 2
+		c.Ledger = ledger.New()
+		*warned = nil
+		p := pendingPod("p", "c", map[string]int64{res: int64(size)})
+		p.Annotations = map[string]string{annotations.AssignmentKey: raw}
+		c.Pods = staticSource{p}
+		ids := c.Preferred(res, avail, nil, size)
+		if len(ids) > size {
+			t.Fatalf("%d IDs for size %d", len(ids), size)
+		}
+		seen := map[string]bool{}
+		for _, id := range ids {
+			if !contains(avail, id) || seen[id] {
+				t.Fatalf("answered %v of %v", ids, avail)
+			}
+			seen[id] = true
+		}
+		a, err := annotations.ParseAssignment(raw)
+		if err != nil {
+			if len(*warned) != 1 {
+				t.Fatalf("malformed assignment %q: warnings %v", raw, *warned)
+			}
+			return
+		}
+		if ca := a.Container("c"); ca != nil && len(ca.MIG) > 0 && len(*warned) == 0 {
+			for _, id := range ids {
+				found := false
+				for _, m := range ca.MIG {
+					found = found || migKey(m) == id
+				}
+				if !found {
+					t.Fatalf("answer %s not assigned and no warning", id)
+				}
+			}
+		}
+	})
+}
