@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -239,5 +240,81 @@ func TestMIGReservationHoldsDevices(t *testing.T) {
 		if !ok || len(r.Decision.Grant.MIG) != 2 {
 			t.Fatalf("pair running %v with %v after both devices freed", ok, r)
 		}
+	}
+}
+
+// TestMIGRandomNeverDoubleBooks: random MIG, whole-GPU and share pods
+// arrive and finish; after every cycle each node's held devices are
+// exactly those its running pods' grants name, none twice, each of the
+// profile its pod asked for.
+func TestMIGRandomNeverDoubleBooks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	profiles := []string{"1g.5gb", "3g.20gb"}
+	e := newEngine(t, baseConfig(),
+		gpuNode("w", 2),
+		migSpec("a", 2, map[int][]string{0: {"3g.20gb", "3g.20gb"}, 1: {"1g.5gb", "1g.5gb", "1g.5gb", "3g.20gb"}}),
+		migSpec("b", 1, map[int][]string{0: {"1g.5gb", "1g.5gb", "1g.5gb", "1g.5gb", "1g.5gb", "1g.5gb", "1g.5gb"}}))
+	var running []string
+	placedMIG := 0
+	for step := 0; step < 400; step++ {
+		key := fmt.Sprintf("p%d", step)
+		switch rng.IntN(3) {
+		case 0:
+			p := gpus(key, priority.P2, 1, step)
+			p.Request.GPUMilli = int32(250 * (1 + rng.IntN(4)))
+			_ = e.Submit(p)
+		default:
+			p := migPod(key, profiles[rng.IntN(2)], 1+rng.IntN(3))
+			p.Submitted = at(step)
+			if err := e.Submit(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for len(running) > 0 && rng.IntN(3) == 0 {
+			i := rng.IntN(len(running))
+			if err := e.Complete(running[i]); err != nil {
+				t.Fatal(err)
+			}
+			running = append(running[:i], running[i+1:]...)
+		}
+		e.Cycle(at(step))
+		for _, ev := range e.Events() {
+			if ev.Kind == Placed {
+				running = append(running, ev.Pod.Key)
+				if ev.Pod.Request.NumMIG > 0 {
+					placedMIG++
+				}
+			}
+		}
+		want := make([]uint64, len(e.cluster.Nodes))
+		for _, k := range running {
+			r, _ := e.Running(k)
+			if len(r.Decision.Grant.MIG) != r.Pod.Request.NumMIG {
+				t.Fatalf("step %d: %s asked %d devices, holds %v", step, k, r.Pod.Request.NumMIG, r.Decision.Grant.MIG)
+			}
+			n := &e.cluster.Nodes[r.Decision.Node]
+			for _, m := range r.Decision.Grant.MIG {
+				if want[r.Decision.Node]&(1<<uint(m)) != 0 {
+					t.Fatalf("step %d: device %s held twice", step, n.MIG[m].UUID)
+				}
+				if n.MIG[m].Profile != r.Pod.Request.MIGProfile {
+					t.Fatalf("step %d: %s asked %s, holds %s", step, k, r.Pod.Request.MIGProfile, n.MIG[m].Profile)
+				}
+				want[r.Decision.Node] |= 1 << uint(m)
+			}
+			for _, s := range r.Decision.Grant.Shares {
+				if n.GPUs[s.GPU].InMIGMode() {
+					t.Fatalf("step %d: %s has a share of MIG GPU %d on %s", step, k, s.GPU, n.Name)
+				}
+			}
+		}
+		for i := range e.cluster.Nodes {
+			if e.cluster.Nodes[i].MIGUsed != want[i] {
+				t.Fatalf("step %d: node %s holds %b, its pods %b", step, e.cluster.Nodes[i].Name, e.cluster.Nodes[i].MIGUsed, want[i])
+			}
+		}
+	}
+	if placedMIG < 50 {
+		t.Fatalf("only %d MIG pods placed: the test exercised little", placedMIG)
 	}
 }
