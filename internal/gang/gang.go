@@ -129,6 +129,11 @@ func (t *Tracker) Add(spec Spec, m Member, now time.Time) error {
 	if (spec.Locality == SameIsland || spec.Locality == SameNUMA) && m.Request.NumGPU > 0 && m.Request.GPUMilli != 1000 {
 		return fmt.Errorf("group %s member %s: an %s group takes whole GPUs (asks %d milli)", spec.Name, m.Name, spec.Locality, m.Request.GPUMilli)
 	}
+	if (spec.Locality == SameIsland || spec.Locality == SameNUMA) && m.Request.NumMIG > 0 {
+		// The group is placed as one summed request whose GPUs are split
+		// among the members; MIG devices do not add up that way.
+		return fmt.Errorf("group %s member %s: an %s group cannot take MIG devices (asks %d of %s)", spec.Name, m.Name, spec.Locality, m.Request.NumMIG, m.Request.MIGProfile)
+	}
 	g := t.groups[spec.Name]
 	if g == nil {
 		g = &group{spec: spec, first: now, reserved: map[string]placement.Decision{}}

@@ -125,8 +125,8 @@ func groupCandidates(n *partition.Node, s *Shape, idx []int, buf []Candidate, is
 }
 
 // grant turns a chosen candidate into what the node reserves.
-func grant(s *Shape, c Candidate) partition.Grant {
-	g := partition.Grant{CPU: s.CPUMilli, MemMiB: s.MemMiB}
+func grant(n *partition.Node, s *Shape, c Candidate) partition.Grant {
+	g := partition.Grant{CPU: s.CPUMilli, MemMiB: s.MemMiB, MIG: n.PickMIG(s.MIGProfile, s.NumMIG)}
 	for _, i := range c.GPUs() {
 		g.Shares = append(g.Shares, partition.Share{GPU: i, Milli: s.GPUMilli, MemMiB: s.GPUMemMiB})
 	}

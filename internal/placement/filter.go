@@ -14,7 +14,10 @@ type Filter struct {
 var Filters = []Filter{
 	{"cpu", func(n *partition.Node, _ uint8, s *Shape) bool { return n.FreeCPU >= s.CPUMilli }},
 	{"memory", func(n *partition.Node, _ uint8, s *Shape) bool { return n.FreeMemMiB >= s.MemMiB }},
-	{"gpu-model", func(n *partition.Node, m uint8, s *Shape) bool { return s.NumGPU == 0 || s.Admits(m) }},
+	{"gpu-model", func(n *partition.Node, m uint8, s *Shape) bool { return !s.usesGPUs() || s.Admits(m) }},
+	{"mig", func(n *partition.Node, _ uint8, s *Shape) bool {
+		return s.NumMIG == 0 || n.FreeMIG(s.MIGProfile) >= s.NumMIG
+	}},
 	{"gpu-share", func(n *partition.Node, _ uint8, s *Shape) bool {
 		return s.NumGPU == 0 || countFitting(n, s) >= s.NumGPU
 	}},
@@ -65,7 +68,7 @@ func feasible(n *partition.Node, m uint8, s *Shape) int {
 
 // gpuFits reports whether one GPU can take one of the shape's per-GPU shares.
 func gpuFits(g *partition.GPU, s *Shape) bool {
-	return g.MIG == nil && g.FreeMilli >= s.GPUMilli && g.FreeMemMiB >= s.GPUMemMiB
+	return !g.InMIGMode() && g.FreeMilli >= s.GPUMilli && g.FreeMemMiB >= s.GPUMemMiB
 }
 
 func countFitting(n *partition.Node, s *Shape) int {

@@ -79,7 +79,7 @@ func (p *Preemptor) lowerBound(n int, req *placement.Request, units []*unit) cos
 		fitting := 0
 		for i := range node.GPUs {
 			g := &node.GPUs[i]
-			if g.MIG == nil && g.FreeMilli >= req.GPUMilli && g.FreeMemMiB >= req.GPUMemMiB {
+			if !g.InMIGMode() && g.FreeMilli >= req.GPUMilli && g.FreeMemMiB >= req.GPUMemMiB {
 				fitting++
 			}
 		}
