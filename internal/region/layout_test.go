@@ -42,6 +42,9 @@ func TestConstantsMatchCHeader(t *testing.T) {
 		"ABIVersion": ABIVersion, "MaxDevices": MaxDevices, "MaxProcs": MaxProcs, "UUIDLen": UUIDLen,
 		"LimitsMagic": LimitsMagic, "RegionMagic": RegionMagic,
 		"SlotReclaimBit": SlotReclaimBit, "ReaperNode": ReaperNode,
+		"PolicyGuaranteed": PolicyGuaranteed, "PolicyHard": PolicyHard,
+		"GrantRateMask": GrantRateMask, "GrantUnpaced": GrantUnpaced, "GrantPPMMax": GrantPPMMax,
+		"GrantArbitrated": GrantArbitrated, "HeartbeatStaleNs": HeartbeatStaleNs,
 	}
 	c := cabi.Constants()
 	if len(c) != len(goSide) {
