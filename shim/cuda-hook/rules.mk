@@ -33,7 +33,7 @@ lint-hook:
 	@mkdir -p $(HOOK_BUILD)/lint
 	$(CC) $(HOOK_CFLAGS) -Werror -shared -o $(HOOK_BUILD)/lint/libtessera-hook.so $(HOOK_SRCS) -ldl -lpthread
 	$(CC) $(HOOK_CFLAGS) -Werror -I$(HOOK_DIR)/src -o $(HOOK_BUILD)/lint/unit $(HOOK_DIR)/test/unit_test.c \
-		$(filter-out %/interpose.c %/memapi.c %/views.c %/init.c %/charge.c %/devices.c %/pools.c,$(HOOK_SRCS)) -ldl -lpthread
+		$(filter-out %/interpose.c %/memapi.c %/views.c %/init.c %/charge.c %/devices.c %/pools.c %/launch.c %/compute.c,$(HOOK_SRCS)) -ldl -lpthread
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I$(HOOK_DIR)/include -fsyntax-only $(HOOK_DIR)/test/cudash.c
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I$(HOOK_DIR)/include -I$(HOOK_DIR)/test -fsyntax-only \
 		$(HOOK_DIR)/bench/bench_hook.c
@@ -44,7 +44,7 @@ lint-hook:
 test-hook-unit:
 	@mkdir -p $(HOOK_BUILD)
 	$(CC) $(HOOK_CFLAGS) -I$(HOOK_DIR)/src -o $(HOOK_BUILD)/unit_test $(HOOK_DIR)/test/unit_test.c \
-		$(filter-out %/interpose.c %/memapi.c %/views.c %/init.c %/charge.c %/devices.c %/pools.c,$(HOOK_SRCS)) -ldl -lpthread
+		$(filter-out %/interpose.c %/memapi.c %/views.c %/init.c %/charge.c %/devices.c %/pools.c %/launch.c %/compute.c,$(HOOK_SRCS)) -ldl -lpthread
 	$(HOOK_BUILD)/unit_test
 
 $(HOOK_BUILD)/cudash: $(HOOK_DIR)/test/cudash.c $(HOOK_HDRS) fakegpu

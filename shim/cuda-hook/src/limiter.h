@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "tessera_abi.h"
 
 enum { LIMITER_OK = 0, LIMITER_OVER_CAP = -1, LIMITER_NO_SLOT = -2 };
 
@@ -33,6 +34,8 @@ void limiter_uncharge(int idx, uint64_t n);
 uint64_t limiter_cap(int idx);   /* current cap in bytes, 0 = uncapped */
 uint64_t limiter_usage(int idx); /* the container's usage on idx, all processes */
 uint32_t limiter_core_pct(const char *uuid); /* TESSERA_CORE_LIMITS entry, 0 = none */
+/* The mapped core-limits file and core region (NULL when not configured). */
+void limiter_core_files(const tessera_limits **core_limits, tessera_region **core_region);
 
 /* Process lifecycle: the child of fork() claims its own slot on first charge; at
  * exit the slot is handed back (the driver frees the memory with the process). */

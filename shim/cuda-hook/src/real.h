@@ -4,6 +4,7 @@
 #define HOOK_REAL_H
 
 #include "cuda_driver.h"
+#include "launch_types.h"
 #include "nvml_types.h"
 
 struct cuda_real {
@@ -52,6 +53,19 @@ struct cuda_real {
                                unsigned int, unsigned int, CUstream, void **, void **);
     CUresult (*cuLaunchKernel_ptsz)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
                                     unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
+    CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
+    CUresult (*cuLaunchKernelEx_ptsz)(const CUlaunchConfig *, CUfunction, void **, void **);
+    CUresult (*cuLaunchCooperativeKernel)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
+                                          unsigned int, unsigned int, unsigned int, CUstream, void **);
+    CUresult (*cuLaunchCooperativeKernel_ptsz)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
+                                               unsigned int, unsigned int, unsigned int, CUstream, void **);
+    CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+    CUresult (*cuGraphLaunch_ptsz)(CUgraphExec, CUstream);
+    CUresult (*cuEventCreate)(CUevent *, unsigned int);
+    CUresult (*cuEventRecord)(CUevent, CUstream);
+    CUresult (*cuEventQuery)(CUevent);
+    CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+    CUresult (*cuEventDestroy_v2)(CUevent);
     CUresult (*cuStreamSynchronize)(CUstream);
     CUresult (*cuStreamSynchronize_ptsz)(CUstream);
     CUresult (*cuEventSynchronize)(CUevent);

@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 
 #include "charge.h"
+#include "compute.h"
 #include "devices.h"
 #include "limiter.h"
 #include "pools.h"
@@ -187,28 +188,11 @@ void views_atfork_child(void)
     }
 }
 
-/* ---- launches: no compute limit yet, so nothing but the call (no lock, no syscall) ---- */
-
-TESSERA_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                                       unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
-                                       CUstream s, void **params, void **extra)
-{
-    hook_ensure();
-    return REAL.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
-}
-
-TESSERA_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                                            unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
-                                            CUstream s, void **params, void **extra)
-{
-    hook_ensure();
-    return REAL.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
-}
-
 /* ---- synchronisation: where pools release what they keep above their threshold ---- */
 
 static CUresult after_sync(CUresult r)
 {
+    compute_after_sync();
     if (atomic_load_explicit(&pools_known, memory_order_relaxed))
         pool_reconcile_all();
     return r;
@@ -217,24 +201,28 @@ static CUresult after_sync(CUresult r)
 TESSERA_EXPORT CUresult cuCtxSynchronize(void)
 {
     hook_ensure();
+    compute_before_sync();
     return after_sync(REAL.cuCtxSynchronize());
 }
 
 TESSERA_EXPORT CUresult cuStreamSynchronize(CUstream s)
 {
     hook_ensure();
+    compute_before_sync();
     return after_sync(REAL.cuStreamSynchronize(s));
 }
 
 TESSERA_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s)
 {
     hook_ensure();
+    compute_before_sync();
     return after_sync(REAL.cuStreamSynchronize_ptsz(s));
 }
 
 TESSERA_EXPORT CUresult cuEventSynchronize(CUevent e)
 {
     hook_ensure();
+    compute_before_sync();
     return after_sync(REAL.cuEventSynchronize(e));
 }
 
