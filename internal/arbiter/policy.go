@@ -89,7 +89,7 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 		}
 		st.lastBusy = t.BusyNs
 		wasActive := st.active
-		st.active = used > 0 || (t.DemandNs != 0 && mono >= t.DemandNs && mono-t.DemandNs < uint64(s.Policy.IdleAfter))
+		st.active = used > 0 || s.demanding(t, mono)
 		if st.active {
 			st.lastFresh = now
 			if t.Priority >= 0 && t.Priority < len(s.lastPrio) {
@@ -140,6 +140,19 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 		out = append(out, v)
 	}
 	return out
+}
+
+// demanding: the tenant's hook launched or waited to within IdleAfter. A hook
+// blocked on its own work in flight stamps when that wait should end, which
+// may lie ahead; no stamp counts for more than a second ahead.
+func (s *Scheduler) demanding(t *Tenant, mono uint64) bool {
+	if t.DemandNs == 0 {
+		return false
+	}
+	if t.DemandNs > mono {
+		return t.DemandNs-mono <= uint64(time.Second)
+	}
+	return mono-t.DemandNs < uint64(s.Policy.IdleAfter)
 }
 
 func (s *Scheduler) state(t *Tenant) *tenantState {

@@ -102,18 +102,17 @@ static int ordinal_index(CUdevice dev)
 
 static struct burst *slot(uint32_t i) { return &t.ring[i % RING]; }
 
-/* Waits for an event by polling, so that the container's demand stays fresh for
- * the arbiter while it waits (a blocked tenant must not look idle). */
+/* Waits for an event. A blocked tenant must not look idle to the arbiter, so
+ * its demand is stamped first with when the wait should end (the work in flight
+ * at the measured pace). */
 static void wait_event(CUevent e, tessera_device_compute *c)
 {
-    for (;;) {
-        CUresult r = REAL.cuEventQuery(e);
-        if (r != CUDA_ERROR_NOT_READY)
-            return;
-        atomic_store_explicit(&c->demand_ns, now_ns(), memory_order_relaxed);
-        struct timespec ts = {0, (long)PACING_POLL_NS};
-        nanosleep(&ts, NULL);
-    }
+    if (REAL.cuEventQuery(e) != CUDA_ERROR_NOT_READY)
+        return;
+    uint64_t ahead = t.per_launch_ns * (slot(t.head + RING - t.count)->launches + 1u);
+    atomic_store_explicit(&c->demand_ns, now_ns() + (ahead < 1000000000ull ? ahead : 1000000000ull),
+                          memory_order_relaxed);
+    REAL.cuEventSynchronize(e);
 }
 
 /* Accounts the oldest closed burst: its GPU time into the region and the bucket. */
@@ -140,10 +139,25 @@ static void account_oldest(bool wait)
     t.target = n < 1 ? 1 : n > MAX_BURST_LAUNCHES ? MAX_BURST_LAUNCHES : (uint32_t)n;
 }
 
+/* A stream being captured into a graph runs nothing now (the graph's launch is
+ * what counts), and an event recorded or queried there would change or
+ * invalidate the capture. */
+static bool capturing(CUstream s)
+{
+    int status = 0;
+    return REAL.cuStreamIsCapturing != NULL && REAL.cuStreamIsCapturing(s, &status) == CUDA_SUCCESS && status != 0;
+}
+
 static void close_burst(void)
 {
     if (!t.open)
         return;
+    if (capturing(t.stream)) {
+        /* Capture began on its stream since it opened: its end cannot be
+         * recorded there; the burst is dropped unaccounted. */
+        t.open = false;
+        return;
+    }
     REAL.cuEventRecord(slot(t.head)->end, t.stream);
     t.open = false;
     t.head++;
@@ -242,7 +256,7 @@ void compute_admit_slow(CUstream s, bool per_thread)
 {
     if (per_thread && s == NULL)
         s = HOOK_STREAM_PER_THREAD;
-    if (!bind_context())
+    if (!bind_context() || capturing(s))
         return;
     uint64_t now = now_ns();
     if (t.open && s == t.stream && slot(t.head)->launches < t.target && now - t.opened_ns < BURST_WALL_NS) {
@@ -258,10 +272,7 @@ void compute_admit_slow(CUstream s, bool per_thread)
         if (t.count == before)
             break;
     }
-    /* Long kernels: one burst in flight, so that a turn handed to another
-     * container overlaps at most one kernel of ours. */
-    uint32_t depth = t.per_launch_ns >= BURST_GPU_NS ? 1 : COMPUTE_DEPTH;
-    while (t.count >= depth)
+    while (t.count >= COMPUTE_DEPTH)
         account_oldest(true);
     tessera_device_compute *c = &g_region->compute[t.idx];
     pace(c, now);

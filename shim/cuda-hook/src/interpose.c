@@ -100,6 +100,7 @@ static const struct {
     {"cuEventQuery", (void **)&REAL.cuEventQuery},
     {"cuEventElapsedTime", (void **)&REAL.cuEventElapsedTime},
     {"cuEventDestroy_v2", (void **)&REAL.cuEventDestroy_v2},
+    {"cuStreamIsCapturing", (void **)&REAL.cuStreamIsCapturing},
     {"nvmlDeviceGetUUID", (void **)&REAL_NVML.nvmlDeviceGetUUID},
 };
 

@@ -66,6 +66,7 @@ struct cuda_real {
     CUresult (*cuEventQuery)(CUevent);
     CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
     CUresult (*cuEventDestroy_v2)(CUevent);
+    CUresult (*cuStreamIsCapturing)(CUstream, int *);
     CUresult (*cuStreamSynchronize)(CUstream);
     CUresult (*cuStreamSynchronize_ptsz)(CUstream);
     CUresult (*cuEventSynchronize)(CUevent);
