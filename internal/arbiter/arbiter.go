@@ -143,7 +143,7 @@ func (a *Arbiter) Step(now time.Time, mono uint64) {
 		}
 		for _, v := range s.Step(now, mono, ts) {
 			f := a.files[v.Key]
-			g := region.Grant{Unpaced: v.Go}
+			g := region.Grant{Unpaced: v.Go, Solo: v.Solo}
 			f.limits.SetGrant(where[uuid][v.Key], g, mono)
 			a.last[v.Key+"/"+uuid] = v
 		}

@@ -1,6 +1,7 @@
 package arbiter
 
 import (
+	"math"
 	"sort"
 	"time"
 )
@@ -40,6 +41,8 @@ type Verdict struct {
 	Throttled bool
 	// Suppressed: stopped for a higher priority.
 	Suppressed bool
+	// Solo: no other tenant of the GPU is active (its hook may queue deeper).
+	Solo bool
 }
 
 // tenantState is what the scheduler remembers about a tenant between steps.
@@ -64,6 +67,8 @@ type Scheduler struct {
 	// lastPrio[p]: when a tenant of priority p was last active.
 	lastPrio [4]time.Time
 	last     time.Time
+	// Decaying sums of measured GPU time and wall time (overlapFactor).
+	winMeasured, winWall float64
 }
 
 // Step decides the grants at now (mono: the same instant on the hooks'
@@ -79,17 +84,19 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 	s.last = now
 	present := make(map[string]bool, len(ts))
 	minV, anyActive := 0.0, false
+	factor := s.overlapFactor(ts, dt)
 	for i := range ts {
 		t := &ts[i]
 		present[t.Key] = true
 		st := s.state(t)
-		used := 0.0
+		measured := 0.0
 		if t.BusyNs > st.lastBusy {
-			used = float64(t.BusyNs-st.lastBusy) / 1e9
+			measured = float64(t.BusyNs-st.lastBusy) / 1e9
 		}
 		st.lastBusy = t.BusyNs
 		wasActive := st.active
-		st.active = used > 0 || s.demanding(t, mono)
+		st.active = measured > 0 || s.demanding(t, mono)
+		used := measured * factor
 		if st.active {
 			st.lastFresh = now
 			if t.Priority >= 0 && t.Priority < len(s.lastPrio) {
@@ -128,11 +135,18 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 		}
 	}
 	s.pick(now, ts)
+	active := 0
+	for i := range ts {
+		if s.tenants[ts[i].Key].active {
+			active++
+		}
+	}
 	out := make([]Verdict, 0, len(ts))
 	for i := range ts {
 		t := &ts[i]
 		st := s.tenants[t.Key]
 		v := Verdict{Key: t.Key, Go: t.Key == s.holder}
+		v.Solo = v.Go && active <= 1
 		if !v.Go && st.active {
 			v.Throttled = true
 			v.Suppressed = s.suppressed(now, t)
@@ -140,6 +154,31 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 		out = append(out, v)
 	}
 	return out
+}
+
+// overlapFactor scales what the hooks measured so that, over the last
+// ~50 ms, the GPU is not billed for more time than passed. Turns are
+// exclusive, but at each hand-over the previous holder's last bursts (bounded
+// by the hook) still run; on a time-sliced GPU both tenants' events then
+// include the other's slices, and both would be billed for the overlap. Hard
+// caps are absolute, so that double count would keep hard tenants below their
+// share. (Billing the holder the wall time of its turn instead was tried: it
+// bills a holder whose process the OS did not run, which on a loaded node was
+// worse.)
+func (s *Scheduler) overlapFactor(ts []Tenant, dt float64) float64 {
+	total := 0.0
+	for i := range ts {
+		if st := s.tenants[ts[i].Key]; st != nil && ts[i].BusyNs > st.lastBusy {
+			total += float64(ts[i].BusyNs-st.lastBusy) / 1e9
+		}
+	}
+	decay := math.Exp(-dt / 0.05)
+	s.winMeasured = s.winMeasured*decay + total
+	s.winWall = s.winWall*decay + dt
+	if s.winMeasured <= s.winWall || s.winMeasured == 0 {
+		return 1
+	}
+	return s.winWall / s.winMeasured
 }
 
 // demanding: the tenant's hook launched or waited to within IdleAfter. A hook

@@ -24,6 +24,7 @@ const (
 	GrantUnpaced     = 0xffffffff
 	GrantPPMMax      = 1000000
 	GrantArbitrated  = 1 << 32
+	GrantSolo        = 1 << 33
 	HeartbeatStaleNs = 1000000000
 )
 

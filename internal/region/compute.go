@@ -34,18 +34,23 @@ func (r *Region) Compute(i int) Compute {
 type Grant struct {
 	Unpaced bool   // no pacing (in-flight work is still bounded)
 	PPM     uint32 // share of the device's time, parts per million, when paced
+	Solo    bool   // no other tenant is active on the GPU: a deeper queue is allowed
 }
 
 // Word encodes g as the compute_grant word, marked as the arbiter's.
 func (g Grant) Word() uint64 {
+	w := uint64(GrantArbitrated)
+	if g.Solo {
+		w |= GrantSolo
+	}
 	if g.Unpaced {
-		return GrantArbitrated | GrantUnpaced
+		return w | GrantUnpaced
 	}
 	ppm := uint64(g.PPM)
 	if ppm > GrantPPMMax {
 		ppm = GrantPPMMax
 	}
-	return GrantArbitrated | ppm
+	return w | ppm
 }
 
 // DecodeGrant reads a compute_grant word; ok is false when no arbiter wrote it.
@@ -53,11 +58,11 @@ func DecodeGrant(w uint64) (g Grant, ok bool) {
 	if w&GrantArbitrated == 0 {
 		return Grant{}, false
 	}
-	rate := w & GrantRateMask
+	rate, solo := w&GrantRateMask, w&GrantSolo != 0
 	if rate == GrantUnpaced {
-		return Grant{Unpaced: true}, true
+		return Grant{Unpaced: true, Solo: solo}, true
 	}
-	return Grant{PPM: uint32(rate)}, true
+	return Grant{PPM: uint32(rate), Solo: solo}, true
 }
 
 // PolicyName is the annotation value of a compute policy word.

@@ -44,7 +44,7 @@ func TestConstantsMatchCHeader(t *testing.T) {
 		"SlotReclaimBit": SlotReclaimBit, "ReaperNode": ReaperNode,
 		"PolicyGuaranteed": PolicyGuaranteed, "PolicyHard": PolicyHard,
 		"GrantRateMask": GrantRateMask, "GrantUnpaced": GrantUnpaced, "GrantPPMMax": GrantPPMMax,
-		"GrantArbitrated": GrantArbitrated, "HeartbeatStaleNs": HeartbeatStaleNs,
+		"GrantArbitrated": GrantArbitrated, "GrantSolo": GrantSolo, "HeartbeatStaleNs": HeartbeatStaleNs,
 	}
 	c := cabi.Constants()
 	if len(c) != len(goSide) {

@@ -31,6 +31,7 @@ func Constants() map[string]uint64 {
 		"GrantUnpaced":     uint64(C.TESSERA_GRANT_UNPACED),
 		"GrantPPMMax":      uint64(C.TESSERA_GRANT_PPM_MAX),
 		"GrantArbitrated":  uint64(C.TESSERA_GRANT_ARBITRATED),
+		"GrantSolo":        uint64(C.TESSERA_GRANT_SOLO),
 		"HeartbeatStaleNs": uint64(C.TESSERA_HEARTBEAT_STALE_NS),
 	}
 }

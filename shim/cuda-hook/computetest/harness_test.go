@@ -72,7 +72,7 @@ type node struct {
 
 // defaultPolicy is the monitor's default (api/config/v1).
 func defaultPolicy() arbiter.Policy {
-	return arbiter.Policy{Quantum: 5 * time.Millisecond, IdleAfter: 5 * time.Millisecond, PriorityHold: 100 * time.Millisecond}
+	return arbiter.Policy{Quantum: 10 * time.Millisecond, IdleAfter: 5 * time.Millisecond, PriorityHold: 100 * time.Millisecond}
 }
 
 func newNode(t testing.TB) *node {
@@ -196,22 +196,23 @@ func (p *proc) wait(t testing.TB) string {
 	}
 }
 
-// sample is the device's per-process busy time at one instant.
+// sample is the simulated device's committed timeline: what each process had
+// run by instant at (CLOCK_MONOTONIC ns).
 type sample struct {
-	at     time.Time
+	at     uint64
 	byPID  map[int]uint64
 	device uint64
 }
 
 func (n *node) sample() sample {
 	st, err := fakegpu.ReadState(filepath.Join(n.dir, "fakegpu.state"))
-	s := sample{at: time.Now(), byPID: map[int]uint64{}}
-	if err != nil {
+	s := sample{byPID: map[int]uint64{}}
+	if err != nil || len(st.Devices) == 0 {
 		return s
 	}
+	s.at, s.device = st.Devices[0].SchedNs, st.Devices[0].RunNs
 	for _, p := range st.Processes {
-		s.byPID[p.Pid] += p.BusyNs[0]
-		s.device += p.BusyNs[0]
+		s.byPID[p.Pid] += p.RunNs[0]
 	}
 	return s
 }

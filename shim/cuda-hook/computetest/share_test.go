@@ -84,8 +84,8 @@ func runShareCase(t *testing.T, c shareCase, seconds float64) result {
 	}
 	first, last := samples[0], samples[len(samples)-1]
 	r.got = shares(first, last, groups)
-	if span := last.at.Sub(first.at); span > 0 {
-		r.util = float64(last.device-first.device) / float64(span.Nanoseconds())
+	if last.at > first.at {
+		r.util = float64(last.device-first.device) / float64(last.at-first.at)
 	}
 	return r
 }

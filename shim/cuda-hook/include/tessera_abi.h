@@ -106,6 +106,7 @@ typedef struct tessera_limits {
 #define TESSERA_GRANT_UNPACED 0xffffffffull
 #define TESSERA_GRANT_PPM_MAX 1000000ull
 #define TESSERA_GRANT_ARBITRATED (1ull << 32)
+#define TESSERA_GRANT_SOLO (1ull << 33) /* no other tenant is active on the GPU: a deeper queue is allowed */
 #define TESSERA_HEARTBEAT_STALE_NS 1000000000ull
 
 /* ---- usage region ---- */

@@ -16,7 +16,8 @@
 
 #define MAX_ORDINALS 64
 #define COMPUTE_DEPTH 2               /* bursts of one thread in flight at most */
-#define RING (COMPUTE_DEPTH + 1)      /* + the open one */
+#define SOLO_DEPTH 8                  /* ... while no other tenant is active on the GPU */
+#define RING (SOLO_DEPTH + 1)         /* + the open one */
 #define BURST_GPU_NS 500000ull        /* aim: ~0.5 ms of GPU work per burst */
 #define BURST_WALL_NS 1000000ull      /* close a burst after 1 ms of wall time */
 #define MAX_BURST_LAUNCHES 4096u
@@ -272,7 +273,11 @@ void compute_admit_slow(CUstream s, bool per_thread)
         if (t.count == before)
             break;
     }
-    while (t.count >= COMPUTE_DEPTH)
+    const tessera_device_limit *l = &g_limits->devices[t.idx];
+    uint32_t depth = atomic_load_explicit(&l->compute_grant, memory_order_relaxed) & TESSERA_GRANT_SOLO
+                         ? SOLO_DEPTH
+                         : COMPUTE_DEPTH;
+    while (t.count >= depth)
         account_oldest(true);
     tessera_device_compute *c = &g_region->compute[t.idx];
     pace(c, now);
