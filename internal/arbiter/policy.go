@@ -53,6 +53,9 @@ type tenantState struct {
 	tokens    float64 // seconds of GPU time a capped tenant may still use
 	active    bool
 	lastFresh time.Time
+	// Decaying sums of what its hooks measured and of wall time: a container
+	// is never billed for more of the GPU than time passed.
+	winMeasured, winWall float64
 }
 
 // Scheduler is the policy of one GPU: an exclusive turn (the GPU's time
@@ -96,7 +99,11 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 		st.lastBusy = t.BusyNs
 		wasActive := st.active
 		st.active = measured > 0 || s.demanding(t, mono)
-		used := measured * factor
+		held := 0.0 // wall time it could have used the GPU: its turns, or nobody's
+		if s.holder == t.Key || s.holder == "" {
+			held = dt
+		}
+		used := st.clamp(measured, held) * factor
 		if st.active {
 			st.lastFresh = now
 			if t.Priority >= 0 && t.Priority < len(s.lastPrio) {
@@ -179,6 +186,21 @@ func (s *Scheduler) overlapFactor(ts []Tenant, dt float64) float64 {
 		return 1
 	}
 	return s.winWall / s.winMeasured
+}
+
+// clamp bills a container at most the wall time it held the GPU (over the
+// last ~100 ms of its turns; the tail of work still running just after a turn
+// falls inside that window): its processes' events overlap when several run
+// at once (fork/exec'd children, one context each, time-sliced among
+// themselves), and their sum would bill the container several times over.
+func (st *tenantState) clamp(measured, held float64) float64 {
+	decay := math.Exp(-held / 0.1)
+	st.winMeasured = st.winMeasured*decay + measured
+	st.winWall = st.winWall*decay + held
+	if st.winMeasured <= st.winWall || st.winMeasured == 0 {
+		return measured
+	}
+	return measured * st.winWall / st.winMeasured
 }
 
 // demanding: the tenant's hook launched or waited to within IdleAfter. A hook
