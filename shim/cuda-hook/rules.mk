@@ -62,6 +62,8 @@ $(HOOK_BUILD)/libempty.so: $(HOOK_DIR)/bench/empty.c
 
 bench-hook: hook fakegpu $(HOOK_BUILD)/bench_hook $(HOOK_BUILD)/libempty.so
 	@LD_LIBRARY_PATH=$(LIB)/fakegpu $(HOOK_BUILD)/bench_hook $(HOOK_LIB) $(HOOK_BUILD)/libempty.so
+	@LD_LIBRARY_PATH=$(LIB)/fakegpu $(HOOK_BUILD)/bench_hook $(HOOK_LIB) $(HOOK_BUILD)/libempty.so shared
+	@TESSERA_LIB_DIR=$(LIB) TESSERA_BENCH=1 $(GO) test -count=1 -v -timeout 30m ./$(HOOK_DIR)/computetest/ | grep '^BENCH'
 
 demo-hook: hook fakegpu $(HOOK_BUILD)/cudash
 	@$(GO) run ./$(HOOK_DIR)/demo -lib $(LIB) -cudash $(HOOK_BUILD)/cudash
