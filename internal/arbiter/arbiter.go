@@ -40,6 +40,13 @@ type tenantFiles struct {
 	bad    bool // logged once
 }
 
+func (a *Arbiter) log() *slog.Logger {
+	if a.Log == nil {
+		return slog.Default()
+	}
+	return a.Log
+}
+
 // Monotonic is CLOCK_MONOTONIC in nanoseconds, the hooks' clock.
 func Monotonic() uint64 {
 	var ts unix.Timespec
@@ -110,7 +117,7 @@ func (a *Arbiter) Step(now time.Time, mono uint64) {
 		})
 		if err != nil {
 			// A file truncated under us: drop it, the next scan retries.
-			a.Log.Warn("compute arbiter: allocation unreadable", "key", key, "err", err)
+			a.log().Warn("compute arbiter: allocation unreadable", "key", key, "err", err)
 			f.close()
 			delete(a.files, key)
 			continue
@@ -154,7 +161,7 @@ func (a *Arbiter) Step(now time.Time, mono uint64) {
 func (a *Arbiter) scan() {
 	entries, err := statedir.List(a.StateDir)
 	if err != nil {
-		a.Log.Warn("compute arbiter: state directory unreadable", "err", err)
+		a.log().Warn("compute arbiter: state directory unreadable", "err", err)
 		return
 	}
 	present := map[string]bool{}

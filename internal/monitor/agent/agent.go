@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/arbiter"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/health"
 	"github.com/tessera-gpu/tessera/internal/hostproc"
 	"github.com/tessera-gpu/tessera/internal/monitor/accounting"
@@ -40,6 +41,9 @@ type Agent struct {
 	Reaper   *reaper.Reaper
 	// Enforcer is the out-of-band check (nil without NVML).
 	Enforcer *enforce.Enforcer
+	// Arbiter hands out compute time between gpu-core tenants (nil when
+	// disabled).
+	Arbiter *arbiter.Arbiter
 }
 
 // New builds an agent from a validated configuration.
@@ -63,6 +67,11 @@ func New(cfg *configv1.MonitorConfig, log *slog.Logger, source identity.Source, 
 			OnKill:   func(hostproc.Process) { counters.Kills.Inc() },
 			OnSpare:  func(_ hostproc.Process, reason string) { counters.Spared.WithLabelValues(reason).Inc() },
 		}
+	}
+	if ac := cfg.Arbiter; ac.Enabled {
+		a.Arbiter = &arbiter.Arbiter{StateDir: cfg.StateDir, Tick: ac.Tick.Duration, Rescan: 200 * time.Millisecond, Log: log,
+			Policy: arbiter.Policy{Quantum: ac.Quantum.Duration, IdleAfter: ac.IdleAfter.Duration,
+				PriorityHold: ac.PriorityHold.Duration, PriorityFloor: float64(ac.PriorityFloorPercent) / 100}}
 	}
 	c := &metrics.Collector{Node: cfg.NodeName, Reader: a.Reader, Owner: a.Identity.Owner, Processes: a.Reaper.Owners}
 	if node != nil {
@@ -119,6 +128,9 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 		})
 	})
 	loops.Go(func() { a.Reaper.Run(ctx, a.Config.ReapInterval.Duration) })
+	if a.Arbiter != nil {
+		loops.Go(func() { a.Arbiter.Run(ctx) })
+	}
 	if a.Enforcer != nil {
 		loops.Go(func() { a.Enforcer.Run(ctx, a.Config.Enforcement.Interval.Duration) })
 	}
