@@ -283,10 +283,11 @@ void compute_admit_slow(CUstream s, bool per_thread)
             break;
     }
     const tessera_device_limit *l = &g_limits->devices[t.idx];
-    /* In flight: about 2 ms of work beside others (one burst when a burst is
-     * that long already: kernels of milliseconds), deeper while alone. */
+    /* In flight: 2 bursts beside others (one when a burst is 4 ms or more:
+     * long kernels, whose tail would run into the next holder's turn),
+     * deeper while alone. */
     uint32_t depth = atomic_load_explicit(&l->compute_grant, memory_order_relaxed) & TESSERA_GRANT_SOLO ? SOLO_DEPTH
-                     : (uint64_t)t.peak_launch_ns * t.target >= 2 * BURST_GPU_NS                      ? 1
+                     : (uint64_t)t.peak_launch_ns * t.target >= 8 * BURST_GPU_NS                      ? 1
                                                                                                       : COMPUTE_DEPTH;
     while (t.count >= depth)
         account_oldest(true);
