@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"sync/atomic"
@@ -90,7 +89,8 @@ type rawSnap struct {
 	Cur      int32
 	SliceEnd uint64
 	BusyNs   uint64
-	Reserved [3]uint64
+	NCtx     uint64
+	Reserved [2]uint64
 	Ctx      [MaxSlots]rawSnapCtx
 }
 
@@ -126,7 +126,9 @@ type State struct {
 	Processes []Process
 }
 
-// ReadState parses the state file at path (FAKEGPU_STATE of the processes).
+// ReadState parses the state file at path (FAKEGPU_STATE of the processes). It
+// reads only what is in use (the claimed slots, each device's committed
+// timeline up to its last context): tests sample it every few milliseconds.
 func ReadState(path string) (*State, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -140,11 +142,15 @@ func ReadState(path string) (*State, error) {
 	if fi.Size() != StateSize {
 		return nil, fmt.Errorf("fakegpu state %s: size %d, want %d", path, fi.Size(), StateSize)
 	}
-	var raw rawState
-	if err := binary.Read(io.NewSectionReader(f, 0, schedOffset), binary.LittleEndian, &raw); err != nil {
+	b := make([]byte, schedOffset)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return nil, fmt.Errorf("read fakegpu state %s: %w", path, err)
+	}
+	var h rawHeader
+	var devs [MaxDevices]rawDevice
+	if err := binary.Read(bytes.NewReader(b), binary.LittleEndian, &h); err != nil {
 		return nil, fmt.Errorf("decode fakegpu state %s: %w", path, err)
 	}
-	h := raw.Header
 	if h.Magic != StateMagic || h.Version != StateVersion || h.SlotSize != SlotSize || h.MaxSlots != MaxSlots {
 		return nil, fmt.Errorf("fakegpu state %s: magic %#x version %d slot size %d: not a version %d state file",
 			path, h.Magic, h.Version, h.SlotSize, StateVersion)
@@ -152,26 +158,29 @@ func ReadState(path string) (*State, error) {
 	if h.DeviceCount > MaxDevices {
 		return nil, fmt.Errorf("fakegpu state %s: device count %d > %d", path, h.DeviceCount, MaxDevices)
 	}
+	if err := binary.Read(bytes.NewReader(b[HeaderSize:]), binary.LittleEndian, &devs); err != nil {
+		return nil, fmt.Errorf("decode fakegpu state %s: %w", path, err)
+	}
 	st := &State{SliceNs: h.SliceNs}
-	snaps := make([]rawSnap, h.DeviceCount)
+	snaps := make([]snapView, h.DeviceCount)
 	for d := 0; d < int(h.DeviceCount); d++ {
-		r := raw.Devices[d]
+		r := devs[d]
 		if err := readSnap(f, d, &snaps[d]); err != nil {
 			return nil, fmt.Errorf("fakegpu state %s: device %d timeline: %w", path, d, err)
 		}
 		st.Devices = append(st.Devices, Device{MemBytes: r.MemBytes, BusyTotalNs: r.BusyTotalNs,
-			SchedNs: snaps[d].SimNs, RunNs: snaps[d].BusyNs})
+			SchedNs: snaps[d].simNs, RunNs: snaps[d].busyNs})
 	}
+	n := int(h.DeviceCount)
 	for i := 0; i < int(h.SlotHWM) && i < MaxSlots; i++ {
-		s := raw.Slots[i]
+		s := decodeSlot(b[HeaderSize+MaxDevices*DeviceRecSize+i*SlotSize:])
 		if s.Owner == 0 {
 			continue
 		}
-		n := int(h.DeviceCount)
 		run := make([]uint64, n)
 		for d := range run {
-			if c := snaps[d].Ctx[i]; c.Tag == s.Owner {
-				run[d] = c.BusyNs
+			if i < len(snaps[d].ctx) && snaps[d].ctx[i].Tag == s.Owner {
+				run[d] = snaps[d].ctx[i].BusyNs
 			}
 		}
 		st.Processes = append(st.Processes, Process{
@@ -189,32 +198,74 @@ func ReadState(path string) (*State, error) {
 	return st, nil
 }
 
+var le = binary.LittleEndian
+
+// decodeSlot decodes one rawSlot from b (SlotSize bytes) field by field:
+// reflection-based decoding of every slot was most of a ReadState.
+func decodeSlot(b []byte) rawSlot {
+	var s rawSlot
+	used, busy, ctxs := unsafe.Offsetof(s.Used), unsafe.Offsetof(s.BusyNs), unsafe.Offsetof(s.Contexts)
+	s.Owner, s.ClaimedNs = le.Uint64(b), le.Uint64(b[unsafe.Offsetof(s.ClaimedNs):])
+	for d := uintptr(0); d < MaxDevices; d++ {
+		s.Used[d] = le.Uint64(b[used+8*d:])
+		s.BusyNs[d] = le.Uint64(b[busy+8*d:])
+		s.Contexts[d] = le.Uint32(b[ctxs+4*d:])
+	}
+	return s
+}
+
+// snapView is the part of a committed snapshot ReadState reports.
+type snapView struct {
+	simNs, busyNs uint64
+	ctx           []rawSnapCtx // records [0, nctx)
+}
+
 // readSnap decodes the snapshot device dev's sched word names (none yet: the
 // empty timeline). The file changes while we read: a copy whose generation is
-// not the word's was being rewritten, and the word is read again.
-func readSnap(f *os.File, dev int, out *rawSnap) error {
+// not the word's, or read while the word moved, is read again.
+func readSnap(f *os.File, dev int, out *snapView) error {
+	wordAt := int64(HeaderSize + dev*DeviceRecSize + int(unsafe.Offsetof(rawDevice{}.Sched)))
 	var w [8]byte
+	buf := make([]byte, SnapSize)
 	for tries := 0; tries < 1000; tries++ {
-		if _, err := f.ReadAt(w[:], int64(HeaderSize+dev*DeviceRecSize+40)); err != nil {
+		if _, err := f.ReadAt(w[:], wordAt); err != nil {
 			return err
 		}
-		word := binary.LittleEndian.Uint64(w[:])
+		word := le.Uint64(w[:])
 		if word&0xffff == 0 {
-			*out = rawSnap{Cur: -1}
+			*out = snapView{}
 			return nil
 		}
 		b := int64(word&0xffff) - 1
+		if b/SnapBufs >= MaxSlots {
+			return fmt.Errorf("sched word %#x names no buffer", word)
+		}
 		off := schedOffset + (b/SnapBufs)*SchedSlotSize + 64 + RingEntries*RingEntrySize + (b%SnapBufs)*SnapSize
-		if err := binary.Read(io.NewSectionReader(f, off, SnapSize), binary.LittleEndian, out); err != nil {
+		if _, err := f.ReadAt(buf[:64], off); err != nil {
+			return err
+		}
+		nctx := le.Uint64(buf[unsafe.Offsetof(rawSnap{}.NCtx):])
+		if nctx > MaxSlots {
+			nctx = MaxSlots
+		}
+		if _, err := f.ReadAt(buf[64:64+nctx*SnapCtxSize], off+64); err != nil {
 			return err
 		}
 		var again [8]byte
-		if _, err := f.ReadAt(again[:], int64(HeaderSize+dev*DeviceRecSize+40)); err != nil {
+		if _, err := f.ReadAt(again[:], wordAt); err != nil {
 			return err
 		}
-		if out.Gen == word>>16 && binary.LittleEndian.Uint64(again[:]) == word {
-			return nil
+		if le.Uint64(buf) != word>>16 || le.Uint64(again[:]) != word {
+			continue
 		}
+		out.simNs = le.Uint64(buf[unsafe.Offsetof(rawSnap{}.SimNs):])
+		out.busyNs = le.Uint64(buf[unsafe.Offsetof(rawSnap{}.BusyNs):])
+		out.ctx = make([]rawSnapCtx, nctx)
+		for i := range out.ctx {
+			c := buf[64+i*SnapCtxSize:]
+			out.ctx[i] = rawSnapCtx{Tag: le.Uint64(c), DonePos: le.Uint64(c[8:]), BusyNs: le.Uint64(c[16:]), Next: le.Uint64(c[24:])}
+		}
+		return nil
 	}
 	return fmt.Errorf("timeline snapshot kept changing while read")
 }

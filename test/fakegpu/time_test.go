@@ -3,6 +3,7 @@ package fakegpu_test
 import (
 	"fmt"
 	"math"
+	"math/rand"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,18 +56,54 @@ func readState(t *testing.T, n *node) *fakegpu.State {
 
 const sharePP = 0.05 // ±5 percentage points: tenants on this shared 2-core machine miss wake-ups
 
+// tenantArgs: a saturating tenant with kernels of us µs and about 50 ms of its
+// own work queued (up to 256 kernels): deep enough to ride out this machine's
+// scheduling hiccups, which would otherwise leave the device idle.
+func tenantArgs(ms, us int, api string) []string {
+	return tenantArgsQueued(ms, us, 50, api)
+}
+
+// deepTenant: 5 ms kernels and ~250 ms queued, for tests that expect one tenant
+// to keep the device ~100 % busy through whatever stalls the machine has.
+func deepTenant(ms int) []string {
+	return tenantArgsQueued(ms, 5000, 250, "launch")
+}
+
+func tenantArgsQueued(ms, us, queueMs int, api string) []string {
+	depth := queueMs * 1000 / us
+	if depth < 4 {
+		depth = 4
+	}
+	if depth > 256 {
+		depth = 256
+	}
+	return []string{"saturate", strconv.Itoa(ms), strconv.Itoa(us), strconv.Itoa(depth), api}
+}
+
 // Two processes that saturate one device with no hook split it evenly, whatever
-// API they launch through.
+// API they launch through and whatever their kernel sizes: slices are time.
 func TestTimeTwoTenantsSplitEvenly(t *testing.T) {
-	for _, apis := range [][2]string{{"launch", "launch"}, {"graph", "ex"}, {"capture", "coop"}, {"ptsz", "launch"}} {
-		t.Run(apis[0]+"-"+apis[1], func(t *testing.T) {
+	cases := []struct {
+		apis [2]string
+		us   [2]int
+	}{
+		{[2]string{"launch", "launch"}, [2]int{1000, 1000}},
+		{[2]string{"graph", "ex"}, [2]int{1000, 1000}},
+		{[2]string{"capture", "coop"}, [2]int{1000, 1000}},
+		{[2]string{"ptsz", "launch"}, [2]int{1000, 1000}},
+		{[2]string{"launch", "launch"}, [2]int{50, 10000}},
+		{[2]string{"ex", "graph"}, [2]int{200, 3000}},
+	}
+	for _, c := range cases {
+		apis := c.apis
+		t.Run(fmt.Sprintf("%s%d-%s%d", apis[0], c.us[0], apis[1], c.us[1]), func(t *testing.T) {
 			n := newNode(t)
-			a := n.start("saturate", "3000", "1000", "64", apis[0])
-			b := n.start("saturate", "3000", "1000", "64", apis[1])
+			a := n.start(tenantArgs(3000, c.us[0], apis[0])...)
+			b := n.start(tenantArgs(3000, c.us[1], apis[1])...)
 			time.Sleep(200 * time.Millisecond)
 			shares, busy, dt := shareWindow(t, n, time.Second, a.pid(), b.pid())
-			t.Logf("%s/%s over %v: %.1f%% / %.1f%%, device busy %.1f%%", apis[0], apis[1], dt,
-				100*shares[a.pid()], 100*shares[b.pid()], 100*busy)
+			t.Logf("%s %d µs / %s %d µs over %v: %.2f%% / %.2f%%, device busy %.2f%%", apis[0], c.us[0], apis[1],
+				c.us[1], dt, 100*shares[a.pid()], 100*shares[b.pid()], 100*busy)
 			for _, p := range []*proc{a, b} {
 				if math.Abs(shares[p.pid()]-0.5) > sharePP {
 					t.Errorf("tenant %d got %.1f%% of the device, want 50 ± %.0f", p.pid(), 100*shares[p.pid()], 100*sharePP)
@@ -79,10 +116,29 @@ func TestTimeTwoTenantsSplitEvenly(t *testing.T) {
 	}
 }
 
+// Over 100 ms windows the split stays within a slice or two of even: the
+// windows' edges cut at most a slice each.
+func TestTimeShares100msWindows(t *testing.T) {
+	n := newNode(t)
+	a := n.start(tenantArgs(3000, 1000, "launch")...)
+	b := n.start(tenantArgs(3000, 300, "launch")...)
+	time.Sleep(200 * time.Millisecond)
+	worst := 0.0
+	for i := 0; i < 10; i++ {
+		shares, _, _ := shareWindow(t, n, 100*time.Millisecond, a.pid(), b.pid())
+		worst = math.Max(worst, math.Abs(shares[a.pid()]-0.5))
+		worst = math.Max(worst, math.Abs(shares[b.pid()]-0.5))
+	}
+	t.Logf("worst deviation from 50%% over ten 100 ms windows: %.2f pp", 100*worst)
+	if worst > sharePP {
+		t.Errorf("a 100 ms window deviated %.1f pp from an even split", 100*worst)
+	}
+}
+
 // One process alone gets the whole device.
 func TestTimeAloneGetsAll(t *testing.T) {
 	n := newNode(t)
-	a := n.start("saturate", "2000", "1000", "64", "launch")
+	a := n.start(deepTenant(2000)...)
 	time.Sleep(200 * time.Millisecond)
 	shares, busy, dt := shareWindow(t, n, time.Second, a.pid())
 	t.Logf("alone over %v: %.2f%%", dt, 100*shares[a.pid()])
@@ -97,7 +153,7 @@ func TestTimeThreeTenants(t *testing.T) {
 	var ps []*proc
 	var pids []int
 	for i := 0; i < 3; i++ {
-		p := n.start("saturate", "3000", "1000", "64", "launch")
+		p := n.start(tenantArgs(3000, 1000, "launch")...)
 		ps = append(ps, p)
 		pids = append(pids, p.pid())
 	}
@@ -171,8 +227,8 @@ func TestTimeNVMLUtilisation(t *testing.T) {
 	n := newNode(t)
 	lib := openNVML(t, n)
 	d0 := handle(t, lib, 0)
-	a := n.start("saturate", "3000", "1000", "64", "launch")
-	b := n.start("saturate", "3000", "1000", "64", "launch")
+	a := n.start(tenantArgs(3000, 1000, "launch")...)
+	b := n.start(tenantArgs(3000, 1000, "launch")...)
 	time.Sleep(200 * time.Millisecond)
 	if _, ret := d0.GetUtilizationRates(); ret != nvml.SUCCESS {
 		t.Fatal(ret)
@@ -205,7 +261,7 @@ func TestTimeNVMLUtilisation(t *testing.T) {
 func TestTimeSIGKILLFreesDevice(t *testing.T) {
 	n := newNode(t)
 	a := n.start("queue", "200", "10000") // 2 s of work
-	b := n.start("saturate", "3000", "1000", "64", "launch")
+	b := n.start(deepTenant(3000)...)
 	time.Sleep(100 * time.Millisecond)
 	shares, _, _ := shareWindow(t, n, 300*time.Millisecond, a.pid(), b.pid())
 	if math.Abs(shares[a.pid()]-0.5) > sharePP {
@@ -223,7 +279,7 @@ func TestTimeSIGKILLFreesDevice(t *testing.T) {
 // consuming and the other tenant gets the device.
 func TestTimeSIGSTOPQueuedWorkCompletes(t *testing.T) {
 	n := newNode(t)
-	b := n.start("saturate", "4000", "1000", "64", "launch")
+	b := n.start(deepTenant(4000)...)
 	a := n.start("queue", "30", "10000") // 300 ms queued
 	if err := syscall.Kill(a.pid(), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -254,10 +310,54 @@ func TestTimeSIGSTOPQueuedWorkCompletes(t *testing.T) {
 	a.expect(t, "done")
 }
 
+// Processes SIGKILLed or SIGSTOPped at random instants while they replay and
+// commit the timeline (no lock is held anywhere) never wedge the device: the
+// survivor keeps it all.
+func TestTimeKilledAndStoppedCommittersNeverWedge(t *testing.T) {
+	n := newNode(t)
+	b := n.start(deepTenant(10000)...)
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	var stopped []*proc
+	for round := 0; round < 24; round++ {
+		c := n.start("churn")
+		time.Sleep(time.Duration(2+rng.Intn(20)) * time.Millisecond)
+		if round%4 == 3 {
+			if err := syscall.Kill(c.pid(), syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			stopped = append(stopped, c)
+			continue
+		}
+		c.kill()
+	}
+	time.Sleep(50 * time.Millisecond)
+	pids := []int{b.pid()}
+	for _, c := range stopped {
+		pids = append(pids, c.pid())
+	}
+	shares, busy, dt := shareWindow(t, n, 300*time.Millisecond, pids...)
+	t.Logf("after 18 SIGKILLs and 6 SIGSTOPs of committing processes, over %v: survivor %.2f%% (device %.2f%%): %v",
+		dt, 100*shares[b.pid()], 100*busy, shares)
+	if shares[b.pid()] < 0.95 {
+		t.Errorf("survivor got %.1f%% with %d stopped processes and the rest killed", 100*shares[b.pid()], len(stopped))
+	}
+	for _, c := range stopped {
+		_ = syscall.Kill(c.pid(), syscall.SIGCONT)
+	}
+	// The stopped ones resume and share the device again (they were not dropped).
+	time.Sleep(100 * time.Millisecond)
+	st := readState(t, n)
+	for _, c := range stopped {
+		if _, ok := st.Process(c.pid()); !ok {
+			t.Errorf("resumed process %d lost its slot", c.pid())
+		}
+	}
+}
+
 // A fork child is its own context: parent and child split the device.
 func TestTimeForkChildIsOwnContext(t *testing.T) {
 	n := newNode(t)
-	p := n.start("forksat", "3000", "1000", "64")
+	p := n.start("forksat", "3000", "1000", "50")
 	var child int
 	for _, l := range p.prelude {
 		fmt.Sscanf(l, "child %d", &child)

@@ -6,8 +6,33 @@
  * before a point. Streams, contexts and events remember the position their work
  * ends at; "done" means the device's timeline has run the queue that far. */
 #include <string.h>
+#include <sys/prctl.h>
 
 #include "cu_internal.h"
+
+/* Longest sleep between looks at the timeline: a context whose process dies
+ * frees its share at once, which can only make a projected completion earlier. */
+#define FG_WAIT_MAX_NS 2000000ull
+/* A look that finds the work not done although its projection has passed (a
+ * launch arrived in between) looks again this much later. */
+#define FG_WAIT_RETRY_NS 50000ull
+
+/* Sleeps until ctx's queue on dev reaches pos if nothing else arrives, at most
+ * FG_WAIT_MAX_NS (so a projection never covers more). The first wait of each
+ * thread drops its timer slack to 1 ns (Linux adds 50 µs to every sleep by
+ * default), so that a synchronisation returns close to the simulated instant;
+ * the setting stays with the thread. */
+static void sleep_toward(int dev, uint64_t pos)
+{
+    static __thread int slack_set;
+    if (!slack_set) {
+        prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+        slack_set = 1;
+    }
+    uint64_t now = fg_now_ns();
+    uint64_t t = fg_sched_projected(fg.st, dev, fg.slot_index, pos, now + FG_WAIT_MAX_NS);
+    fg_wait_until(t <= now ? now + FG_WAIT_RETRY_NS : t);
+}
 
 static struct fg_sched_slot *my_ring(void)
 {
@@ -16,6 +41,7 @@ static struct fg_sched_slot *my_ring(void)
 
 void fg_time_reset(void)
 {
+    fg_sched_fork_child();
     pthread_mutex_init(&fg.tmu, NULL);
     memset(fg.queued_pos, 0, sizeof fg.queued_pos);
     fg.devs_used = 0;
@@ -95,8 +121,7 @@ static void wait_for_room(void)
         int dev = (int)x->dev;
         uint64_t pos = x->end_pos;
         pthread_mutex_unlock(&fg.tmu);
-        uint64_t t = fg_sched_projected(fg.st, dev, fg.slot_index, pos), now = fg_now_ns();
-        fg_wait_until(t == UINT64_MAX || t <= now ? now + 100000 : t);
+        sleep_toward(dev, pos);
         pthread_mutex_lock(&fg.tmu);
     }
 }
@@ -128,7 +153,7 @@ CUresult fg_submit(struct fg_stream *s, uint64_t ns)
 
 static int pos_done(int dev, uint64_t pos)
 {
-    return pos == 0 || fg_sched_done(fg.st, dev, fg.slot_index, fg.slot_index, fg_now_ns()) >= pos;
+    return pos == 0 || fg_sched_reached(fg.st, dev, fg.slot_index, fg.slot_index, pos, fg_now_ns());
 }
 
 int fg_mark_done(int dev, const struct fg_mark *m)
@@ -137,15 +162,13 @@ int fg_mark_done(int dev, const struct fg_mark *m)
 }
 
 /* Sleeps until the instant the timeline says pos completes if nothing else
- * arrives; looks again (something may have), until it has. Each look replays
- * from the committed snapshot, so being descheduled delays the wake-up, never
- * the simulated completion. */
+ * arrives (at most FG_WAIT_MAX_NS); looks again (something may have arrived, or
+ * died), until it has. Each look replays from the committed snapshot, so being
+ * descheduled delays the wake-up, never the simulated completion. */
 static void pos_wait(int dev, uint64_t pos)
 {
-    while (!pos_done(dev, pos)) {
-        uint64_t t = fg_sched_projected(fg.st, dev, fg.slot_index, pos), now = fg_now_ns();
-        fg_wait_until(t == UINT64_MAX || t <= now ? now + 100000 : t);
-    }
+    while (!pos_done(dev, pos))
+        sleep_toward(dev, pos);
 }
 
 void fg_mark_wait(int dev, const struct fg_mark *m)

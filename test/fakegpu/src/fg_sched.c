@@ -2,6 +2,7 @@
  * (the model is described in fg_sched.h and docs/fakegpu.md). */
 #include "fg_sched.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "fg_state.h"
@@ -11,6 +12,18 @@ static struct fg_sched_snap *snap_buf(struct fg_state *st, uint32_t b)
     return &st->sched[(b - 1) / FG_SNAP_BUFS].snap[(b - 1) % FG_SNAP_BUFS];
 }
 
+/* Empty records for the contexts (slots) that appeared since s was written. */
+static void cover_slots(struct fg_state *st, struct fg_sched_snap *s)
+{
+    uint64_t n = atomic_load(&st->hdr.slot_hwm);
+    if (n > FG_SCHED_SLOTS)
+        n = FG_SCHED_SLOTS;
+    if (s->nctx < n)
+        memset(&s->ctx[s->nctx], 0, (n - s->nctx) * sizeof s->ctx[0]);
+    if (s->nctx < n)
+        s->nctx = n;
+}
+
 uint64_t fg_sched_load(struct fg_state *st, int dev, struct fg_sched_snap *out)
 {
     _Atomic uint64_t *word = &st->dev[dev].sched;
@@ -18,18 +31,48 @@ uint64_t fg_sched_load(struct fg_state *st, int dev, struct fg_sched_snap *out)
         uint64_t w = atomic_load_explicit(word, memory_order_acquire);
         uint32_t b = FG_SCHED_BUF(w);
         if (b == 0) {
-            memset(out, 0, sizeof *out);
+            memset(out, 0, offsetof(struct fg_sched_snap, ctx));
             out->dev = dev;
             out->cur = FG_NO_CTX;
+            cover_slots(st, out);
             return w;
         }
-        memcpy(out, snap_buf(st, b), sizeof *out);
+        /* Only the contexts that exist: a copy is most of a query's cost. */
+        const struct fg_sched_snap *src = snap_buf(st, b);
+        memcpy(out, src, offsetof(struct fg_sched_snap, ctx));
+        if (out->nctx > FG_SCHED_SLOTS)
+            out->nctx = FG_SCHED_SLOTS; /* torn copy: the check below rejects it */
+        memcpy(out->ctx, src->ctx, out->nctx * sizeof out->ctx[0]);
         atomic_thread_fence(memory_order_acquire);
         /* The buffer is rewritten only after the word has moved on: an unchanged
          * word (its generation never repeats) means the copy is whole. */
-        if (atomic_load_explicit(word, memory_order_relaxed) == w && out->gen == FG_SCHED_GEN(w))
+        if (atomic_load_explicit(word, memory_order_relaxed) == w && out->gen == FG_SCHED_GEN(w)) {
+            cover_slots(st, out);
             return w;
+        }
     }
+}
+
+/* Whether a slot's owner lives, asked at most every FG_LIVE_NS per slot: a query
+ * is a few syscalls, and replays run on every synchronisation and query. A death
+ * is therefore noticed within FG_LIVE_NS (plus the caller's own delay). Racy
+ * updates only make a check happen again. */
+#define FG_LIVE_NS 1000000ull
+static struct {
+    _Atomic uint64_t owner;
+    _Atomic uint64_t stamp; /* check time | alive in bit 0 */
+} live_cache[FG_SCHED_SLOTS];
+
+static int owner_alive_cached(int c, uint64_t owner)
+{
+    uint64_t now = fg_now_ns();
+    uint64_t stamp = atomic_load_explicit(&live_cache[c].stamp, memory_order_relaxed);
+    if (atomic_load_explicit(&live_cache[c].owner, memory_order_relaxed) == owner && now - stamp < FG_LIVE_NS)
+        return (int)(stamp & 1);
+    int alive = fg_owner_alive(owner);
+    atomic_store_explicit(&live_cache[c].owner, owner, memory_order_relaxed);
+    atomic_store_explicit(&live_cache[c].stamp, (now & ~1ull) | (uint64_t)alive, memory_order_relaxed);
+    return alive;
 }
 
 /* One replay: the snapshot being advanced and what it may see. */
@@ -97,7 +140,7 @@ static void prepare(struct replay *r)
                 r->s->cur = FG_NO_CTX;
         }
         r->head[c] = owner ? atomic_load_explicit(&st->sched[c].head, memory_order_acquire) : 0;
-        if (owner && next_entry(r, (int)c) && !fg_owner_alive(owner))
+        if (owner && next_entry(r, (int)c) && !owner_alive_cached((int)c, owner))
             drop(r, (int)c);
     }
 }
@@ -136,9 +179,8 @@ uint64_t fg_sched_advance(struct fg_state *st, struct fg_sched_snap *s, uint64_t
     r.s = s;
     r.start = s->sim_ns;
     r.slice = st->hdr.slice_ns ? st->hdr.slice_ns : FG_SLICE_NS_DEFAULT;
-    r.n = atomic_load(&st->hdr.slot_hwm);
-    if (r.n > FG_SCHED_SLOTS)
-        r.n = FG_SCHED_SLOTS;
+    cover_slots(st, s);
+    r.n = (uint32_t)s->nctx;
     r.record = record;
     prepare(&r);
     if (stop_ctx >= 0 && s->ctx[stop_ctx].done_pos >= stop_pos)
@@ -192,7 +234,31 @@ uint64_t fg_sched_advance(struct fg_state *st, struct fg_sched_snap *s, uint64_t
     return 0;
 }
 
+/* One commit at a time per process: two threads could otherwise pick the same
+ * free buffer. A flag, not a mutex, so a fork child (fg_sched_fork_child) never
+ * inherits it held. */
+static _Atomic int committing;
+
+void fg_sched_fork_child(void)
+{
+    atomic_store(&committing, 0);
+    for (int c = 0; c < FG_SCHED_SLOTS; c++)
+        atomic_store(&live_cache[c].owner, 0);
+}
+
+static int commit_locked(struct fg_state *st, int slot, uint64_t seen, struct fg_sched_snap *s);
+
 int fg_sched_commit(struct fg_state *st, int slot, uint64_t seen, struct fg_sched_snap *s)
+{
+    int idle = 0;
+    if (!atomic_compare_exchange_strong(&committing, &idle, 1))
+        return -1;
+    int r = commit_locked(st, slot, seen, s);
+    atomic_store(&committing, 0);
+    return r;
+}
+
+static int commit_locked(struct fg_state *st, int slot, uint64_t seen, struct fg_sched_snap *s)
 {
     /* A buffer of ours that no device's word names: nobody can make it current
      * but us (the caller serialises our commits), so it is ours to rewrite. */
@@ -209,7 +275,7 @@ int fg_sched_commit(struct fg_state *st, int slot, uint64_t seen, struct fg_sche
         return -1;
     uint64_t gen = FG_SCHED_GEN(seen) + 1;
     s->gen = gen;
-    memcpy(&st->sched[slot].snap[k], s, sizeof *s);
+    memcpy(&st->sched[slot].snap[k], s, offsetof(struct fg_sched_snap, ctx) + s->nctx * sizeof s->ctx[0]);
     uint64_t w = gen << 16 | (base + (uint32_t)k);
     return atomic_compare_exchange_strong(&st->dev[s->dev].sched, &seen, w) ? 0 : -1;
 }
@@ -225,17 +291,28 @@ void fg_sched_now(struct fg_state *st, int dev, int slot, uint64_t now, struct f
         fg_sched_commit(st, slot, seen, s);
 }
 
-uint64_t fg_sched_done(struct fg_state *st, int dev, int slot, int ctx, uint64_t now)
+int fg_sched_reached(struct fg_state *st, int dev, int slot, int ctx, uint64_t pos, uint64_t now)
 {
     static __thread struct fg_sched_snap s;
-    fg_sched_now(st, dev, slot, now, &s);
-    return s.ctx[ctx].done_pos;
+    for (int tries = 0; tries < 4; tries++) {
+        uint64_t seen = fg_sched_load(st, dev, &s);
+        if (s.sim_ns >= now)
+            return s.ctx[ctx].done_pos >= pos;
+        uint64_t from = s.sim_ns;
+        fg_sched_advance(st, &s, now, FG_NO_CTX, 0, 1);
+        int reached = s.ctx[ctx].done_pos >= pos;
+        if (slot < 0 || (!reached && now - from < FG_COMMIT_NS) || fg_sched_commit(st, slot, seen, &s) == 0)
+            return reached;
+        /* A completion is committed before it is reported (or someone else's
+         * newer snapshot is): the state file then shows it to every reader. */
+    }
+    return s.ctx[ctx].done_pos >= pos;
 }
 
-uint64_t fg_sched_projected(struct fg_state *st, int dev, int ctx, uint64_t pos)
+uint64_t fg_sched_projected(struct fg_state *st, int dev, int ctx, uint64_t pos, uint64_t horizon)
 {
     static __thread struct fg_sched_snap s;
     fg_sched_load(st, dev, &s);
-    uint64_t t = fg_sched_advance(st, &s, UINT64_MAX, ctx, pos, 0);
-    return t ? t : UINT64_MAX;
+    uint64_t t = fg_sched_advance(st, &s, horizon, ctx, pos, 0);
+    return t ? t : horizon;
 }

@@ -68,7 +68,8 @@ struct fg_sched_snap {
     int32_t cur;        /* context holding the device, FG_NO_CTX if idle */
     uint64_t slice_end; /* when cur's slice ends */
     uint64_t busy_ns;   /* device busy time (sum over contexts, ever) */
-    uint64_t reserved[3];
+    uint64_t nctx;      /* ctx[0, nctx) are meaningful (slot_hwm when written) */
+    uint64_t reserved[2];
     struct fg_sched_ctx ctx[FG_SCHED_SLOTS];
 };
 
@@ -105,16 +106,21 @@ uint64_t fg_sched_advance(struct fg_state *st, struct fg_sched_snap *s, uint64_t
  * `slot`'s buffers. 0 on success, -1 if another commit came first. */
 int fg_sched_commit(struct fg_state *st, int slot, uint64_t seen, struct fg_sched_snap *s);
 
+/* In a fork child: forget the parent's in-flight commit and liveness answers. */
+void fg_sched_fork_child(void);
+
 /* The state of dev at `now`: load + advance (+ commit if slot >= 0 and the
  * committed snapshot is older than FG_COMMIT_NS). */
 #define FG_COMMIT_NS 2000000ull
 void fg_sched_now(struct fg_state *st, int dev, int slot, uint64_t now, struct fg_sched_snap *s);
 
-/* Completed queue position of context ctx on dev at `now` (advancing as above). */
-uint64_t fg_sched_done(struct fg_state *st, int dev, int slot, int ctx, uint64_t now);
+/* Whether context ctx on dev has completed queue position pos at `now`
+ * (advancing as above; a completion is committed before it is reported). */
+int fg_sched_reached(struct fg_state *st, int dev, int slot, int ctx, uint64_t pos, uint64_t now);
 
-/* Instant at which ctx's done_pos would reach pos if nothing else arrived
- * (UINT64_MAX if it never would: the context is gone). */
-uint64_t fg_sched_projected(struct fg_state *st, int dev, int ctx, uint64_t pos);
+/* Instant at which ctx's done_pos would reach pos if nothing else arrived, or
+ * `horizon` if not before it (the cost of a projection is bounded by the
+ * simulated time it covers). */
+uint64_t fg_sched_projected(struct fg_state *st, int dev, int ctx, uint64_t pos, uint64_t horizon);
 
 #endif

@@ -62,5 +62,6 @@ int scenario_queue(int argc, char **argv);
 int scenario_probe(int argc, char **argv);
 int scenario_latency(int argc, char **argv);
 int scenario_order(int argc, char **argv);
+int scenario_churn(int argc, char **argv);
 
 #endif

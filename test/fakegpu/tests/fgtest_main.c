@@ -49,7 +49,7 @@ static const struct {
     {"allocloop", scenario_allocloop}, {"busy", scenario_busy},   {"info", scenario_info},
     {"resolve", scenario_resolve}, {"fill", scenario_fill},       {"saturate", scenario_saturate},
     {"forksat", scenario_forksat}, {"queue", scenario_queue},     {"probe", scenario_probe},
-    {"latency", scenario_latency}, {"order", scenario_order},
+    {"latency", scenario_latency}, {"order", scenario_order},     {"churn", scenario_churn},
 };
 
 int main(int argc, char **argv)

@@ -88,9 +88,11 @@ static void launcher_init(struct launcher *l, enum api api, CUstream s, unsigned
         CHECK(cuGraphInstantiateWithFlags(&l->exec, g, 0), CUDA_SUCCESS);
 }
 
-/* saturate <ms> <kernel_us> <depth> <api>: keep depth kernels queued for ms of
- * wall time (an event after each kernel; before the next launch, wait for the
- * one depth kernels back). Says "ready" once the queue is full. */
+/* saturate <ms> <kernel_us> <depth> <api>: keep 7/8 to all of depth kernels
+ * queued for ms of wall time: kernels go in 8 groups of depth/8, an event after
+ * each group; before a group, wait for the event of the group 8 back (one
+ * wake-up per group, so that 50 µs kernels do not need 20k wake-ups a second
+ * on this loaded machine). Says "ready" once the queue is full. */
 int scenario_saturate(int argc, char **argv)
 {
     if (argc < 4)
@@ -98,23 +100,26 @@ int scenario_saturate(int argc, char **argv)
     double ms = atof(argv[0]);
     unsigned long long ns = strtoull(argv[1], NULL, 10) * 1000ull;
     int depth = atoi(argv[2]);
-    if (depth < 1 || depth > 64)
+    if (depth < 1 || depth > 256)
         return 2;
     fgt_setup(0);
     CUstream s;
     CHECK(cuStreamCreate(&s, 1), CUDA_SUCCESS);
     struct launcher l;
     launcher_init(&l, parse_api(argv[3]), s, ns);
-    CUevent ev[64];
-    for (int i = 0; i < depth; i++)
+    enum { GROUPS = 8 };
+    int per = depth / GROUPS > 0 ? depth / GROUPS : 1;
+    CUevent ev[GROUPS];
+    for (int i = 0; i < GROUPS; i++)
         CHECK(cuEventCreate(&ev[i], 0), CUDA_SUCCESS);
     double t0 = fgt_now_ms();
-    for (long i = 0; fgt_now_ms() - t0 < ms; i++) {
-        if (i >= depth)
-            CHECK(cuEventSynchronize(ev[i % depth]), CUDA_SUCCESS);
-        CHECK(launch_once(&l), CUDA_SUCCESS);
-        CHECK(cuEventRecord(ev[i % depth], s), CUDA_SUCCESS);
-        if (i == depth - 1)
+    for (long g = 0; fgt_now_ms() - t0 < ms; g++) {
+        if (g >= GROUPS)
+            CHECK(cuEventSynchronize(ev[g % GROUPS]), CUDA_SUCCESS);
+        for (int k = 0; k < per; k++)
+            CHECK(launch_once(&l), CUDA_SUCCESS);
+        CHECK(cuEventRecord(ev[g % GROUPS], s), CUDA_SUCCESS);
+        if (g == GROUPS - 1)
             printf("ready\n");
     }
     CHECK(cuStreamSynchronize(s), CUDA_SUCCESS);
@@ -142,6 +147,31 @@ int scenario_forksat(int argc, char **argv)
     waitpid(pid, &status, 0);
     EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     return 0;
+}
+
+/* churn: forever, bursts of 10 µs kernels with a query and a synchronisation
+ * each, so that the process spends its time replaying and committing the
+ * device timeline: the test kills and stops it at random instants. */
+int scenario_churn(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    fgt_setup(0);
+    CUfunction f = sleep_kernel();
+    CUstream s;
+    CUevent e;
+    CHECK(cuStreamCreate(&s, 1), CUDA_SUCCESS);
+    CHECK(cuEventCreate(&e, 0), CUDA_SUCCESS);
+    unsigned long long ns = 10000;
+    void *args[] = {&ns};
+    printf("ready\n");
+    for (;;) {
+        for (int i = 0; i < 4; i++)
+            cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL);
+        cuEventRecord(e, s);
+        cuStreamQuery(s);
+        cuEventSynchronize(e);
+    }
 }
 
 /* queue <n> <kernel_us>: launch n kernels at once, say "ready", wait for all,
@@ -248,6 +278,45 @@ static float elapsed(CUevent a, CUevent b)
 
 #define NEAR(x, want, tol) EXPECT((x) >= (want) - (tol) && (x) <= (want) + (tol))
 
+/* Devices are independent timelines; one process's launch ring serves both (600
+ * launches alternating between them: more than the ring holds). */
+static int two_devices(CUfunction f0)
+{
+    CUcontext c0, c1;
+    CHECK(cuCtxGetCurrent(&c0), CUDA_SUCCESS);
+    CHECK(cuDevicePrimaryCtxRetain(&c1, 1), CUDA_SUCCESS);
+    CHECK(cuCtxSetCurrent(c1), CUDA_SUCCESS);
+    CUfunction f1 = sleep_kernel();
+    CUevent a1, b1, a0, b0;
+    CHECK(cuEventCreate(&a1, 0), CUDA_SUCCESS);
+    CHECK(cuEventCreate(&b1, 0), CUDA_SUCCESS);
+    CHECK(cuCtxSetCurrent(c0), CUDA_SUCCESS);
+    CHECK(cuEventCreate(&a0, 0), CUDA_SUCCESS);
+    CHECK(cuEventCreate(&b0, 0), CUDA_SUCCESS);
+    unsigned long long k = 20000; /* 20 µs */
+    void *args[] = {&k};
+    double t0 = fgt_now_ms();
+    for (int i = 0; i < 600; i++) {
+        int dev = i & 1;
+        CHECK(cuCtxSetCurrent(dev ? c1 : c0), CUDA_SUCCESS);
+        if (i < 2)
+            CHECK(cuEventRecord(dev ? a1 : a0, NULL), CUDA_SUCCESS);
+        CHECK(cuLaunchKernel(dev ? f1 : f0, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL), CUDA_SUCCESS);
+    }
+    CHECK(cuEventRecord(b1, NULL), CUDA_SUCCESS);
+    CHECK(cuCtxSetCurrent(c0), CUDA_SUCCESS);
+    CHECK(cuEventRecord(b0, NULL), CUDA_SUCCESS);
+    CHECK(cuEventSynchronize(b0), CUDA_SUCCESS);
+    CHECK(cuEventSynchronize(b1), CUDA_SUCCESS);
+    double wall = fgt_now_ms() - t0;
+    float ms0 = elapsed(a0, b0), ms1 = elapsed(a1, b1);
+    /* 300 × 20 µs on each: 6 ms of GPU time each, side by side. */
+    EXPECT(ms0 >= 6.0f && ms1 >= 6.0f);
+    printf("two devices: %.3f / %.3f ms of GPU time, %.3f ms wall\n", ms0, ms1, wall);
+    CHECK(cuDevicePrimaryCtxRelease_v2(1), CUDA_SUCCESS);
+    return 0;
+}
+
 /* order: one process alone. Kernels of a stream run in launch order; a context's
  * streams share its queue; events measure simulated GPU time exactly; every
  * launch API queues its time; capture and queries behave. */
@@ -351,5 +420,5 @@ int scenario_order(int argc, char **argv)
     EXPECT(elapsed(e[0], e[1]) >= 20.0f);
     for (int i = 0; i < 8; i++)
         CHECK(cuEventDestroy_v2(e[i]), CUDA_SUCCESS);
-    return 0;
+    return two_devices(f);
 }
