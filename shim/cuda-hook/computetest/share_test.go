@@ -108,14 +108,24 @@ func TestShareAccuracy(t *testing.T) {
 	var maxErr, maxErr100 float64
 	for _, c := range cases {
 		t.Run(c.name(), func(t *testing.T) {
-			r := runShareCase(t, c, seconds)
-			t.Logf("shares %v → %.1f (1 s error %.1f pp, 100 ms %.1f pp, device busy %.0f%%)", c.shares, r.got, r.err1s, r.err100ms, 100*r.util)
-			fmt.Printf("BENCH hook.share_error_pp.%s %.2f pp\n", strings.ReplaceAll(c.name(), "/", "."), r.err1s)
-			maxErr, maxErr100 = math.Max(maxErr, r.err1s), math.Max(maxErr100, r.err100ms)
-			// make test asserts loosely: a short run on a loaded 2-core machine.
-			if limit := 6.0; r.err1s > limit {
-				t.Errorf("worst 1 s share error %.1f pp, want ≤ %.0f (target 2)", r.err1s, limit)
+			measure := func() error {
+				r := runShareCase(t, c, seconds)
+				t.Logf("shares %v → %.1f (1 s error %.1f pp, 100 ms %.1f pp, device busy %.0f%%)", c.shares, r.got, r.err1s, r.err100ms, 100*r.util)
+				fmt.Printf("BENCH hook.share_error_pp.%s %.2f pp\n", strings.ReplaceAll(c.name(), "/", "."), r.err1s)
+				maxErr, maxErr100 = math.Max(maxErr, r.err1s), math.Max(maxErr100, r.err100ms)
+				// Asserted loosely: short runs on a loaded 2-core machine.
+				if limit := 6.0; r.err1s > limit {
+					return fmt.Errorf("worst 1 s share error %.1f pp, want ≤ %.0f (target 2)", r.err1s, limit)
+				}
+				return nil
 			}
+			if benchMode() {
+				if err := measure(); err != nil {
+					t.Error(err) // the benchmark reports every case once
+				}
+				return
+			}
+			twice(t, measure)
 		})
 	}
 	fmt.Printf("BENCH hook.share_error_pp_max %.2f pp\n", maxErr)
