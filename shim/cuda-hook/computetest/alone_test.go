@@ -68,3 +68,20 @@ func TestAlone(t *testing.T) {
 		})
 	})
 }
+
+// A tenant that resets its primary context (cudaDeviceReset) and goes on in
+// it: the context keeps its handle but its events died with the reset. Its
+// launches must still be measured and paced, or a hard tenant escapes its
+// share (and, with the arbiter, is never billed again).
+func TestAfterContextReset(t *testing.T) {
+	n := newNode(t)
+	twice(t, func() error {
+		p := n.start(n.container("r", 30, true, 2), "kernel", "1000", "2", "reset=1")
+		u, _ := n.utilization(time.Second, nil)
+		p.wait(t)
+		if math.Abs(100*u-30) > 6 {
+			return fmt.Errorf("hard 30 %% after a context reset got %.1f%% of the GPU, want 30 ± 2", 100*u)
+		}
+		return nil
+	})
+}

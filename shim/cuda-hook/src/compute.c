@@ -27,7 +27,16 @@ bool compute_enabled;
 static const tessera_limits *g_limits;
 static tessera_region *g_region;
 static _Atomic int g_ordinal_idx[MAX_ORDINALS]; /* index + 2; 1 = unmanaged; 0 = unresolved */
-static _Atomic uint64_t g_fork_gen;
+/* Bumped by a fork (in the child) and by every context's end (destroy, primary
+ * reset or last release); a thread whose epoch differs catches up before it
+ * touches its events again (catch_up). */
+static _Atomic uint64_t g_epoch;
+static _Atomic uint64_t g_fork_epoch; /* the epoch of the last fork */
+#define GONE_RING 16
+static struct {
+    _Atomic uint64_t epoch; /* which bump wrote this entry */
+    _Atomic uintptr_t ctx;  /* the context that ended; 0: not known */
+} g_gone[GONE_RING];
 
 struct burst {
     CUevent start, end;
@@ -35,7 +44,7 @@ struct burst {
 };
 
 struct thread_state {
-    uint64_t fork_gen;
+    uint64_t epoch;      /* g_epoch this state is current with */
     CUcontext ctx;       /* the events belong to this context */
     int idx;             /* core-limits entry of its device, -1 unmanaged */
     bool events;         /* ring events created */
@@ -187,14 +196,61 @@ static void destroy_events(void)
     t.events = false;
 }
 
+/* Forgets this thread's events without destroying them: their context ended
+ * and took them along; their handles may already name someone else's events. */
+static void forget_events(void)
+{
+    t.events = false;
+    t.ctx = NULL;
+    t.idx = -1;
+    t.open = false;
+    t.count = 0;
+}
+
+/* Brings this thread's state up to epoch ep: after a fork everything is the
+ * parent's; after a context's end, events in that context are gone (a reset
+ * primary context even keeps its handle, so cuCtxGetCurrent alone cannot tell). */
+static void catch_up(uint64_t ep)
+{
+    if (t.epoch < atomic_load(&g_fork_epoch)) {
+        memset(&t, 0, sizeof t);
+        t.epoch = ep;
+        return;
+    }
+    for (uint64_t e = t.epoch + 1; e <= ep; e++) {
+        uint64_t written = atomic_load_explicit(&g_gone[e % GONE_RING].epoch, memory_order_acquire);
+        if (written < e)
+            return; /* still being written: look again at the next launch */
+        uintptr_t ctx = atomic_load_explicit(&g_gone[e % GONE_RING].ctx, memory_order_relaxed);
+        /* Overwritten (more than GONE_RING ends since) or unknown: assume ours. */
+        if (t.ctx != NULL && (written > e || ctx == 0 || ctx == (uintptr_t)t.ctx))
+            forget_events();
+        t.epoch = e;
+    }
+}
+
+static bool state_current(void)
+{
+    return t.epoch == atomic_load_explicit(&g_epoch, memory_order_relaxed);
+}
+
+void compute_context_gone(CUcontext ctx)
+{
+    if (!compute_enabled)
+        return;
+    uint64_t e = atomic_fetch_add(&g_epoch, 1) + 1;
+    atomic_store_explicit(&g_gone[e % GONE_RING].ctx, (uintptr_t)ctx, memory_order_relaxed);
+    atomic_store_explicit(&g_gone[e % GONE_RING].epoch, e, memory_order_release);
+}
+
 /* This thread's state for the current context; false: launch unmanaged. */
 static bool bind_context(void)
 {
-    uint64_t gen = atomic_load_explicit(&g_fork_gen, memory_order_relaxed);
-    if (__builtin_expect(t.fork_gen != gen, 0)) {
-        /* A fork child: the events and the context are the parent's. */
-        memset(&t, 0, sizeof t);
-        t.fork_gen = gen;
+    uint64_t ep = atomic_load_explicit(&g_epoch, memory_order_relaxed);
+    if (__builtin_expect(t.epoch != ep, 0)) {
+        catch_up(ep);
+        if (t.epoch != ep)
+            return false; /* an end being published: this launch passes unmanaged */
     }
     CUcontext ctx = NULL;
     if (REAL.cuCtxGetCurrent == NULL || REAL.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL)
@@ -303,13 +359,13 @@ void compute_admit_slow(CUstream s, bool per_thread)
 
 void compute_before_sync_slow(void)
 {
-    if (t.ctx != NULL && t.idx >= 0 && t.fork_gen == atomic_load(&g_fork_gen))
+    if (t.ctx != NULL && t.idx >= 0 && state_current())
         close_burst();
 }
 
 void compute_after_sync_slow(void)
 {
-    if (t.ctx == NULL || t.idx < 0 || t.fork_gen != atomic_load(&g_fork_gen))
+    if (t.ctx == NULL || t.idx < 0 || !state_current())
         return;
     while (t.count > 0) {
         size_t before = t.count;
@@ -319,4 +375,4 @@ void compute_after_sync_slow(void)
     }
 }
 
-void compute_atfork_child(void) { atomic_fetch_add(&g_fork_gen, 1); }
+void compute_atfork_child(void) { atomic_store(&g_fork_epoch, atomic_fetch_add(&g_epoch, 1) + 1); }

@@ -46,6 +46,10 @@ static inline void compute_after_sync(void)
         compute_after_sync_slow();
 }
 
+/* A context ended (cuCtxDestroy, primary reset or last release; NULL: not
+ * known which): every thread's events in it are gone with it. */
+void compute_context_gone(CUcontext ctx);
+
 void compute_atfork_child(void);
 
 #endif

@@ -101,8 +101,10 @@ TESSERA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
     struct acct_rec rec;
     int known = acct_take(ACCT_CTX, (uint64_t)(uintptr_t)ctx, &rec);
     CUresult r = charge_freed(REAL.cuCtxDestroy_v2(ctx), known, &rec);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         charge_context_gone((uint64_t)(uintptr_t)ctx);
+        compute_context_gone(ctx);
+    }
     return r;
 }
 
@@ -116,6 +118,7 @@ static void primary_gone(CUdevice dev)
     uint64_t ctx = atomic_load(&p->ctx);
     if (ctx != 0)
         charge_context_gone(ctx);
+    compute_context_gone((CUcontext)(uintptr_t)ctx); /* its events are gone even if the handle stays */
 }
 
 TESSERA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)

@@ -5,13 +5,15 @@
  * (cuLaunchKernelEx via dlsym), coop (cuLaunchCooperativeKernel via dlsym),
  * graph (a one-kernel CUDA graph, cuGraphLaunch via dlsym).
  *
- *   tenant PATH KERNEL_US SECONDS [burst=WORK_US/PERIOD_MS] [duty=ON_MS/OFF_MS] [children=N]
+ *   tenant PATH KERNEL_US SECONDS [burst=WORK_US/PERIOD_MS] [duty=ON_MS/OFF_MS] [children=N] [reset=1]
  *
  * KERNEL_US may be "mixed" (50 us, 1 ms, 10 ms, 200 us in turn). Saturating by
  * default (a queue kept full, synchronised every 64 launches); burst: WORK_US of
  * kernels every PERIOD_MS, each burst synchronised and its latency reported;
  * duty: saturating for ON_MS, idle for OFF_MS. children: fork+exec N copies of
- * itself first (they count against the same container). Prints "ready" once
+ * itself first (they count against the same container). reset=1: launch a few
+ * kernels, reset the primary context (cudaDeviceReset) and start again in it
+ * (same handle, new events). Prints "ready" once
  * initialised and "done launches=N lat_us=a,b,..." at the end; any failure
  * "err ..." and exit 1. */
 #include <dlfcn.h>
@@ -134,7 +136,7 @@ static void sync_stream(void)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: tenant PATH KERNEL_US SECONDS [burst=W/P] [duty=ON/OFF] [children=N]\n");
+        fprintf(stderr, "usage: tenant PATH KERNEL_US SECONDS [burst=W/P] [duty=ON/OFF] [children=N] [reset=1]\n");
         return 2;
     }
     g_path = argv[1];
@@ -142,7 +144,7 @@ int main(int argc, char **argv)
     uint64_t kernel_ns = is_mixed ? 0 : strtoull(argv[2], NULL, 10) * 1000ull;
     double seconds = atof(argv[3]);
     uint64_t burst_work = 0, burst_period = 0, duty_on = 0, duty_off = 0;
-    int children = 0;
+    int children = 0, reset = 0;
     for (int i = 4; i < argc; i++) {
         unsigned long long a, b;
         if (sscanf(argv[i], "burst=%llu/%llu", &a, &b) == 2) {
@@ -153,6 +155,8 @@ int main(int argc, char **argv)
             duty_off = b * 1000000ull;
         } else if (sscanf(argv[i], "children=%llu", &a) == 1) {
             children = (int)a;
+        } else if (sscanf(argv[i], "reset=%llu", &a) == 1) {
+            reset = (int)a;
         }
     }
     pid_t kids[64];
@@ -203,6 +207,24 @@ int main(int argc, char **argv)
     } else if (strcmp(g_path, "kernel") != 0) {
         fprintf(stderr, "unknown path %s\n", g_path);
         return 2;
+    }
+    if (reset && strcmp(g_path, "kernel") == 0) {
+        for (int i = 0; i < 3; i++)
+            launch(kernel_ns, 4);
+        sync_stream();
+        r = cuDevicePrimaryCtxReset_v2(dev);
+        if (r == CUDA_SUCCESS)
+            r = cuDevicePrimaryCtxRetain(&ctx, dev);
+        if (r == CUDA_SUCCESS)
+            r = cuCtxSetCurrent(ctx);
+        if (r == CUDA_SUCCESS)
+            r = cuModuleLoadData(&mod, "fakegpu");
+        if (r == CUDA_SUCCESS)
+            r = cuModuleGetFunction(&g_f, mod, "fakegpu_sleep");
+        if (r == CUDA_SUCCESS)
+            r = cuStreamCreate(&g_stream, 0);
+        if (r != CUDA_SUCCESS)
+            die("reset", r);
     }
     printf("ready\n");
     fflush(stdout);
