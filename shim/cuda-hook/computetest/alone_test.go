@@ -85,3 +85,19 @@ func TestAfterContextReset(t *testing.T) {
 		return nil
 	})
 }
+
+// A tenant that launches each request's kernels from a new thread that exits
+// right after (a thread per request) must be measured and paced like one that
+// keeps its threads: the work a thread left in flight counts.
+func TestThreadPerRequest(t *testing.T) {
+	n := newNode(t)
+	twice(t, func() error {
+		p := n.start(n.container("t", 30, true, 2), "kernel", "1000", "2", "thread=2")
+		u, _ := n.utilization(time.Second, nil)
+		p.wait(t)
+		if math.Abs(100*u-30) > 6 {
+			return fmt.Errorf("hard 30 %% launching from short-lived threads got %.1f%% of the GPU, want 30 ± 2", 100*u)
+		}
+		return nil
+	})
+}

@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 	fake := filepath.Join(libDir, "fakegpu")
 	cc := exec.Command("gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-I",
 		filepath.Join(root, "shim/cuda-hook/include"), "-o", tenant, filepath.Join(root, "shim/cuda-hook/test/tenant.c"),
-		filepath.Join(fake, "libcuda.so.1"), "-ldl")
+		filepath.Join(fake, "libcuda.so.1"), "-ldl", "-pthread")
 	if out, err := cc.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build tenant: %v\n%s", err, out)
 		os.Exit(1)

@@ -4,6 +4,7 @@
  * region and are changed by atomic add or CAS (pacing.c). */
 #include "compute.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -61,6 +62,12 @@ struct thread_state {
 
 static _Thread_local struct thread_state t;
 
+/* Its destructor accounts what an exiting thread left in flight and frees its
+ * events (thread_exit); its value is only a non-NULL marker. */
+static pthread_key_t g_exit_key;
+static bool g_exit_key_ok;
+static void thread_exit(void *unused);
+
 static uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -80,6 +87,8 @@ bool compute_open(const tessera_limits *core_limits, tessera_region *core_region
         if (managed_pct(atomic_load(&core_limits->devices[i].core_limit_pct)))
             compute_enabled = true;
     }
+    if (compute_enabled)
+        g_exit_key_ok = pthread_key_create(&g_exit_key, thread_exit) == 0;
     return compute_enabled;
 }
 
@@ -277,7 +286,40 @@ static bool bind_context(void)
     }
     t.events = true;
     t.target = 1;
+    if (g_exit_key_ok)
+        pthread_setspecific(g_exit_key, &t);
     return true;
+}
+
+/* A thread that exits (a thread per request) would leave its open burst and
+ * those in flight unaccounted — all of its work, when it launched only a few
+ * kernels — and its 2 x RING events allocated for the life of the context. Its
+ * work is waited for (at most the bursts in flight) and billed, and its events
+ * destroyed. */
+static void thread_exit(void *unused)
+{
+    (void)unused;
+    uint64_t ep = atomic_load(&g_epoch);
+    if (t.epoch != ep)
+        catch_up(ep);
+    if (t.epoch != ep || !t.events || t.ctx == NULL)
+        return;
+    CUcontext cur = NULL;
+    if (REAL.cuCtxSetCurrent != NULL && REAL.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur != t.ctx)
+        REAL.cuCtxSetCurrent(t.ctx); /* a NULL stream names the current context's */
+    if (t.idx >= 0) {
+        /* Polled, not synchronised: a hung kernel must not hang the thread's
+         * exit; after 1 s what is left goes unbilled (destroying a pending
+         * event is allowed). */
+        close_burst();
+        for (uint64_t give_up = now_ns() + 1000000000ull; t.count > 0 && now_ns() < give_up;) {
+            if (REAL.cuEventQuery(slot(t.head + RING - t.count)->end) == CUDA_ERROR_NOT_READY)
+                nanosleep(&(struct timespec){0, 100000}, NULL);
+            else
+                account_oldest(true); /* done, or failed (then billed 0): no wait */
+        }
+    }
+    destroy_events();
 }
 
 /* Waits while the container's grant leaves no tokens. */

@@ -94,6 +94,7 @@ static const struct {
     {"cuDeviceGetUuid_v2", (void **)&REAL.cuDeviceGetUuid_v2},
     {"cuCtxGetDevice", (void **)&REAL.cuCtxGetDevice},
     {"cuCtxGetCurrent", (void **)&REAL.cuCtxGetCurrent},
+    {"cuCtxSetCurrent", (void **)&REAL.cuCtxSetCurrent},
     {"cuMemPoolGetAttribute", (void **)&REAL.cuMemPoolGetAttribute},
     {"cuEventCreate", (void **)&REAL.cuEventCreate},
     {"cuEventRecord", (void **)&REAL.cuEventRecord},

@@ -16,6 +16,7 @@ struct cuda_real {
     CUresult (*cuDeviceTotalMem_v2)(size_t *, CUdevice);
     CUresult (*cuCtxGetDevice)(CUdevice *);
     CUresult (*cuCtxGetCurrent)(CUcontext *);
+    CUresult (*cuCtxSetCurrent)(CUcontext);
     CUresult (*cuCtxCreate_v2)(CUcontext *, unsigned int, CUdevice);
     CUresult (*cuCtxDestroy_v2)(CUcontext);
     CUresult (*cuCtxSynchronize)(void);

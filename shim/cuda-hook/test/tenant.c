@@ -5,7 +5,7 @@
  * (cuLaunchKernelEx via dlsym), coop (cuLaunchCooperativeKernel via dlsym),
  * graph (a one-kernel CUDA graph, cuGraphLaunch via dlsym).
  *
- *   tenant PATH KERNEL_US SECONDS [burst=WORK_US/PERIOD_MS] [duty=ON_MS/OFF_MS] [children=N] [reset=1]
+ *   tenant PATH KERNEL_US SECONDS [burst=WORK_US/PERIOD_MS] [duty=ON_MS/OFF_MS] [children=N] [reset=1] [thread=K]
  *
  * KERNEL_US may be "mixed" (50 us, 1 ms, 10 ms, 200 us in turn). Saturating by
  * default (a queue kept full, synchronised every 64 launches); burst: WORK_US of
@@ -13,10 +13,12 @@
  * duty: saturating for ON_MS, idle for OFF_MS. children: fork+exec N copies of
  * itself first (they count against the same container). reset=1: launch a few
  * kernels, reset the primary context (cudaDeviceReset) and start again in it
- * (same handle, new events). Prints "ready" once
+ * (same handle, new events). thread=K: every K launches come from a new thread
+ * that exits right after them (a thread per request). Prints "ready" once
  * initialised and "done launches=N lat_us=a,b,..." at the end; any failure
  * "err ..." and exit 1. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +58,7 @@ static CUresult (*g_graph_create)(void **, unsigned);
 static CUresult (*g_graph_add_kernel)(void **, void *, const void *, size_t, const struct kernel_node_params_v2 *);
 static CUresult (*g_graph_instantiate)(void **, void *, unsigned long long);
 static void *g_graph_exec[5]; /* one per mixed size */
+static CUcontext g_ctx;
 
 static void die(const char *what, CUresult r)
 {
@@ -106,6 +109,22 @@ static void launch(uint64_t ns, int which)
         die("launch", r);
 }
 
+struct thread_job {
+    uint64_t ns;
+    int which, n;
+};
+
+static void *launch_thread(void *arg)
+{
+    struct thread_job *j = arg;
+    CUresult r = cuCtxSetCurrent(g_ctx);
+    if (r != CUDA_SUCCESS)
+        die("thread cuCtxSetCurrent", r);
+    for (int i = 0; i < j->n; i++)
+        launch(j->ns, j->which);
+    return NULL;
+}
+
 static void *build_graph(uint64_t ns)
 {
     static uint64_t params_store[5];
@@ -136,7 +155,7 @@ static void sync_stream(void)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: tenant PATH KERNEL_US SECONDS [burst=W/P] [duty=ON/OFF] [children=N] [reset=1]\n");
+        fprintf(stderr, "usage: tenant PATH KERNEL_US SECONDS [burst=W/P] [duty=ON/OFF] [children=N] [reset=1] [thread=K]\n");
         return 2;
     }
     g_path = argv[1];
@@ -144,7 +163,7 @@ int main(int argc, char **argv)
     uint64_t kernel_ns = is_mixed ? 0 : strtoull(argv[2], NULL, 10) * 1000ull;
     double seconds = atof(argv[3]);
     uint64_t burst_work = 0, burst_period = 0, duty_on = 0, duty_off = 0;
-    int children = 0, reset = 0;
+    int children = 0, reset = 0, per_thread = 0;
     for (int i = 4; i < argc; i++) {
         unsigned long long a, b;
         if (sscanf(argv[i], "burst=%llu/%llu", &a, &b) == 2) {
@@ -157,6 +176,8 @@ int main(int argc, char **argv)
             children = (int)a;
         } else if (sscanf(argv[i], "reset=%llu", &a) == 1) {
             reset = (int)a;
+        } else if (sscanf(argv[i], "thread=%llu", &a) == 1) {
+            per_thread = (int)a;
         }
     }
     pid_t kids[64];
@@ -226,6 +247,7 @@ int main(int argc, char **argv)
         if (r != CUDA_SUCCESS)
             die("reset", r);
     }
+    g_ctx = ctx;
     printf("ready\n");
     fflush(stdout);
     uint64_t start = now_ns(), end = start + (uint64_t)(seconds * 1e9), launches = 0;
@@ -260,6 +282,17 @@ int main(int argc, char **argv)
             sync_stream();
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
+            continue;
+        }
+        if (per_thread) {
+            struct thread_job j = {ns, w, per_thread};
+            pthread_t th;
+            if (pthread_create(&th, NULL, launch_thread, &j) != 0)
+                die("pthread_create", 0);
+            pthread_join(th, NULL);
+            launches += (uint64_t)per_thread;
+            if (launches % 64 < (uint64_t)per_thread)
+                sync_stream();
             continue;
         }
         launch(ns, w);
