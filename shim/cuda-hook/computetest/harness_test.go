@@ -68,6 +68,7 @@ type node struct {
 	uuid     string
 	arb      *arbiter.Arbiter
 	stop     func()
+	extraEnv []string // e.g. FAKEGPU_DEVICES for a node of several GPUs
 }
 
 // defaultPolicy is the monitor's default (api/config/v1).
@@ -122,11 +123,11 @@ func (n *node) container(name string, pct uint32, hard bool, prio int32) *contai
 }
 
 func (n *node) env() []string {
-	return []string{
+	return append([]string{
 		"LD_LIBRARY_PATH=" + filepath.Join(libDir, "fakegpu"),
 		"FAKEGPU_STATE=" + filepath.Join(n.dir, "fakegpu.state"),
 		"PATH=" + os.Getenv("PATH"),
-	}
+	}, n.extraEnv...)
 }
 
 // proc is a running tenant.

@@ -1,6 +1,8 @@
 /* compute.c — bursts, events and the grant; see compute.h and docs/hook.md
  * "Compute time slices". Per-thread state only (no lock): each thread brackets
- * its own launches with its own events. Container-wide words live in the core
+ * its own launches with its own events, one set per context it launches in
+ * (a thread may drive several GPUs in turn without waiting for one to switch
+ * to the other). Container-wide words live in the core
  * region and are changed by atomic add or CAS (pacing.c). */
 #include "compute.h"
 
@@ -14,6 +16,16 @@
 #include "log.h"
 #include "pacing.h"
 #include "real.h"
+#include "glibc_baseline.h"
+
+/* Thread-exit destructors: before glibc 2.34 pthread keys lived in libpthread
+ * only, which the hook does not link (include/glibc_baseline.h); weak, at the
+ * base version, and used only when resolved — any process with a CUDA driver
+ * loaded has libpthread (the driver needs it). */
+__asm__(".symver pthread_key_create,pthread_key_create@" GLIBC_BASELINE_VERSION);
+__asm__(".symver pthread_setspecific,pthread_setspecific@" GLIBC_BASELINE_VERSION);
+#pragma weak pthread_key_create
+#pragma weak pthread_setspecific
 
 #define MAX_ORDINALS 64
 #define COMPUTE_DEPTH 2               /* bursts of one thread in flight at most */
@@ -22,6 +34,7 @@
 #define BURST_GPU_NS 500000ull        /* aim: ~0.5 ms of GPU work per burst */
 #define BURST_WALL_NS 1000000ull      /* close a burst after 1 ms of wall time */
 #define MAX_BURST_LAUNCHES 4096u
+#define CTX_SLOTS 4                   /* contexts one thread keeps events in at once */
 
 bool compute_enabled;
 
@@ -44,9 +57,9 @@ struct burst {
     uint32_t launches;
 };
 
-struct thread_state {
-    uint64_t epoch;      /* g_epoch this state is current with */
-    CUcontext ctx;       /* the events belong to this context */
+/* One thread's bursts in one context. */
+struct ctx_state {
+    CUcontext ctx;       /* the events belong to this context; NULL: slot free */
     int idx;             /* core-limits entry of its device, -1 unmanaged */
     bool events;         /* ring events created */
     bool open;           /* ring[head] is open on stream */
@@ -60,7 +73,15 @@ struct thread_state {
     struct burst ring[RING];
 };
 
-static _Thread_local struct thread_state t;
+struct thread_state {
+    uint64_t epoch;         /* g_epoch this state is current with */
+    struct ctx_state *cur;  /* the slot of the context of the last launch */
+    uint32_t evict;         /* next slot to reuse when all are taken */
+    bool exit_armed;        /* thread_exit registered */
+    struct ctx_state slots[CTX_SLOTS];
+};
+
+static _Thread_local struct thread_state thr;
 
 /* Its destructor accounts what an exiting thread left in flight and frees its
  * events (thread_exit); its value is only a non-NULL marker. */
@@ -87,7 +108,7 @@ bool compute_open(const tessera_limits *core_limits, tessera_region *core_region
         if (managed_pct(atomic_load(&core_limits->devices[i].core_limit_pct)))
             compute_enabled = true;
     }
-    if (compute_enabled)
+    if (compute_enabled && &pthread_key_create != NULL && &pthread_setspecific != NULL)
         g_exit_key_ok = pthread_key_create(&g_exit_key, thread_exit) == 0;
     return compute_enabled;
 }
@@ -121,44 +142,55 @@ static int ordinal_index(CUdevice dev)
     return idx;
 }
 
-static struct burst *slot(uint32_t i) { return &t.ring[i % RING]; }
+static struct burst *slot(struct ctx_state *cs, uint32_t i) { return &cs->ring[i % RING]; }
 
 /* Waits for an event. A blocked tenant must not look idle to the arbiter, so
  * its demand is stamped first with when the wait should end (the work in flight
  * at the measured pace). */
-static void wait_event(CUevent e, tessera_device_compute *c)
+static void wait_event(struct ctx_state *cs, CUevent e, tessera_device_compute *c)
 {
     if (REAL.cuEventQuery(e) != CUDA_ERROR_NOT_READY)
         return;
-    uint64_t ahead = t.peak_launch_ns * (slot(t.head + RING - t.count)->launches + 1u);
+    uint64_t ahead = cs->peak_launch_ns * (slot(cs, cs->head + RING - cs->count)->launches + 1u);
     atomic_store_explicit(&c->demand_ns, now_ns() + (ahead < 1000000000ull ? ahead : 1000000000ull),
                           memory_order_relaxed);
     REAL.cuEventSynchronize(e);
 }
 
 /* Accounts the oldest closed burst: its GPU time into the region and the bucket. */
-static void account_oldest(bool wait)
+static void account_oldest(struct ctx_state *cs, bool wait)
 {
-    struct burst *b = slot(t.head + RING - t.count);
+    struct burst *b = slot(cs, cs->head + RING - cs->count);
     if (wait)
-        wait_event(b->end, &g_region->compute[t.idx]);
+        wait_event(cs, b->end, &g_region->compute[cs->idx]);
     else if (REAL.cuEventQuery(b->end) != CUDA_SUCCESS)
         return;
     float ms = 0;
     uint64_t busy = 0;
     if (REAL.cuEventElapsedTime(&ms, b->start, b->end) == CUDA_SUCCESS && ms > 0)
         busy = (uint64_t)((double)ms * 1e6);
-    t.count--;
-    tessera_device_compute *c = &g_region->compute[t.idx];
+    cs->count--;
+    tessera_device_compute *c = &g_region->compute[cs->idx];
     atomic_fetch_add_explicit(&c->busy_ns, busy, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->launches, b->launches, memory_order_relaxed);
     pacing_charge(c, busy);
     /* Size the next bursts to about BURST_GPU_NS of work at the peak pace. */
     uint64_t per = b->launches ? busy / b->launches : busy;
-    t.per_launch_ns = t.per_launch_ns == 0 ? per : (t.per_launch_ns * 3 + per) / 4;
-    t.peak_launch_ns = per > t.peak_launch_ns ? per : t.peak_launch_ns - t.peak_launch_ns / 16;
-    uint64_t n = t.peak_launch_ns ? BURST_GPU_NS / t.peak_launch_ns : MAX_BURST_LAUNCHES;
-    t.target = n < 1 ? 1 : n > MAX_BURST_LAUNCHES ? MAX_BURST_LAUNCHES : (uint32_t)n;
+    cs->per_launch_ns = cs->per_launch_ns == 0 ? per : (cs->per_launch_ns * 3 + per) / 4;
+    cs->peak_launch_ns = per > cs->peak_launch_ns ? per : cs->peak_launch_ns - cs->peak_launch_ns / 16;
+    uint64_t n = cs->peak_launch_ns ? BURST_GPU_NS / cs->peak_launch_ns : MAX_BURST_LAUNCHES;
+    cs->target = n < 1 ? 1 : n > MAX_BURST_LAUNCHES ? MAX_BURST_LAUNCHES : (uint32_t)n;
+}
+
+/* Accounts whatever of cs finished, without waiting. */
+static void account_done(struct ctx_state *cs)
+{
+    while (cs->count > 0) {
+        uint32_t before = cs->count;
+        account_oldest(cs, false);
+        if (cs->count == before)
+            break;
+    }
 }
 
 /* A stream being captured into a graph runs nothing now (the graph's launch is
@@ -170,77 +202,85 @@ static bool capturing(CUstream s)
     return REAL.cuStreamIsCapturing != NULL && REAL.cuStreamIsCapturing(s, &status) == CUDA_SUCCESS && status != 0;
 }
 
-static void close_burst(void)
+/* Closes cs's open burst; its context must be current (a NULL stream names the
+ * current context's). */
+static void close_burst(struct ctx_state *cs)
 {
-    if (!t.open)
+    if (!cs->open)
         return;
-    if (capturing(t.stream)) {
+    if (capturing(cs->stream)) {
         /* Capture began on its stream since it opened: its end cannot be
          * recorded there; the burst is dropped unaccounted. */
-        t.open = false;
+        cs->open = false;
         return;
     }
-    REAL.cuEventRecord(slot(t.head)->end, t.stream);
-    t.open = false;
-    t.head++;
-    t.count++;
+    REAL.cuEventRecord(slot(cs, cs->head)->end, cs->stream);
+    cs->open = false;
+    cs->head++;
+    cs->count++;
 }
 
-/* Everything this thread has in flight, accounted (context switch, fork). */
-static void drain(void)
+/* Bills what cs has in flight, polling (a hung kernel must not hang a thread's
+ * exit: after 1 s what is left goes unbilled; destroying a pending event is
+ * allowed), and destroys its events. Its context must be current. */
+static void retire(struct ctx_state *cs)
 {
-    close_burst();
-    while (t.count > 0)
-        account_oldest(true);
-}
-
-static void destroy_events(void)
-{
-    if (!t.events)
-        return;
-    for (int i = 0; i < RING; i++) {
-        REAL.cuEventDestroy_v2(t.ring[i].start);
-        REAL.cuEventDestroy_v2(t.ring[i].end);
+    if (cs->idx >= 0) {
+        close_burst(cs);
+        for (uint64_t give_up = now_ns() + 1000000000ull; cs->count > 0 && now_ns() < give_up;) {
+            if (REAL.cuEventQuery(slot(cs, cs->head + RING - cs->count)->end) == CUDA_ERROR_NOT_READY)
+                nanosleep(&(struct timespec){0, 100000}, NULL);
+            else
+                account_oldest(cs, true); /* done, or failed (then billed 0): no wait */
+        }
     }
-    t.events = false;
+    if (cs->events) {
+        for (int i = 0; i < RING; i++) {
+            REAL.cuEventDestroy_v2(cs->ring[i].start);
+            REAL.cuEventDestroy_v2(cs->ring[i].end);
+        }
+    }
+    memset(cs, 0, sizeof *cs);
 }
 
-/* Forgets this thread's events without destroying them: their context ended
- * and took them along; their handles may already name someone else's events. */
-static void forget_events(void)
+/* Runs f on cs with cs's context current, then makes back current again. */
+static void in_context(struct ctx_state *cs, CUcontext back, void (*f)(struct ctx_state *))
 {
-    t.events = false;
-    t.ctx = NULL;
-    t.idx = -1;
-    t.open = false;
-    t.count = 0;
+    bool switched = back != cs->ctx && REAL.cuCtxSetCurrent != NULL && REAL.cuCtxSetCurrent(cs->ctx) == CUDA_SUCCESS;
+    f(cs);
+    if (switched)
+        REAL.cuCtxSetCurrent(back);
 }
 
 /* Brings this thread's state up to epoch ep: after a fork everything is the
  * parent's; after a context's end, events in that context are gone (a reset
- * primary context even keeps its handle, so cuCtxGetCurrent alone cannot tell). */
+ * primary context even keeps its handle, so cuCtxGetCurrent alone cannot tell)
+ * and are forgotten, never destroyed: their handles may name others' events. */
 static void catch_up(uint64_t ep)
 {
-    if (t.epoch < atomic_load(&g_fork_epoch)) {
-        memset(&t, 0, sizeof t);
-        t.epoch = ep;
+    if (thr.epoch < atomic_load(&g_fork_epoch)) {
+        memset(&thr, 0, sizeof thr);
+        thr.epoch = ep;
         return;
     }
-    for (uint64_t e = t.epoch + 1; e <= ep; e++) {
+    for (uint64_t e = thr.epoch + 1; e <= ep; e++) {
         uint64_t written = atomic_load_explicit(&g_gone[e % GONE_RING].epoch, memory_order_acquire);
         if (written < e)
             return; /* still being written: look again at the next launch */
         uintptr_t ctx = atomic_load_explicit(&g_gone[e % GONE_RING].ctx, memory_order_relaxed);
-        /* Overwritten (more than GONE_RING ends since) or unknown: assume ours. */
-        if (t.ctx != NULL && (written > e || ctx == 0 || ctx == (uintptr_t)t.ctx))
-            forget_events();
-        t.epoch = e;
+        for (int i = 0; i < CTX_SLOTS; i++) {
+            struct ctx_state *cs = &thr.slots[i];
+            /* Overwritten (more than GONE_RING ends since) or unknown: assume ours. */
+            if (cs->ctx != NULL && (written > e || ctx == 0 || ctx == (uintptr_t)cs->ctx))
+                memset(cs, 0, sizeof *cs);
+        }
+        thr.epoch = e;
     }
 }
 
 static bool state_current(void)
 {
-    return t.epoch == atomic_load_explicit(&g_epoch, memory_order_relaxed);
+    return thr.epoch == atomic_load_explicit(&g_epoch, memory_order_relaxed);
 }
 
 void compute_context_gone(CUcontext ctx)
@@ -252,80 +292,94 @@ void compute_context_gone(CUcontext ctx)
     atomic_store_explicit(&g_gone[e % GONE_RING].epoch, e, memory_order_release);
 }
 
-/* This thread's state for the current context; false: launch unmanaged. */
+/* A slot for ctx (this thread has none yet): a free one, else the next in
+ * turn, whose work is billed first. */
+static struct ctx_state *new_slot(CUcontext ctx)
+{
+    for (int i = 0; i < CTX_SLOTS; i++) {
+        if (thr.slots[i].ctx == NULL)
+            return &thr.slots[i];
+    }
+    struct ctx_state *cs = &thr.slots[thr.evict++ % CTX_SLOTS];
+    in_context(cs, ctx, retire);
+    return cs;
+}
+
+/* This thread's state for the current context (thr.cur); false: launch unmanaged. */
 static bool bind_context(void)
 {
     uint64_t ep = atomic_load_explicit(&g_epoch, memory_order_relaxed);
-    if (__builtin_expect(t.epoch != ep, 0)) {
+    if (__builtin_expect(thr.epoch != ep, 0)) {
         catch_up(ep);
-        if (t.epoch != ep)
+        if (thr.epoch != ep)
             return false; /* an end being published: this launch passes unmanaged */
     }
     CUcontext ctx = NULL;
     if (REAL.cuCtxGetCurrent == NULL || REAL.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL)
         return false;
-    if (__builtin_expect(ctx == t.ctx, 1))
-        return t.idx >= 0;
-    if (t.ctx != NULL && t.idx >= 0)
-        drain(); /* the old context's events; its work still counts */
-    destroy_events();
-    t.ctx = ctx;
-    t.open = false;
-    t.count = 0;
+    struct ctx_state *cs = thr.cur;
+    if (__builtin_expect(cs != NULL && ctx == cs->ctx, 1))
+        return cs->idx >= 0;
+    /* Another context: the last one's open burst ends here (in its own
+     * context); what it has in flight stays counted for when the thread
+     * comes back. */
+    if (cs != NULL && cs->ctx != NULL && cs->open)
+        in_context(cs, ctx, close_burst);
+    thr.cur = NULL;
+    for (int i = 0; i < CTX_SLOTS; i++) {
+        if (thr.slots[i].ctx == ctx)
+            thr.cur = &thr.slots[i];
+    }
+    if (thr.cur != NULL)
+        return thr.cur->idx >= 0;
+    cs = new_slot(ctx);
+    thr.cur = cs;
+    cs->ctx = ctx;
     CUdevice dev;
-    t.idx = REAL.cuCtxGetDevice(&dev) == CUDA_SUCCESS ? ordinal_index(dev) : -1;
-    if (t.idx < 0)
+    cs->idx = REAL.cuCtxGetDevice(&dev) == CUDA_SUCCESS ? ordinal_index(dev) : -1;
+    if (cs->idx < 0)
         return false;
     for (int i = 0; i < RING; i++) {
-        if (REAL.cuEventCreate(&t.ring[i].start, 0) != CUDA_SUCCESS ||
-            REAL.cuEventCreate(&t.ring[i].end, 0) != CUDA_SUCCESS) {
+        if (REAL.cuEventCreate(&cs->ring[i].start, 0) != CUDA_SUCCESS ||
+            REAL.cuEventCreate(&cs->ring[i].end, 0) != CUDA_SUCCESS) {
             hook_log(HOOK_LOG_WARN, "compute: cannot create timing events; launches on this thread are not paced");
-            t.idx = -1;
+            cs->idx = -1;
             return false;
         }
     }
-    t.events = true;
-    t.target = 1;
-    if (g_exit_key_ok)
-        pthread_setspecific(g_exit_key, &t);
+    cs->events = true;
+    cs->target = 1;
+    if (g_exit_key_ok && !thr.exit_armed)
+        thr.exit_armed = pthread_setspecific(g_exit_key, &thr) == 0;
     return true;
 }
 
-/* A thread that exits (a thread per request) would leave its open burst and
+/* A thread that exits (a thread per request) would leave its open bursts and
  * those in flight unaccounted — all of its work, when it launched only a few
- * kernels — and its 2 x RING events allocated for the life of the context. Its
- * work is waited for (at most the bursts in flight) and billed, and its events
- * destroyed. */
+ * kernels — and its events allocated for the life of their contexts. Its work
+ * is billed and its events destroyed. */
 static void thread_exit(void *unused)
 {
     (void)unused;
     uint64_t ep = atomic_load(&g_epoch);
-    if (t.epoch != ep)
+    if (thr.epoch != ep)
         catch_up(ep);
-    if (t.epoch != ep || !t.events || t.ctx == NULL)
+    if (thr.epoch != ep)
         return;
     CUcontext cur = NULL;
-    if (REAL.cuCtxSetCurrent != NULL && REAL.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur != t.ctx)
-        REAL.cuCtxSetCurrent(t.ctx); /* a NULL stream names the current context's */
-    if (t.idx >= 0) {
-        /* Polled, not synchronised: a hung kernel must not hang the thread's
-         * exit; after 1 s what is left goes unbilled (destroying a pending
-         * event is allowed). */
-        close_burst();
-        for (uint64_t give_up = now_ns() + 1000000000ull; t.count > 0 && now_ns() < give_up;) {
-            if (REAL.cuEventQuery(slot(t.head + RING - t.count)->end) == CUDA_ERROR_NOT_READY)
-                nanosleep(&(struct timespec){0, 100000}, NULL);
-            else
-                account_oldest(true); /* done, or failed (then billed 0): no wait */
-        }
+    if (REAL.cuCtxGetCurrent(&cur) != CUDA_SUCCESS)
+        cur = NULL;
+    for (int i = 0; i < CTX_SLOTS; i++) {
+        if (thr.slots[i].ctx != NULL)
+            in_context(&thr.slots[i], cur, retire);
     }
-    destroy_events();
+    thr.cur = NULL;
 }
 
 /* Waits while the container's grant leaves no tokens. */
-static void pace(tessera_device_compute *c, uint64_t now)
+static void pace(int idx, tessera_device_compute *c, uint64_t now)
 {
-    const tessera_device_limit *l = &g_limits->devices[t.idx];
+    const tessera_device_limit *l = &g_limits->devices[idx];
     uint64_t waited = 0;
     for (;;) {
         uint32_t rate = pacing_rate(atomic_load_explicit(&l->compute_grant, memory_order_acquire),
@@ -360,61 +414,66 @@ void compute_admit_slow(CUstream s, bool per_thread)
         s = HOOK_STREAM_PER_THREAD;
     if (!bind_context())
         return;
+    struct ctx_state *cs = thr.cur;
     /* The common case: one more launch into the open burst. The clock is read
      * every 8th launch only (a burst's wall-time bound need not be exact). */
-    struct burst *open = slot(t.head);
-    if (t.open && s == t.stream && open->launches < t.target &&
-        ((open->launches & 7u) != 0 || now_ns() - t.opened_ns < BURST_WALL_NS)) {
+    struct burst *open = slot(cs, cs->head);
+    if (cs->open && s == cs->stream && open->launches < cs->target &&
+        ((open->launches & 7u) != 0 || now_ns() - cs->opened_ns < BURST_WALL_NS)) {
         open->launches++;
         return;
     }
     if (capturing(s))
         return;
     uint64_t now = now_ns();
-    close_burst();
+    close_burst(cs);
     /* Account whatever finished; then bound the work in flight: the burst
      * launched COMPUTE_DEPTH bursts ago must be done before another opens. */
-    while (t.count > 0) {
-        size_t before = t.count;
-        account_oldest(false);
-        if (t.count == before)
-            break;
-    }
-    const tessera_device_limit *l = &g_limits->devices[t.idx];
+    account_done(cs);
+    const tessera_device_limit *l = &g_limits->devices[cs->idx];
     /* In flight: 2 bursts beside others (one when a burst is 4 ms or more:
      * long kernels, whose tail would run into the next holder's turn),
      * deeper while alone. */
     uint32_t depth = atomic_load_explicit(&l->compute_grant, memory_order_relaxed) & TESSERA_GRANT_SOLO ? SOLO_DEPTH
-                     : (uint64_t)t.peak_launch_ns * t.target >= 8 * BURST_GPU_NS                      ? 1
+                     : (uint64_t)cs->peak_launch_ns * cs->target >= 8 * BURST_GPU_NS                  ? 1
                                                                                                       : COMPUTE_DEPTH;
-    while (t.count >= depth)
-        account_oldest(true);
-    tessera_device_compute *c = &g_region->compute[t.idx];
-    pace(c, now);
-    struct burst *b = slot(t.head);
+    while (cs->count >= depth)
+        account_oldest(cs, true);
+    tessera_device_compute *c = &g_region->compute[cs->idx];
+    pace(cs->idx, c, now);
+    struct burst *b = slot(cs, cs->head);
     b->launches = 1;
     REAL.cuEventRecord(b->start, s);
-    t.stream = s;
-    t.open = true;
-    t.opened_ns = now_ns();
+    cs->stream = s;
+    cs->open = true;
+    cs->opened_ns = now_ns();
+}
+
+/* The slot of the current context, if this thread has launched in it and its
+ * state is current; NULL otherwise. */
+static struct ctx_state *sync_slot(void)
+{
+    struct ctx_state *cs = thr.cur;
+    if (cs == NULL || cs->ctx == NULL || cs->idx < 0 || !state_current())
+        return NULL;
+    CUcontext ctx = NULL;
+    if (REAL.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx != cs->ctx)
+        return NULL;
+    return cs;
 }
 
 void compute_before_sync_slow(void)
 {
-    if (t.ctx != NULL && t.idx >= 0 && state_current())
-        close_burst();
+    struct ctx_state *cs = sync_slot();
+    if (cs != NULL)
+        close_burst(cs);
 }
 
 void compute_after_sync_slow(void)
 {
-    if (t.ctx == NULL || t.idx < 0 || !state_current())
-        return;
-    while (t.count > 0) {
-        size_t before = t.count;
-        account_oldest(false);
-        if (t.count == before)
-            break;
-    }
+    struct ctx_state *cs = sync_slot();
+    if (cs != NULL)
+        account_done(cs);
 }
 
 void compute_atfork_child(void) { atomic_store(&g_fork_epoch, atomic_fetch_add(&g_epoch, 1) + 1); }

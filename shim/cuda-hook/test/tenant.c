@@ -5,7 +5,7 @@
  * (cuLaunchKernelEx via dlsym), coop (cuLaunchCooperativeKernel via dlsym),
  * graph (a one-kernel CUDA graph, cuGraphLaunch via dlsym).
  *
- *   tenant PATH KERNEL_US SECONDS [burst=WORK_US/PERIOD_MS] [duty=ON_MS/OFF_MS] [children=N] [reset=1] [thread=K]
+ *   tenant PATH KERNEL_US SECONDS [burst=WORK_US/PERIOD_MS] [duty=ON_MS/OFF_MS] [children=N] [reset=1] [thread=K] [devices=2]
  *
  * KERNEL_US may be "mixed" (50 us, 1 ms, 10 ms, 200 us in turn). Saturating by
  * default (a queue kept full, synchronised every 64 launches); burst: WORK_US of
@@ -14,7 +14,9 @@
  * itself first (they count against the same container). reset=1: launch a few
  * kernels, reset the primary context (cudaDeviceReset) and start again in it
  * (same handle, new events). thread=K: every K launches come from a new thread
- * that exits right after them (a thread per request). Prints "ready" once
+ * that exits right after them (a thread per request). devices=2: one thread
+ * launches on devices 0 and 1 in turn (cuCtxSetCurrent before each launch, as a
+ * loop over cudaSetDevice does). Prints "ready" once
  * initialised and "done launches=N lat_us=a,b,..." at the end; any failure
  * "err ..." and exit 1. */
 #include <dlfcn.h>
@@ -59,6 +61,9 @@ static CUresult (*g_graph_add_kernel)(void **, void *, const void *, size_t, con
 static CUresult (*g_graph_instantiate)(void **, void *, unsigned long long);
 static void *g_graph_exec[5]; /* one per mixed size */
 static CUcontext g_ctx;
+static CUcontext g_ctxs[2];
+static CUfunction g_fs[2];
+static CUstream g_streams[2];
 
 static void die(const char *what, CUresult r)
 {
@@ -155,7 +160,7 @@ static void sync_stream(void)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: tenant PATH KERNEL_US SECONDS [burst=W/P] [duty=ON/OFF] [children=N] [reset=1] [thread=K]\n");
+        fprintf(stderr, "usage: tenant PATH KERNEL_US SECONDS [burst=W/P] [duty=ON/OFF] [children=N] [reset=1] [thread=K] [devices=2]\n");
         return 2;
     }
     g_path = argv[1];
@@ -163,7 +168,7 @@ int main(int argc, char **argv)
     uint64_t kernel_ns = is_mixed ? 0 : strtoull(argv[2], NULL, 10) * 1000ull;
     double seconds = atof(argv[3]);
     uint64_t burst_work = 0, burst_period = 0, duty_on = 0, duty_off = 0;
-    int children = 0, reset = 0, per_thread = 0;
+    int children = 0, reset = 0, per_thread = 0, ndev = 1;
     for (int i = 4; i < argc; i++) {
         unsigned long long a, b;
         if (sscanf(argv[i], "burst=%llu/%llu", &a, &b) == 2) {
@@ -178,6 +183,8 @@ int main(int argc, char **argv)
             reset = (int)a;
         } else if (sscanf(argv[i], "thread=%llu", &a) == 1) {
             per_thread = (int)a;
+        } else if (sscanf(argv[i], "devices=%llu", &a) == 1) {
+            ndev = a == 2 ? 2 : 1;
         }
     }
     pid_t kids[64];
@@ -248,6 +255,25 @@ int main(int argc, char **argv)
             die("reset", r);
     }
     g_ctx = ctx;
+    if (ndev == 2) {
+        g_ctxs[0] = ctx, g_fs[0] = g_f, g_streams[0] = g_stream;
+        CUdevice d1;
+        r = cuDeviceGet(&d1, 1);
+        if (r == CUDA_SUCCESS)
+            r = cuDevicePrimaryCtxRetain(&g_ctxs[1], d1);
+        if (r == CUDA_SUCCESS)
+            r = cuCtxSetCurrent(g_ctxs[1]);
+        if (r == CUDA_SUCCESS)
+            r = cuModuleLoadData(&mod, "fakegpu");
+        if (r == CUDA_SUCCESS)
+            r = cuModuleGetFunction(&g_fs[1], mod, "fakegpu_sleep");
+        if (r == CUDA_SUCCESS)
+            r = cuStreamCreate(&g_streams[1], 0);
+        if (r == CUDA_SUCCESS)
+            r = cuCtxSetCurrent(ctx);
+        if (r != CUDA_SUCCESS)
+            die("device 1", r);
+    }
     printf("ready\n");
     fflush(stdout);
     uint64_t start = now_ns(), end = start + (uint64_t)(seconds * 1e9), launches = 0;
@@ -293,6 +319,21 @@ int main(int argc, char **argv)
             launches += (uint64_t)per_thread;
             if (launches % 64 < (uint64_t)per_thread)
                 sync_stream();
+            continue;
+        }
+        if (ndev == 2) {
+            int d = (int)(launches % 2);
+            if ((r = cuCtxSetCurrent(g_ctxs[d])) != CUDA_SUCCESS)
+                die("cuCtxSetCurrent", r);
+            g_f = g_fs[d], g_stream = g_streams[d];
+            launch(ns, w);
+            if (++launches % 64 == 0) {
+                for (d = 0; d < 2; d++) {
+                    cuCtxSetCurrent(g_ctxs[d]);
+                    g_stream = g_streams[d];
+                    sync_stream();
+                }
+            }
             continue;
         }
         launch(ns, w);
