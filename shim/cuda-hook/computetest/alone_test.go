@@ -40,6 +40,22 @@ func TestAlone(t *testing.T) {
 			return nil
 		})
 	})
+	t.Run("guaranteed30_long_kernels", func(t *testing.T) {
+		// Alone with 10 ms kernels: 2 in flight (the solo bound for long
+		// bursts) still keep the GPU busy.
+		n := newNode(t)
+		n.startArbiter(defaultPolicy())
+		twice(t, func() error {
+			p := n.start(n.container("g", 30, false, 2), "kernel", "10000", "2")
+			u, _ := n.utilization(d, nil)
+			p.wait(t)
+			t.Logf("busy %.1f %%", 100*u)
+			if u < 0.80 { // target 0.95; loose for a loaded 2-core machine
+				return fmt.Errorf("guaranteed 30 %% alone with 10 ms kernels kept the GPU %.0f%% busy, want ≥ 95", 100*u)
+			}
+			return nil
+		})
+	})
 	t.Run("hard30", func(t *testing.T) {
 		n := newNode(t)
 		n.startArbiter(defaultPolicy())

@@ -114,3 +114,56 @@ func priorityRun(t *testing.T) error {
 	}
 	return nil
 }
+
+// A P2 tenant with long kernels (10 ms) that had the GPU alone (SOLO: a
+// deeper queue) when P0 starts: what it queued still runs beside P0, so it
+// must be bounded like long kernels are beside others (docs/hook.md: "≤ 2
+// kernels"), not 8 bursts (80 ms) deep.
+func TestPriorityAfterSoloWithLongKernels(t *testing.T) {
+	twice(t, func() error {
+		n := newNode(t)
+		n.startArbiter(defaultPolicy())
+		p0c := n.container("p0", 50, false, 0)
+		p2 := n.start(n.container("p2", 50, false, 2), "kernel", "10000", "30")
+		time.Sleep(400 * time.Millisecond) // alone for more than soloAfter
+		reg, err := region.OpenRegion(p0c.entry.CoreRegion())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer reg.Close()
+		rec := n.record(2 * time.Millisecond)
+		p0 := n.start(p0c, "kernel", "500", "0.5", "burst=2000/20")
+		var first uint64
+		for deadline := time.Now().Add(time.Second); first == 0 && time.Now().Before(deadline); {
+			first = reg.Compute(0).DemandNs
+			time.Sleep(100 * time.Microsecond)
+		}
+		p0.wait(t)
+		samples := rec.finish()
+		if first == 0 {
+			return fmt.Errorf("P0 never launched")
+		}
+		// P2's GPU time from 40 ms after P0's first launch (reaction and two
+		// long kernels, time-sliced with P0) to 140 ms after.
+		at := func(ns uint64) (sample, bool) {
+			for _, s := range samples {
+				if s.at >= ns {
+					return s, true
+				}
+			}
+			return sample{}, false
+		}
+		a, ok1 := at(first + uint64(40*time.Millisecond))
+		b, ok2 := at(first + uint64(140*time.Millisecond))
+		if !ok1 || !ok2 || b.at <= a.at {
+			return fmt.Errorf("no samples around P0's start")
+		}
+		ran := time.Duration(b.byPID[p2.pid] - a.byPID[p2.pid])
+		z, _ := at(first)
+		t.Logf("P2 ran %v in the 40 ms after P0 started, %v of the %v after", time.Duration(a.byPID[p2.pid]-z.byPID[p2.pid]), ran, time.Duration(b.at-a.at))
+		if ran > 20*time.Millisecond {
+			return fmt.Errorf("P2 (10 ms kernels, alone before) ran %v between 40 and 140 ms after P0 started, want ≤ 20 ms", ran)
+		}
+		return nil
+	})
+}

@@ -433,10 +433,12 @@ void compute_admit_slow(CUstream s, bool per_thread)
     const tessera_device_limit *l = &g_limits->devices[cs->idx];
     /* In flight: 2 bursts beside others (one when a burst is 4 ms or more:
      * long kernels, whose tail would run into the next holder's turn),
-     * deeper while alone. */
-    uint32_t depth = atomic_load_explicit(&l->compute_grant, memory_order_relaxed) & TESSERA_GRANT_SOLO ? SOLO_DEPTH
-                     : (uint64_t)cs->peak_launch_ns * cs->target >= 8 * BURST_GPU_NS                  ? 1
-                                                                                                      : COMPUTE_DEPTH;
+     * deeper while alone — but never more than 2 long bursts: what a solo
+     * tenant queued still runs when a higher priority arrives (8 bursts of
+     * 10 ms kernels kept P2 on the GPU for 80 ms after P0 started). */
+    bool solo = (atomic_load_explicit(&l->compute_grant, memory_order_relaxed) & TESSERA_GRANT_SOLO) != 0;
+    bool long_bursts = (uint64_t)cs->peak_launch_ns * cs->target >= 8 * BURST_GPU_NS;
+    uint32_t depth = long_bursts ? (solo ? 2 : 1) : solo ? SOLO_DEPTH : COMPUTE_DEPTH;
     while (cs->count >= depth)
         account_oldest(cs, true);
     tessera_device_compute *c = &g_region->compute[cs->idx];
