@@ -4,12 +4,16 @@
 # Builds the hook, then runs PyTorch under it with a memory cap on GPU 0 and checks:
 # torch.cuda.mem_get_info() shows the cap; allocating up to the cap works and beyond
 # it raises torch's OutOfMemoryError; two processes share one cap; how much a
-# launch-heavy loop slows down under the hook; a memory balloon: a running PyTorch whose
-# cap is lowered in place sees OOM and recovers (torch.cuda.empty_cache()) once the cap
-# is raised back, and an allocation over the lowered cap waits in the hook until the
-# cap comes back (docs/balloon.md). Prints one `GPUCHECK <name> <value>`
-# line per result (and nothing else on stdout); exits non-zero if a check fails.
-# Takes well under 5 minutes. Needs: nvidia-smi, python3 with torch (CUDA build), gcc, make.
+# launch-heavy loop slows down under the hook; compute time slices: a single PyTorch
+# matmul tenant's throughput under the hook (no share) against without it, two matmul
+# tenants at 30/70 and a P0/P2 pair under the node agent's arbiter (hack/arbiter),
+# shares judged by device-side timing (CUDA events: each tenant's matmuls completed ×
+# the GPU time one takes alone), never by nvidia-smi; and a memory balloon: a running
+# PyTorch whose cap is lowered in place sees OOM and recovers (torch.cuda.empty_cache())
+# once the cap is raised back, and an allocation over the lowered cap waits in the hook
+# until the cap comes back (docs/balloon.md). Prints one `GPUCHECK <name> <value>` line
+# per result (and nothing else on stdout); exits non-zero if a check fails. Takes under
+# 5 minutes. Needs: nvidia-smi, python3 with torch (CUDA build), gcc, make, go.
 #
 # usage: hack/gpu-check.sh [cap_gib]      (default 8)
 set -euo pipefail
@@ -89,6 +93,47 @@ elif mode == "balloon":  # one step per line on stdin, one answer per line on st
             torch.cuda.empty_cache()  # the caching allocator must let go to recover
             ok = 0
         print(ok, f"{time.perf_counter() - t0:.3f}", flush=True)
+elif mode in ("matmul", "solo"):
+    # matmul SECONDS: saturate with 2048² matmuls, print how many completed.
+    # solo: the GPU time of one, by CUDA events, alone (median of 50).
+    a = torch.randn(2048, 2048, device="cuda")
+    b = torch.randn(2048, 2048, device="cuda")
+    for _ in range(20):
+        a @ b
+    torch.cuda.synchronize()
+    if mode == "solo":
+        times = []
+        for _ in range(50):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record(); a @ b; e.record(); e.synchronize()
+            times.append(s.elapsed_time(e))
+        print(f"{sorted(times)[25]:.4f}")
+    else:
+        end, n = time.perf_counter() + float(sys.argv[2]), 0
+        while time.perf_counter() < end:
+            for _ in range(8):
+                a @ b
+            n += 8
+            torch.cuda.synchronize()
+        print(n)
+elif mode == "burst":
+    # burst SECONDS WORK_MS PERIOD_MS: WORK_MS of matmuls (by the solo time in
+    # argv[5]) every PERIOD_MS; print the median burst latency in ms (CUDA events).
+    secs, work, period, solo = (float(v) for v in sys.argv[2:6])
+    a = torch.randn(2048, 2048, device="cuda")
+    b = torch.randn(2048, 2048, device="cuda")
+    k = max(1, round(work / solo))
+    lats, end = [], time.perf_counter() + secs
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(k):
+            a @ b
+        e.record(); e.synchronize()
+        lats.append((time.perf_counter() - t0) * 1e3)
+        time.sleep(max(0, period / 1e3 - (time.perf_counter() - t0)))
+    print(f"{sorted(lats[1:])[len(lats) // 2]:.3f}")
 elif mode == "launch":
     x = torch.ones(16, device="cuda")
     for _ in range(2000):
@@ -177,4 +222,70 @@ with=$(py launch)
 result launch_ns_per_op_direct "$base"
 result launch_ns_per_op_hooked "$with"
 result launch_loop_slowdown_pct "$(calc "round(($with - $base) * 100 / $base, 2)")"
+
+# ---- compute time slices ----
+# One tenant, no share: throughput under the hook against without it (target ≤ 2 % loss).
+m_base=$("$PY" "$work/check.py" matmul 10)
+m_hook=$(py matmul 10)
+result matmul_per_10s_direct "$m_base"
+result matmul_per_10s_hooked "$m_hook"
+loss=$(calc "round(($m_base - $m_hook) * 100 / $m_base, 2)")
+result matmul_unthrottled_loss_pct "$loss"
+check matmul_unthrottled_loss_within_2pct "$(calc "int($loss <= 2)")"
+solo=$("$PY" "$work/check.py" solo)
+result matmul_solo_ms "$solo"
+
+# The arbiter over a scratch state directory; tenants get its files.
+go build -o "$work/arbiter" ./hack/arbiter
+arbiter_start() { # TENANT specs...; fills $work/files and waits for "ready"
+	coproc ARB { "$work/arbiter" -state "$work/state-$RANDOM" -uuid "$UUID" "${@/#/-tenant=}"; }
+	: >"$work/files"
+	while read -r line <&"${ARB[0]}"; do
+		[[ $line == ready ]] && break
+		echo "$line" >>"$work/files"
+	done
+}
+arbiter_stop() { kill "$ARB_PID" 2>/dev/null; wait "$ARB_PID" 2>/dev/null || true; }
+# tenant_run NAME MODE ARGS...: check.py under the hook with tenant NAME's core files.
+tenant_run() {
+	local name=$1 limits region
+	shift
+	read -r _ limits region < <(grep "^$name " "$work/files")
+	env LD_PRELOAD="$HOOK" TESSERA_CORE_LIMITS="$limits" TESSERA_CORE_REGION="$region" TESSERA_LOG=warn \
+		"$PY" "$work/check.py" "$@"
+}
+
+# 30/70, both saturating for 20 s: share = matmuls × solo time / wall.
+arbiter_start a:30:guaranteed:2 b:70:guaranteed:2
+tenant_run a matmul 20 >"$work/a.out" &
+pa=$!
+tenant_run b matmul 20 >"$work/b.out" &
+pb=$!
+wait "$pa" "$pb"
+arbiter_stop
+share_a=$(calc "round($(cat "$work/a.out") * $solo / 200, 2)")
+share_b=$(calc "round($(cat "$work/b.out") * $solo / 200, 2)")
+result share_30_pct "$share_a"
+result share_70_pct "$share_b"
+err=$(calc "round(max(abs($share_a / ($share_a + $share_b) * 100 - 30), abs($share_b / ($share_a + $share_b) * 100 - 70)), 2)")
+result share_30_70_error_pp "$err"
+check share_30_70_within_2pp "$(calc "int($err <= 2)")"
+result share_30_70_device_busy_pct "$(calc "round($share_a + $share_b, 1)")"
+
+# P0 bursts (2 ms every 20 ms) alone, then beside a saturating P2.
+arbiter_start p0:50:guaranteed:0 p2:50:guaranteed:2
+alone=$(tenant_run p0 burst 8 2 20 "$solo")
+tenant_run p2 matmul 14 >"$work/p2.out" &
+p2=$!
+sleep 2
+beside=$(tenant_run p0 burst 8 2 20 "$solo")
+wait "$p2"
+arbiter_stop
+ratio=$(calc "round($beside / $alone, 3)")
+result p0_burst_ms_alone "$alone"
+result p0_burst_ms_beside_p2 "$beside"
+result p0_latency_ratio "$ratio"
+check p0_latency_ratio_within_1_2 "$(calc "int($ratio <= 1.2)")"
+# P2 had the GPU while P0 was not running: 14 s, of which 8 beside P0.
+result p2_share_pct "$(calc "round($(cat "$work/p2.out") * $solo / 140, 1)")"
 exit $fail

@@ -44,6 +44,9 @@ func TestConstantsMatchCHeader(t *testing.T) {
 		"SlotReclaimBit": SlotReclaimBit, "ReaperNode": ReaperNode,
 		"BalloonCeilingWord": BalloonCeilingWord, "BalloonWaitMSWord": BalloonWaitMSWord,
 		"BalloonFloorWord": BalloonFloorWord, "BalloonDefaultWaitMS": BalloonDefaultWaitMS,
+		"PolicyGuaranteed": PolicyGuaranteed, "PolicyHard": PolicyHard,
+		"GrantRateMask": GrantRateMask, "GrantUnpaced": GrantUnpaced, "GrantPPMMax": GrantPPMMax,
+		"GrantArbitrated": GrantArbitrated, "GrantSolo": GrantSolo, "HeartbeatStaleNs": HeartbeatStaleNs,
 	}
 	c := cabi.Constants()
 	if len(c) != len(goSide) {

@@ -125,6 +125,48 @@ type Config struct {
 	MetricsAddress string       `json:"metricsAddress"`
 	Health         HealthConfig `json:"health"`
 	Log            LogConfig    `json:"log"`
+	// ComputePriority maps pods to the compute priority their gpu-core
+	// allocations get (docs/device-plugin.md "Compute policy and priority").
+	ComputePriority ComputePriorityConfig `json:"computePriority"`
+}
+
+// ComputePriorityConfig is the table from a pod to its priority class P0..P3:
+// the tessera.io/priority annotation (the class names P0..P3 and the aliases
+// listed here), else the pod's PriorityClass value against ClassValues. All
+// empty: the default table (aliases realtime, online, training, batch,
+// evaluation; values ≥ 1,000,000 P0, ≥ 100,000 P1, ≥ 1,000 P2, else P3).
+type ComputePriorityConfig struct {
+	Annotation   map[string]string `json:"annotation,omitempty"`
+	ClassValues  []ClassValue      `json:"classValues,omitempty"`
+	DefaultClass string            `json:"defaultClass,omitempty"`
+}
+
+// ClassValue maps PriorityClass values of at least AtLeast to Class.
+type ClassValue struct {
+	AtLeast int32  `json:"atLeast"`
+	Class   string `json:"class"`
+}
+
+// check reports malformed class names (the table's own rules, such as an
+// inverted ClassValues order, are checked when the plugin builds it).
+func (c ComputePriorityConfig) check(bad func(field, format string, args ...any)) {
+	valid := func(s string) bool {
+		t := strings.TrimSpace(s)
+		return len(t) == 2 && (t[0] == 'P' || t[0] == 'p') && t[1] >= '0' && t[1] <= '3'
+	}
+	for alias, v := range c.Annotation {
+		if !valid(v) {
+			bad("computePriority.annotation["+alias+"]", "%q is not P0..P3", v)
+		}
+	}
+	for i, row := range c.ClassValues {
+		if !valid(row.Class) {
+			bad(fmt.Sprintf("computePriority.classValues[%d].class", i), "%q is not P0..P3", row.Class)
+		}
+	}
+	if c.DefaultClass != "" && !valid(c.DefaultClass) {
+		bad("computePriority.defaultClass", "%q is not P0..P3", c.DefaultClass)
+	}
 }
 
 // HealthConfig controls NVML-event health checking.
@@ -282,6 +324,7 @@ func (c *Config) Validate() error {
 	var errs fieldErrors
 	bad := errs.add
 	errs.checkVersionAndNode(c.Version, c.NodeName)
+	c.ComputePriority.check(bad)
 	if c.SplitCount < 1 || c.SplitCount > 1000 {
 		bad("splitCount", "%d out of range [1, 1000]", c.SplitCount)
 	}

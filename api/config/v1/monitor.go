@@ -63,6 +63,9 @@ type MonitorConfig struct {
 	Containerd ContainerdConfig `json:"containerd"`
 	// Kubernetes is the optional API access for Events.
 	Kubernetes KubernetesConfig `json:"kubernetes"`
+	// Arbiter hands out the GPUs' compute time between gpu-core tenants
+	// (docs/hook.md "Compute time slices").
+	Arbiter ArbiterConfig `json:"arbiter"`
 }
 
 // BalloonConfig tunes memory balloons. Only containers whose pod opted in
@@ -103,6 +106,28 @@ type KubernetesConfig struct {
 	// configuration (service account) when the agent runs in a pod. With
 	// neither, Events are off (metrics and log lines still say everything).
 	Kubeconfig string `json:"kubeconfig,omitempty"`
+}
+
+// ArbiterConfig is the compute-share arbiter's control loop.
+type ArbiterConfig struct {
+	// Enabled: without the arbiter, hooks fall back to the static share
+	// (hard: paced at it; guaranteed: unthrottled) and priorities are not
+	// enforced.
+	Enabled bool `json:"enabled"`
+	// Tick is how often tenants' measured time and demand are read and
+	// grants written.
+	Tick Duration `json:"tick"`
+	// Quantum is how long a tenant holds a GPU before the next in line.
+	Quantum Duration `json:"quantum"`
+	// IdleAfter: a tenant that neither launched nor waited to launch for
+	// this long is idle (killed, stopped, or done) and frees its turn.
+	IdleAfter Duration `json:"idleAfter"`
+	// PriorityHold keeps lower priorities throttled this long after a
+	// higher-priority tenant was last active.
+	PriorityHold Duration `json:"priorityHold"`
+	// PriorityFloorPercent is the share of the GPU (0..100) a throttled
+	// lower-priority tenant keeps.
+	PriorityFloorPercent int `json:"priorityFloorPercent"`
 }
 
 // EnforcementConfig is the out-of-band check of the driver's per-process truth.
@@ -157,6 +182,8 @@ func DefaultMonitor() *MonitorConfig {
 		Balloon: BalloonConfig{Interval: Duration{200 * time.Millisecond}, Window: Duration{30 * time.Minute},
 			Settle: Duration{10 * time.Minute}, MarginPercent: 10, MinFloorMiB: 1024, WaitMS: 3000},
 		Containerd: ContainerdConfig{Socket: "/run/containerd/containerd.sock", Namespace: "k8s.io"},
+		Arbiter: ArbiterConfig{Enabled: true, Tick: Duration{time.Millisecond}, Quantum: Duration{10 * time.Millisecond},
+			IdleAfter: Duration{5 * time.Millisecond}, PriorityHold: Duration{100 * time.Millisecond}},
 	}
 }
 
@@ -200,6 +227,15 @@ func (c *MonitorConfig) Validate() error {
 	atLeast("identityInterval", c.IdentityInterval.Duration, 100*time.Millisecond)
 	atLeast("reapInterval", c.ReapInterval.Duration, 10*time.Millisecond)
 	atLeast("enforcement.interval", c.Enforcement.Interval.Duration, 10*time.Millisecond)
+	atLeast("arbiter.tick", c.Arbiter.Tick.Duration, 100*time.Microsecond)
+	atLeast("arbiter.quantum", c.Arbiter.Quantum.Duration, c.Arbiter.Tick.Duration)
+	atLeast("arbiter.idleAfter", c.Arbiter.IdleAfter.Duration, c.Arbiter.Tick.Duration)
+	if c.Arbiter.PriorityHold.Duration < 0 {
+		bad("arbiter.priorityHold", "negative %s", c.Arbiter.PriorityHold.Duration)
+	}
+	if c.Arbiter.PriorityFloorPercent < 0 || c.Arbiter.PriorityFloorPercent > 100 {
+		bad("arbiter.priorityFloorPercent", "%d outside 0..100", c.Arbiter.PriorityFloorPercent)
+	}
 	if c.Enforcement.Grace.Duration < 0 {
 		bad("enforcement.grace", "negative %s", c.Enforcement.Grace.Duration)
 	}

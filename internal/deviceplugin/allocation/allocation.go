@@ -31,11 +31,13 @@ const (
 	RegionPath     = "/run/tessera/region"
 	LimitsPath     = "/run/tessera/limits"
 	CoreLimitsPath = "/run/tessera/core-limits"
+	CoreRegionPath = "/run/tessera/core-region"
 	PreloadPath    = "/etc/ld.so.preload"
 
 	EnvRegion      = "TESSERA_REGION"
 	EnvLimits      = "TESSERA_LIMITS"
 	EnvCoreLimits  = "TESSERA_CORE_LIMITS"
+	EnvCoreRegion  = "TESSERA_CORE_REGION"
 	EnvCtxReserve  = "TESSERA_CTX_RESERVE_MIB"
 	EnvLog         = "TESSERA_LOG"
 	EnvNVIDIA      = "NVIDIA_VISIBLE_DEVICES"
@@ -122,8 +124,15 @@ func Key(kind resource.Kind, ids []string) string {
 	return string(kind) + "-" + hex.EncodeToString(sum[:8])
 }
 
-// Container builds the response for one container's IDs of one resource.
+// Container builds the response for one container's IDs of one resource,
+// for a container whose pod is not known (Unattributed).
 func (b *Builder) Container(res string, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+	return b.ContainerFor(res, ids, Unattributed)
+}
+
+// ContainerFor builds the response with the pod's compute scheduling (used by
+// gpu-core allocations only).
+func (b *Builder) ContainerFor(res string, ids []string, sched Scheduling) (*pluginapi.ContainerAllocateResponse, error) {
 	kind, ok := resource.KindOf(res)
 	if !ok {
 		return nil, fmt.Errorf("unknown resource %q", res)
@@ -143,7 +152,7 @@ func (b *Builder) Container(res string, ids []string) (*pluginapi.ContainerAlloc
 			return nil, fmt.Errorf("%s: GPU %s is unhealthy", res, s.GPU)
 		}
 	}
-	return b.build(res, kind, ids, shares, false)
+	return b.build(res, kind, ids, shares, false, sched)
 }
 
 // Restore recreates a running container's files from its IDs when they are
@@ -158,13 +167,14 @@ func (b *Builder) Restore(res string, ids []string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", res, err)
 	}
-	_, err = b.build(res, kind, ids, shares, true)
+	_, err = b.build(res, kind, ids, shares, true, Unattributed)
 	return err
 }
 
 // build makes the response and writes the files; keep leaves valid
 // existing limits files untouched.
-func (b *Builder) build(res string, kind resource.Kind, ids []string, shares []resource.Share, keep bool) (*pluginapi.ContainerAllocateResponse, error) {
+func (b *Builder) build(res string, kind resource.Kind, ids []string, shares []resource.Share, keep bool, sched Scheduling) (*pluginapi.ContainerAllocateResponse, error) {
+	var err error
 	if kind == resource.KindMIG {
 		if keep {
 			// A MIG container has no files to restore.
@@ -186,7 +196,7 @@ func (b *Builder) build(res string, kind resource.Kind, ids []string, shares []r
 	case resource.KindMem:
 		err = b.addMemory(r, ids, shares, keep)
 	case resource.KindCore:
-		err = b.addCore(r, ids, shares, keep)
+		err = b.addCore(r, ids, shares, keep, sched)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", res, err)
@@ -277,15 +287,27 @@ func (b *Builder) addMemory(r *pluginapi.ContainerAllocateResponse, ids []string
 	return nil
 }
 
-func (b *Builder) addCore(r *pluginapi.ContainerAllocateResponse, ids []string, shares []resource.Share, keep bool) error {
+func (b *Builder) addCore(r *pluginapi.ContainerAllocateResponse, ids []string, shares []resource.Share, keep bool, sched Scheduling) error {
 	dir, err := b.writeLimits(resource.KindCore, ids, "core-limits", keep, shares, func(s resource.Share) region.DeviceLimit {
-		return region.DeviceLimit{UUID: s.GPU, CoreLimitPct: uint32(s.CorePct)}
+		return region.DeviceLimit{UUID: s.GPU, CoreLimitPct: uint32(s.CorePct), Policy: sched.Policy, Priority: sched.Priority}
 	})
 	if err != nil {
 		return err
 	}
-	r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: filepath.Join(dir, "core-limits"), ContainerPath: CoreLimitsPath, ReadOnly: true})
+	// The core region: where the container's hooks publish the GPU time
+	// they measured, for the node agent's arbiter (docs/hook.md).
+	regionPath := filepath.Join(dir, "core-region")
+	if err := recreateIfInvalid(regionPath, func() error { return region.CreateRegion(regionPath) }); err != nil {
+		return err
+	}
+	if err := os.Chmod(regionPath, writableByAll); err != nil {
+		return err
+	}
+	r.Mounts = append(r.Mounts,
+		&pluginapi.Mount{HostPath: filepath.Join(dir, "core-limits"), ContainerPath: CoreLimitsPath, ReadOnly: true},
+		&pluginapi.Mount{HostPath: regionPath, ContainerPath: CoreRegionPath})
 	r.Envs[EnvCoreLimits] = CoreLimitsPath
+	r.Envs[EnvCoreRegion] = CoreRegionPath
 	return nil
 }
 

@@ -55,6 +55,12 @@ type GPU struct {
 	HasCore      bool
 	CoreLimitPct uint32
 	Priority     int32
+	Hard         bool // compute policy hard (else guaranteed)
+	// From the core region, when the allocation has one (HasCompute): the
+	// GPU time its hooks measured and the time launches waited for a grant.
+	HasCompute  bool
+	BusyNs      uint64
+	ThrottledNs uint64
 }
 
 // Proc is one occupied slot of a region.
@@ -176,8 +182,31 @@ func (r *Reader) readCore(a *Allocation) error {
 	if err != nil {
 		return r.skip(a.Entry.Key, statedir.CoreLimitsFile, err)
 	}
-	for _, l := range limits {
-		a.GPUs = append(a.GPUs, GPU{UUID: l.UUID, HasCore: true, CoreLimitPct: l.CoreLimitPct, Priority: l.Priority})
+	var comp [region.MaxDevices]region.Compute
+	hasCompute := false
+	path := a.Entry.CoreRegion()
+	if reg, err := r.maps.region(path); err == nil {
+		// Optional: allocations from a plugin before compute time slices have
+		// none. A bad one is skipped like any region, the limits still count.
+		if gerr := region.Guard(path, func() {
+			if err = reg.Check(); err == nil {
+				for i := range limits {
+					comp[i] = reg.Compute(i)
+				}
+			}
+		}); gerr != nil {
+			r.maps.drop(path)
+			err = gerr
+		}
+		if err != nil {
+			r.skip(a.Entry.Key, statedir.CoreRegionFile, err)
+		} else {
+			hasCompute = true
+		}
+	}
+	for i, l := range limits {
+		a.GPUs = append(a.GPUs, GPU{UUID: l.UUID, HasCore: true, CoreLimitPct: l.CoreLimitPct, Priority: l.Priority,
+			Hard: l.Policy == region.PolicyHard, HasCompute: hasCompute, BusyNs: comp[i].BusyNs, ThrottledNs: comp[i].ThrottledNs})
 	}
 	return nil
 }
@@ -235,7 +264,7 @@ func (r *Reader) skip(key, file string, err error) error {
 func (r *Reader) clear(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, f := range []string{statedir.LimitsFile, statedir.RegionFile, statedir.CoreLimitsFile, statedir.ContainersDir} {
+	for _, f := range []string{statedir.LimitsFile, statedir.RegionFile, statedir.CoreLimitsFile, statedir.CoreRegionFile, statedir.ContainersDir} {
 		delete(r.logged, key+"/"+f)
 	}
 }

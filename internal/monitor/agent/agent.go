@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/arbiter"
 	"github.com/tessera-gpu/tessera/internal/balloon"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/health"
 	"github.com/tessera-gpu/tessera/internal/hostproc"
@@ -49,6 +50,9 @@ type Agent struct {
 	// Lease makes one monitor per node the acting one (node.go).
 	Lease *lease.Lease
 	Node  *metrics.Node
+	// Arbiter hands out compute time between gpu-core tenants (nil when
+	// disabled).
+	Arbiter *arbiter.Arbiter
 }
 
 // New builds an agent from a validated configuration.
@@ -76,12 +80,22 @@ func New(cfg *configv1.MonitorConfig, log *slog.Logger, source identity.Source, 
 	if cfg.Balloon.Enabled {
 		a.Balloons = newBalloons(cfg, log, a.Identity, node, metrics.NewBalloon(reg, cfg.NodeName))
 	}
+	if ac := cfg.Arbiter; ac.Enabled {
+		a.Arbiter = &arbiter.Arbiter{StateDir: cfg.StateDir, Tick: ac.Tick.Duration, Rescan: 200 * time.Millisecond, Log: log,
+			Policy: arbiter.Policy{Quantum: ac.Quantum.Duration, IdleAfter: ac.IdleAfter.Duration,
+				PriorityHold: ac.PriorityHold.Duration, PriorityFloor: float64(ac.PriorityFloorPercent) / 100}}
+	}
 	c := &metrics.Collector{Node: cfg.NodeName, Reader: a.Reader, Owner: a.Identity.Owner, Processes: a.Reaper.Owners}
 	if node != nil {
 		c.GPUs = node
 	}
 	reg.MustRegister(c)
 	a.initNode()
+	if a.Arbiter != nil {
+		// Grants are written into limits files: only the monitor holding the
+		// node lease arbitrates (a DaemonSet surge runs two).
+		a.Arbiter.Active = a.Lease.Held
+	}
 	return a
 }
 
@@ -133,6 +147,9 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 		})
 	})
 	loops.Go(func() { a.Reaper.Run(ctx, a.Config.ReapInterval.Duration) })
+	if a.Arbiter != nil {
+		loops.Go(func() { a.Arbiter.Run(ctx) })
+	}
 	if a.Enforcer != nil {
 		loops.Go(func() { a.Enforcer.Run(ctx, a.Config.Enforcement.Interval.Duration) })
 	}

@@ -17,6 +17,7 @@
 static tessera_region *g_region;
 static const tessera_limits *g_limits;
 static const tessera_limits *g_core_limits;
+static tessera_region *g_core_region;
 static _Atomic int g_slot = -1;
 static uint32_t g_pid;
 static uint64_t g_start;
@@ -30,7 +31,15 @@ int limiter_open(const struct hook_config *cfg, char *err, size_t errlen)
         return -1;
     if (cfg->has_core_limits && limits_map(cfg->core_limits_path, &g_core_limits, err, errlen) != 0)
         return -1;
+    if (cfg->has_core_region && region_map(cfg->core_region_path, &g_core_region, err, errlen) != 0)
+        return -1;
     return 0;
+}
+
+void limiter_core_files(const tessera_limits **core_limits, tessera_region **core_region)
+{
+    *core_limits = g_core_limits;
+    *core_region = g_core_region;
 }
 
 bool limiter_active(void) { return g_limits != NULL && g_region != NULL; }

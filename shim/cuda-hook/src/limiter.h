@@ -38,6 +38,8 @@ void limiter_uncharge(int idx, uint64_t n);
 uint64_t limiter_cap(int idx);   /* current cap in bytes, 0 = uncapped */
 uint64_t limiter_usage(int idx); /* the container's usage on idx, all processes */
 uint32_t limiter_core_pct(const char *uuid); /* TESSERA_CORE_LIMITS entry, 0 = none */
+/* The mapped core-limits file and core region (NULL when not configured). */
+void limiter_core_files(const tessera_limits **core_limits, tessera_region **core_region);
 
 /* The mapped files while limits are in force, else NULL (balloon.c reads its words). */
 const tessera_limits *limiter_limits(void);

@@ -56,6 +56,7 @@ struct CUctx_st {
     int dev;
     int primary;
     _Atomic int alive;
+    _Atomic uint32_t epoch; /* bumped when it is destroyed or reset: its events die with it */
     struct fg_mark tail; /* latest timed launch on any of its streams: cuCtxSynchronize */
     struct fg_stream null_stream;
 };
@@ -68,6 +69,7 @@ struct CUevent_st {
     uint32_t magic;
     unsigned flags;
     struct CUctx_st *ctx; /* where it was created: its device's pools release on sync */
+    uint32_t epoch;       /* ctx->epoch at creation: a destroyed or reset context's events are invalid */
     int recorded;
     int dev;          /* device of the stream it was recorded on */
     uint64_t pos;     /* queue position it waits for */

@@ -135,6 +135,7 @@ FG_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
         return CUDA_ERROR_OUT_OF_MEMORY;
     e->flags = Flags;
     e->ctx = ctx;
+    e->epoch = atomic_load(&ctx->epoch);
     e->recorded = 0;
     e->resolved = 0;
     e->ts_ns = 0;
@@ -145,9 +146,11 @@ FG_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return CUDA_SUCCESS;
 }
 
+/* As the real driver: destroying or resetting a context destroys its events,
+ * even when the context's handle stays the same (a reset primary context). */
 static int event_ok(CUevent e)
 {
-    return e && e->magic == FG_MAGIC_EVENT;
+    return e && e->magic == FG_MAGIC_EVENT && e->epoch == atomic_load(&e->ctx->epoch);
 }
 
 FG_API CUresult cuEventDestroy_v2(CUevent hEvent)
