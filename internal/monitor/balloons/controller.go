@@ -25,7 +25,11 @@ type PodInfo struct {
 
 // Pods answers PodInfo for a container.
 type Pods interface {
+	// Info may answer from a cache (every container, every pass).
 	Info(ctx context.Context, owner identity.Owner) (PodInfo, error)
+	// Confirm reads the pod now: a cap is lowered only on the API server's current
+	// answer, since an opt-in annotation can be removed while the pod runs.
+	Confirm(ctx context.Context, owner identity.Owner) (PodInfo, error)
 }
 
 // Evictor evicts a pod, honouring its grace period (production: the Eviction API).
@@ -72,6 +76,7 @@ type member struct {
 	entry  statedir.Entry
 	owner  identity.Owner
 	info   PodInfo
+	known  bool // owner named and its pod read this pass (info is not a default)
 	uuid   string
 	dev    int
 	cap    uint64
@@ -179,12 +184,12 @@ func (c *Controller) read(ctx context.Context, now time.Time) ([]*member, func()
 		// pod it cannot read still holds its cap on the GPU: it counts in what the GPU
 		// is promised, as neither owner nor borrower, and is left alone.
 		var info PodInfo
-		owner, ok := c.Owner(e.Key)
-		if ok {
+		owner, known := c.Owner(e.Key)
+		if known {
 			var err error
 			if info, err = c.Pods.Info(ctx, owner); err != nil {
 				c.Log.Debug("balloons: pod unknown; its containers are left alone this pass", "owner", owner.String(), "err", err)
-				info = PodInfo{}
+				info, known = PodInfo{}, false
 			}
 		}
 		l, err := region.OpenLimits(e.Limits())
@@ -203,7 +208,7 @@ func (c *Controller) read(ctx context.Context, now time.Time) ([]*member, func()
 			continue
 		}
 		for i, d := range devs {
-			m := &member{key: e.Key, entry: e, owner: owner, info: info, uuid: d.UUID, dev: i, cap: d.MemLimitBytes,
+			m := &member{key: e.Key, entry: e, owner: owner, info: info, known: known, uuid: d.UUID, dev: i, cap: d.MemLimitBytes,
 				usage: u.UsedBytes[i], limits: l, region: r}
 			m.bal, _ = l.Balloon(d.UUID)
 			_ = region.Guard(e.Region(), func() { m.wait = r.BalloonWait(i) })

@@ -30,10 +30,13 @@ const (
 // fakeNode is a state directory with containers on one 40 GiB GPU, their pods and
 // a fake API server side.
 type fakeNode struct {
-	t       *testing.T
-	dir     string
-	mu      sync.Mutex
-	pods    map[string]PodInfo // key → pod
+	t    *testing.T
+	dir  string
+	mu   sync.Mutex
+	pods map[string]PodInfo // key → pod
+	// fresh is what the API server says now where it differs from pods (what a
+	// cache still answers): Confirm reads it.
+	fresh   map[string]PodInfo
 	evicted []string
 	state   []apiv1.NodeBalloons
 	clock   time.Time
@@ -97,6 +100,16 @@ func (n *fakeNode) Info(_ context.Context, o identity.Owner) (PodInfo, error) {
 		return PodInfo{}, errors.New("no such pod")
 	}
 	return p, nil
+}
+
+func (n *fakeNode) Confirm(ctx context.Context, o identity.Owner) (PodInfo, error) {
+	n.mu.Lock()
+	p, ok := n.fresh[o.Pod]
+	n.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	return n.Info(ctx, o)
 }
 
 func (n *fakeNode) Evict(_ context.Context, o identity.Owner) error {
@@ -309,5 +322,81 @@ func TestUnknownContainerStillCountsOnTheGPU(t *testing.T) {
 	}
 	if capB, _ := n.limits("borrower"); capB != 15*GiB || len(n.evicted) != 0 {
 		t.Fatalf("an unattributed container was shrunk (%d GiB) or evicted (%v)", capB/GiB, n.evicted)
+	}
+}
+
+// TestOptOutWhileInflatedGivesTheCapBack: an owner whose pod no longer opts in
+// (annotation removed) must not stay lowered while its borrower runs: the agent
+// reclaims for it as for a waiting owner.
+func TestOptOutWhileInflatedGivesTheCapBack(t *testing.T) {
+	n := newFakeNode(t)
+	c := n.controller(nil)
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 100})
+	n.step(c, 0)
+	n.step(c, 11*time.Minute)
+	n.add("borrower", 15*GiB, 14*GiB, PodInfo{Borrower: true, Priority: 10})
+	n.step(c, time.Second)
+	if capB, _ := n.limits("owner"); capB != 25*GiB {
+		t.Fatalf("not inflated: %d GiB", capB/GiB)
+	}
+	n.pods["mem-owner"] = PodInfo{Priority: 100} // tessera.io/balloon removed
+	n.step(c, time.Second)
+	if len(n.evicted) != 1 || n.evicted[0] != "mem-borrower" {
+		t.Fatalf("evicted %v: an owner that opted out stays lowered for its borrower", n.evicted)
+	}
+	n.remove("borrower")
+	n.step(c, time.Second)
+	if capB, b := n.limits("owner"); capB != 30*GiB || b.Inflated() {
+		t.Fatalf("opted-out owner not raised back: cap %d GiB %+v", capB/GiB, b)
+	}
+	// Not lowered again for the next borrower.
+	n.add("borrower2", 15*GiB, 0, PodInfo{Borrower: true, Priority: 10})
+	n.step(c, 11*time.Minute)
+	if capB, _ := n.limits("owner"); capB != 30*GiB {
+		t.Fatalf("opted-out owner lowered to %d GiB", capB/GiB)
+	}
+}
+
+// TestInflationConfirmsTheOptInFresh: the pod cache may still say "opted in" for a
+// minute after the annotation was removed; the cap is lowered only on the API
+// server's current answer.
+func TestInflationConfirmsTheOptInFresh(t *testing.T) {
+	n := newFakeNode(t)
+	c := n.controller(nil)
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 100})
+	n.step(c, 0)
+	n.step(c, 11*time.Minute)
+	n.fresh = map[string]PodInfo{"mem-owner": {Priority: 100}} // opted out; the cache lags
+	n.add("borrower", 15*GiB, 0, PodInfo{Borrower: true, Priority: 10})
+	n.step(c, time.Second)
+	if capB, b := n.limits("owner"); capB != 30*GiB || b.Inflated() {
+		t.Fatalf("lowered on a stale opt-in: cap %d GiB %+v", capB/GiB, b)
+	}
+	n.fresh = nil
+	n.step(c, time.Second)
+	if capB, _ := n.limits("owner"); capB != 25*GiB {
+		t.Fatalf("not inflated once the opt-in is confirmed: %d GiB", capB/GiB)
+	}
+}
+
+// TestUnattributedContainerHoldsInflationBack: a container the agent cannot name yet
+// may be a borrower that outranks the owner; no owner is lowered for it until its
+// pod is known.
+func TestUnattributedContainerHoldsInflationBack(t *testing.T) {
+	n := newFakeNode(t)
+	c := n.controller(nil)
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 10})
+	n.step(c, 0)
+	n.step(c, 11*time.Minute)
+	n.add("newcomer", 15*GiB, 0, PodInfo{Borrower: true, Priority: 1000})
+	delete(n.pods, "mem-newcomer") // PodResources does not name it yet
+	n.step(c, time.Second)
+	if capB, b := n.limits("owner"); capB != 30*GiB || b.Inflated() {
+		t.Fatalf("owner lowered to %d GiB for a container of unknown rank", capB/GiB)
+	}
+	n.pods["mem-newcomer"] = PodInfo{Borrower: true, Priority: 1000}
+	n.step(c, time.Second)
+	if capB, _ := n.limits("owner"); capB != 30*GiB {
+		t.Fatalf("owner lowered to %d GiB for a borrower that outranks it", capB/GiB)
 	}
 }

@@ -49,6 +49,9 @@ func (g *gpuPass) needsBack(m *member) bool {
 	if !m.bal.Inflated() {
 		return false
 	}
+	if m.known && !isOwner(m) {
+		return true // its pod no longer opts in: it must not stay lowered
+	}
 	if m.wait.Waiting() || g.c.Policy.ShouldReclaim(m.bal.CeilingBytes, m.cap, m.usage) {
 		return true
 	}
@@ -183,6 +186,13 @@ func (g *gpuPass) inflateForBorrowers() {
 	if over == 0 {
 		return
 	}
+	for _, m := range g.members {
+		if !m.known {
+			// It may be a borrower that outranks every owner here: lower nobody
+			// for it until its pod is known (PodResources lags a container's start).
+			return
+		}
+	}
 	var top int32 = -1 << 31
 	for _, b := range g.borrowers() {
 		top = max(top, b.info.Priority)
@@ -211,6 +221,10 @@ func (g *gpuPass) inflateForBorrowers() {
 			return
 		}
 		m := cd.m
+		if info, err := g.c.Pods.Confirm(g.ctx, m.owner); err != nil || !info.OptedIn || info.Borrower || info.Priority < top {
+			g.c.Log.Info("balloons: owner not lowered: its pod's current opt-in or rank says no", "owner", m.owner.String(), "err", err)
+			continue
+		}
 		// Lower only by what the GPU is over: memory taken from an owner is the
 		// borrower's, none is left free for pods that would not give it back.
 		target := max(cd.floor, m.cap-over)

@@ -20,8 +20,9 @@ type API interface {
 	AnnotateNode(ctx context.Context, name string, annotations map[string]string) error
 }
 
-// KubePods reads opt-in, borrower and priority from the pod, cached for TTL (a
-// pod's annotations and priority do not change while its containers run).
+// KubePods reads opt-in, borrower and priority from the pod, cached for TTL for the
+// every-pass reads; annotations can change while the pod runs, so Confirm (before a
+// cap is lowered) reads the pod again.
 type KubePods struct {
 	API API
 	TTL time.Duration
@@ -44,6 +45,13 @@ func (k *KubePods) Info(ctx context.Context, o identity.Owner) (PodInfo, error) 
 	if ok && time.Since(c.at) < k.TTL {
 		return c.info, nil
 	}
+	return k.Confirm(ctx, o)
+}
+
+// Confirm implements Pods: the pod as the API server has it now (and refreshes the
+// cache).
+func (k *KubePods) Confirm(ctx context.Context, o identity.Owner) (PodInfo, error) {
+	key := o.Namespace + "/" + o.Pod
 	pod, err := k.API.GetPod(ctx, o.Namespace, o.Pod)
 	if err != nil {
 		return PodInfo{}, fmt.Errorf("pod %s: %w", key, err)

@@ -50,6 +50,15 @@ func TestKubeAdapters(t *testing.T) {
 	if f.gets != 1 {
 		t.Errorf("%d GETs for one pod within the TTL", f.gets)
 	}
+	// The opt-in is removed while the pod runs: Info may still answer from the
+	// cache, Confirm (before a cap is lowered) must not.
+	f.pods["ns/owner"] = &corev1.Pod{Spec: corev1.PodSpec{Priority: &prio}}
+	if info, err := pods.Confirm(context.Background(), identity.Owner{Namespace: "ns", Pod: "owner"}); err != nil || info.OptedIn {
+		t.Errorf("confirm after the opt-in was removed: %+v %v", info, err)
+	}
+	if info, _ := pods.Info(context.Background(), identity.Owner{Namespace: "ns", Pod: "owner"}); info.OptedIn {
+		t.Errorf("the cache kept the removed opt-in after a confirm: %+v", info)
+	}
 	if info, _ := pods.Info(context.Background(), identity.Owner{Namespace: "ns", Pod: "b"}); !info.Borrower || info.OptedIn {
 		t.Errorf("borrower: %+v", info)
 	}
