@@ -400,3 +400,41 @@ func TestUnattributedContainerHoldsInflationBack(t *testing.T) {
 		t.Fatalf("owner lowered to %d GiB for a borrower that outranks it", capB/GiB)
 	}
 }
+
+// TestLiveWaiterBehindAKilledOneIsServed: a waiter killed mid-wait leaves its old
+// wait_since_ns; a live waiter that started after it keeps polling. The request is
+// not orphaned (the latest poll is fresh): it must be served, not cleared.
+func TestLiveWaiterBehindAKilledOneIsServed(t *testing.T) {
+	n := newFakeNode(t)
+	c := n.controller(nil)
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 100})
+	n.step(c, 0)
+	n.step(c, 11*time.Minute)
+	n.add("borrower", 15*GiB, 14*GiB, PodInfo{Borrower: true, Priority: 10})
+	n.step(c, time.Second)
+	if capB, _ := n.limits("owner"); capB != 25*GiB {
+		t.Fatalf("not inflated: %d GiB", capB/GiB)
+	}
+	n.mono += uint64(30 * time.Second)
+	path := n.path("owner", statedir.RegionFile)
+	if err := regiontest.WriteBalloonWait(path, 0, 26*GiB, 2, n.mono-uint64(20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := regiontest.WriteBalloonPoll(path, 0, n.mono-uint64(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	n.step(c, 10*time.Millisecond)
+	if len(n.evicted) != 1 || n.evicted[0] != "mem-borrower" {
+		t.Fatalf("evicted %v: the live waiter's request was taken for orphaned", n.evicted)
+	}
+	// Its poll stops (it was killed too): now the request is orphaned and goes.
+	n.step(c, 3*time.Second)
+	r, err := region.OpenRegion(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if w := r.BalloonWait(0); w.Waiting() {
+		t.Fatalf("orphaned request kept: %+v", w)
+	}
+}

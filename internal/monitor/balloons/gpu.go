@@ -58,26 +58,26 @@ func (g *gpuPass) needsBack(m *member) bool {
 	return g.c.Policy.Floor(m.bal.CeilingBytes, m.hist.Peak(g.now, g.c.Policy.Window)) > m.cap
 }
 
-// clearStaleWaits drops requests older than any wait bound: their waiter died.
+// orphanedAfter: a live waiter polls at least every 5 ms; a request with no poll for
+// this long has none (they were killed mid-wait).
+const orphanedAfter = 2 * time.Second
+
+// clearStaleWaits drops requests no waiter has polled for: their waiters died. The
+// start of the waits is no measure: a live waiter that started after a killed one
+// keeps the killed one's wait_since_ns.
 func (g *gpuPass) clearStaleWaits() {
 	mono := g.c.mono()
 	for _, m := range g.members {
-		if !m.wait.Waiting() || m.wait.WaitSinceNs == 0 {
+		last := m.wait.LastSignNs()
+		if !m.wait.Waiting() || last == 0 || mono <= last || time.Duration(mono-last) <= orphanedAfter {
 			continue
 		}
-		bound := time.Duration(waitBound(m.bal.WaitMS)) * time.Millisecond
-		if mono > m.wait.WaitSinceNs && time.Duration(mono-m.wait.WaitSinceNs) > bound+2*time.Second {
-			_ = region.Guard(m.entry.Region(), func() { m.region.ClearBalloonWait(m.dev) })
+		cleared := false
+		_ = region.Guard(m.entry.Region(), func() { cleared = m.region.ClearBalloonWait(m.dev, m.wait) })
+		if cleared {
 			m.wait = region.BalloonWait{}
 		}
 	}
-}
-
-func waitBound(ms uint64) uint64 {
-	if ms == 0 {
-		return region.BalloonDefaultWaitMS
-	}
-	return min(ms, 60000)
 }
 
 // reclaimForOwners gives owners that need it their memory back: from free memory,

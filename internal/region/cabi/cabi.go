@@ -94,6 +94,6 @@ func Layout() map[string]uintptr {
 		"rawDeviceBalloon.WaitsGranted": unsafe.Offsetof(db.waits_granted),
 		"rawDeviceBalloon.WaitsExpired": unsafe.Offsetof(db.waits_expired),
 		"rawDeviceBalloon.WaitNsTotal":  unsafe.Offsetof(db.wait_ns_total),
-		"rawDeviceBalloon.Reserved":     unsafe.Offsetof(db.reserved),
+		"rawDeviceBalloon.PollNs":       unsafe.Offsetof(db.poll_ns),
 	}
 }
