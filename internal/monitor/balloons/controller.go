@@ -215,6 +215,9 @@ func (c *Controller) read(ctx context.Context, now time.Time) ([]*member, func()
 			if m.cap == 0 {
 				continue // uncapped: nothing to lower, nothing it was promised
 			}
+			if m.bal.Inflated() && m.bal.CeilingBytes < m.cap {
+				c.dropStaleWords(m)
+			}
 			h := c.hist[m.histKey()]
 			if h == nil {
 				h = &balloon.History{}
@@ -234,6 +237,20 @@ func (c *Controller) read(ctx context.Context, now time.Time) ([]*member, func()
 		}
 	}
 	return out, closeAll, nil
+}
+
+// dropStaleWords clears balloon words whose ceiling is below the cap: no lowered
+// cap (the plugin rewrote the cap for a new container where an earlier one's words
+// stayed, or the file is corrupt). Kept, ceiling - cap would wrap: reclaiming 16 EiB
+// evicts every borrower, and that much would be published as lent. The cap stays;
+// the hook refuses at it as before (usage + n above the cap is above the ceiling).
+func (c *Controller) dropStaleWords(m *member) {
+	c.Log.Warn("balloons: balloon words with a ceiling below the cap; cleared", "owner", m.owner.String(), "gpu", m.uuid,
+		"cap", m.cap, "ceiling", m.bal.CeilingBytes)
+	if err := m.limits.SetBalloonCap(m.uuid, m.cap, region.Balloon{WaitMS: m.bal.WaitMS}); err != nil {
+		c.Log.Warn("balloons: stale balloon words not cleared", "owner", m.owner.String(), "err", err)
+	}
+	m.bal = region.Balloon{}
 }
 
 // countWaits turns the region's wait counters into metrics: the first reading of a

@@ -438,3 +438,36 @@ func TestLiveWaiterBehindAKilledOneIsServed(t *testing.T) {
 		t.Fatalf("orphaned request kept: %+v", w)
 	}
 }
+
+// TestBalloonWordsAboveTheCeilingAreDropped: a limits file whose cap is above its
+// ceiling (the plugin rewrote the cap for a new container in a directory whose
+// words an earlier one left, or a corrupt file) is no lowered cap: nothing is
+// reclaimed for it (ceiling - cap would wrap to 16 EiB and evict every borrower),
+// nothing is published as lent, and the stale words are cleared.
+func TestBalloonWordsAboveTheCeilingAreDropped(t *testing.T) {
+	n := newFakeNode(t)
+	c := n.controller(nil)
+	n.add("plain", 20*GiB, 5*GiB, PodInfo{Priority: 100})
+	l, err := region.OpenLimits(n.path("plain", statedir.LimitsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetBalloonCap(gpuA, 8*GiB, region.Balloon{CeilingBytes: 10 * GiB, FloorBytes: 8 * GiB}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetMemLimit(gpuA, 20*GiB); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	n.add("borrower", 15*GiB, 14*GiB, PodInfo{Borrower: true, Priority: 10})
+	n.step(c, time.Second)
+	if len(n.evicted) != 0 {
+		t.Fatalf("evicted %v for a cap above its ceiling", n.evicted)
+	}
+	if last := n.state[len(n.state)-1]; last.GPUs[0].LentMiB != 0 {
+		t.Fatalf("published %d MiB lent", last.GPUs[0].LentMiB)
+	}
+	if capB, b := n.limits("plain"); capB != 20*GiB || b.Inflated() {
+		t.Fatalf("after the pass: cap %d GiB, words %+v", capB/GiB, b)
+	}
+}
