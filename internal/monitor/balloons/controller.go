@@ -68,6 +68,7 @@ type Controller struct {
 	waits     map[string]region.BalloonWait
 	evicted   map[string]time.Time // pod → when asked
 	published string
+	gauged    map[string]bool // GPUs with reclaimable/lent series
 }
 
 // member is one container on one GPU in this pass.
@@ -140,8 +141,28 @@ func (c *Controller) Step(ctx context.Context) error {
 		g.run()
 		state.GPUs = append(state.GPUs, g.report(u))
 	}
+	c.dropGauges(state)
 	c.publish(ctx, state)
 	return nil
+}
+
+// dropGauges deletes the series of GPUs this pass did not report (their last
+// container went): a lent or reclaimable value must not outlive what it measured.
+func (c *Controller) dropGauges(state apiv1.NodeBalloons) {
+	if c.Metrics == nil {
+		return
+	}
+	now := map[string]bool{}
+	for _, g := range state.GPUs {
+		now[g.UUID] = true
+	}
+	for u := range c.gauged {
+		if !now[u] {
+			c.Metrics.Reclaimable.DeleteLabelValues(u)
+			c.Metrics.Lent.DeleteLabelValues(u)
+		}
+	}
+	c.gauged = now
 }
 
 func (c *Controller) now() time.Time {

@@ -471,3 +471,25 @@ func TestBalloonWordsAboveTheCeilingAreDropped(t *testing.T) {
 		t.Fatalf("after the pass: cap %d GiB, words %+v", capB/GiB, b)
 	}
 }
+
+// TestGaugesOfAnEmptiedGPUGo: when the last container on a GPU goes, its
+// reclaimable and lent series go too (a stale "10 GiB lent" would stay forever).
+func TestGaugesOfAnEmptiedGPUGo(t *testing.T) {
+	n := newFakeNode(t)
+	m := metrics.NewBalloon(nil, "n")
+	c := n.controller(m)
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 100})
+	n.step(c, 0)
+	n.step(c, 11*time.Minute)
+	n.add("borrower", 15*GiB, 14*GiB, PodInfo{Borrower: true, Priority: 10})
+	n.step(c, time.Second)
+	if got := testutil.ToFloat64(m.Lent.WithLabelValues(gpuA)); got != 5*GiB {
+		t.Fatalf("lent %v GiB, want 5", got/GiB)
+	}
+	n.remove("owner")
+	n.remove("borrower")
+	n.step(c, time.Second)
+	if k, l := testutil.CollectAndCount(m.Reclaimable), testutil.CollectAndCount(m.Lent); k != 0 || l != 0 {
+		t.Fatalf("series of an empty GPU kept: reclaimable %d, lent %d", k, l)
+	}
+}
