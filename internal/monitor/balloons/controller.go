@@ -21,6 +21,27 @@ type PodInfo struct {
 	OptedIn  bool  // tessera.io/balloon: "true"
 	Borrower bool  // tessera.io/borrowed is set: it rides on reclaimed memory
 	Priority int32 // the pod's priority (spec.priority)
+	// Loans is the parsed tessera.io/borrowed (which GPUs it borrowed on); nil when
+	// absent or unreadable.
+	Loans *apiv1.Borrowed
+}
+
+// BorrowerOn says whether the pod rides on reclaimed memory on GPU uuid. A pod
+// that borrowed on another GPU holds a plain allocation here. A record that cannot
+// be read makes it a borrower everywhere (preemptible by definition).
+func (p PodInfo) BorrowerOn(uuid string) bool {
+	if !p.Borrower {
+		return false
+	}
+	if p.Loans == nil {
+		return true
+	}
+	for _, g := range p.Loans.GPUs {
+		if g.UUID == uuid {
+			return true
+		}
+	}
+	return false
 }
 
 // Pods answers PodInfo for a container.

@@ -493,3 +493,31 @@ func TestGaugesOfAnEmptiedGPUGo(t *testing.T) {
 		t.Fatalf("series of an empty GPU kept: reclaimable %d, lent %d", k, l)
 	}
 }
+
+// TestBorrowerIsOnlyABorrowerWhereItBorrowed: a pod that borrowed on another GPU
+// holds a plain allocation here; it is neither shrunk nor evicted for an owner on
+// this GPU, the borrower that took the owner's memory is.
+func TestBorrowerIsOnlyABorrowerWhereItBorrowed(t *testing.T) {
+	n := newFakeNode(t)
+	c := n.controller(nil)
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 100})
+	n.step(c, 0)
+	n.step(c, 11*time.Minute)
+	elsewhere := &apiv1.Borrowed{Version: apiv1.Version, GPUs: []apiv1.BorrowedGPU{{UUID: "GPU-bbbbbbbb-0000-0000-0000-000000000000", MemoryMiB: 1024}}}
+	n.add("multi", 5*GiB, 1*GiB, PodInfo{Borrower: true, Loans: elsewhere, Priority: 0})
+	n.add("borrower", 10*GiB, 9*GiB, PodInfo{Borrower: true, Priority: 10})
+	n.step(c, time.Second)
+	if capB, _ := n.limits("owner"); capB != 25*GiB {
+		t.Fatalf("not inflated: %d GiB", capB/GiB)
+	}
+	if err := regiontest.WriteBalloonWait(n.path("owner", statedir.RegionFile), 0, 27*GiB, 1, n.mono); err != nil {
+		t.Fatal(err)
+	}
+	n.step(c, 10*time.Millisecond)
+	if capM, _ := n.limits("multi"); capM != 5*GiB {
+		t.Fatalf("a plain allocation of a pod that borrowed elsewhere was shrunk to %d MiB", capM>>20)
+	}
+	if len(n.evicted) != 1 || n.evicted[0] != "mem-borrower" {
+		t.Fatalf("evicted %v, want the borrower of this GPU", n.evicted)
+	}
+}

@@ -136,7 +136,7 @@ func (g *gpuPass) shrinkBorrowers(want uint64) {
 func (g *gpuPass) borrowers() []*member {
 	var out []*member
 	for _, m := range g.members {
-		if m.info.Borrower {
+		if m.info.BorrowerOn(m.uuid) {
 			out = append(out, m)
 		}
 	}

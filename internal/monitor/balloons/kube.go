@@ -69,7 +69,10 @@ func (k *KubePods) Confirm(ctx context.Context, o identity.Owner) (PodInfo, erro
 // InfoOf reads a pod's balloon facts.
 func InfoOf(pod *corev1.Pod) PodInfo {
 	info := PodInfo{OptedIn: apiv1.OptedIn(pod.Annotations)}
-	_, info.Borrower = pod.Annotations[apiv1.BorrowedKey]
+	var loans string
+	if loans, info.Borrower = pod.Annotations[apiv1.BorrowedKey]; info.Borrower {
+		info.Loans, _ = apiv1.ParseBorrowed(loans) // unreadable: a borrower everywhere
+	}
 	if pod.Spec.Priority != nil {
 		info.Priority = *pod.Spec.Priority
 	}

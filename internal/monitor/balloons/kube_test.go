@@ -39,6 +39,7 @@ func TestKubeAdapters(t *testing.T) {
 	f := &fakeAPI{pods: map[string]*corev1.Pod{
 		"ns/owner": {ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{apiv1.BalloonKey: "true"}}, Spec: corev1.PodSpec{Priority: &prio}},
 		"ns/b":     {ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{apiv1.BorrowedKey: "{}"}}},
+		"ns/loan":  {ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{apiv1.BorrowedKey: `{"version":"v1","gpus":[{"uuid":"GPU-a","memoryMiB":512}]}`}}},
 	}}
 	pods := &KubePods{API: f, TTL: time.Minute}
 	for range 3 {
@@ -61,6 +62,12 @@ func TestKubeAdapters(t *testing.T) {
 	}
 	if info, _ := pods.Info(context.Background(), identity.Owner{Namespace: "ns", Pod: "b"}); !info.Borrower || info.OptedIn {
 		t.Errorf("borrower: %+v", info)
+	}
+	if info, _ := pods.Info(context.Background(), identity.Owner{Namespace: "ns", Pod: "b"}); !info.BorrowerOn("GPU-x") {
+		t.Errorf("an unreadable loan record must make a borrower everywhere: %+v", info)
+	}
+	if info, _ := pods.Info(context.Background(), identity.Owner{Namespace: "ns", Pod: "loan"}); !info.BorrowerOn("GPU-a") || info.BorrowerOn("GPU-x") {
+		t.Errorf("loan on GPU-a only: %+v", info)
 	}
 	if err := (KubeEvictor{API: f}).Evict(context.Background(), identity.Owner{Namespace: "ns", Pod: "b"}); err != nil || f.evicted[0] != "ns/b" {
 		t.Errorf("evict: %v %v", f.evicted, err)
