@@ -89,16 +89,25 @@ type Controller struct {
 	waits     map[string]region.BalloonWait
 	evicted   map[string]time.Time // pod → when asked
 	published string
-	gauged    map[string]bool // GPUs with reclaimable/lent series
+	gauged    map[string]bool      // GPUs with reclaimable/lent series
+	unnamed   map[string]time.Time // key → first pass that found no owner for it
 }
+
+// unnamedGrace: a container PodResources has not named for this long (several
+// identity refreshes) is taken for a finished one whose directory awaits collection.
+const unnamedGrace = time.Minute
 
 // member is one container on one GPU in this pass.
 type member struct {
-	key    string
-	entry  statedir.Entry
-	owner  identity.Owner
-	info   PodInfo
-	known  bool // owner named and its pod read this pass (info is not a default)
+	key   string
+	entry statedir.Entry
+	owner identity.Owner
+	info  PodInfo
+	known bool // owner named and its pod read this pass (info is not a default)
+	// unsure: not known, and maybe a live container of unknown rank (its pod is
+	// unreadable, or PodResources has not named it for long); a state directory
+	// nobody names for longer is a finished container's leftover.
+	unsure bool
 	uuid   string
 	dev    int
 	cap    uint64
@@ -215,7 +224,9 @@ func (c *Controller) read(ctx context.Context, now time.Time) ([]*member, func()
 	}
 	if c.hist == nil {
 		c.hist, c.waits, c.evicted = map[string]*balloon.History{}, map[string]region.BalloonWait{}, map[string]time.Time{}
+		c.unnamed = map[string]time.Time{}
 	}
+	unnamed := map[string]time.Time{}
 	seen := map[string]bool{}
 	var out []*member
 	for _, e := range entries {
@@ -227,12 +238,20 @@ func (c *Controller) read(ctx context.Context, now time.Time) ([]*member, func()
 		// is promised, as neither owner nor borrower, and is left alone.
 		var info PodInfo
 		owner, known := c.Owner(e.Key)
+		unsure := false
 		if known {
 			var err error
 			if info, err = c.Pods.Info(ctx, owner); err != nil {
 				c.Log.Debug("balloons: pod unknown; its containers are left alone this pass", "owner", owner.String(), "err", err)
-				info, known = PodInfo{}, false
+				info, known, unsure = PodInfo{}, false, true
 			}
+		} else {
+			first, ok := c.unnamed[e.Key]
+			if !ok {
+				first = now
+			}
+			unnamed[e.Key] = first
+			unsure = now.Sub(first) < unnamedGrace
 		}
 		l, err := region.OpenLimits(e.Limits())
 		if err != nil {
@@ -250,7 +269,7 @@ func (c *Controller) read(ctx context.Context, now time.Time) ([]*member, func()
 			continue
 		}
 		for i, d := range devs {
-			m := &member{key: e.Key, entry: e, owner: owner, info: info, known: known, uuid: d.UUID, dev: i, cap: d.MemLimitBytes,
+			m := &member{key: e.Key, entry: e, owner: owner, info: info, known: known, unsure: unsure, uuid: d.UUID, dev: i, cap: d.MemLimitBytes,
 				usage: u.UsedBytes[i], limits: l, region: r}
 			m.bal, _ = l.Balloon(d.UUID)
 			_ = region.Guard(e.Region(), func() { m.wait = r.BalloonWait(i) })
@@ -272,6 +291,7 @@ func (c *Controller) read(ctx context.Context, now time.Time) ([]*member, func()
 			out = append(out, m)
 		}
 	}
+	c.unnamed = unnamed
 	for k := range c.hist {
 		if !seen[k] {
 			delete(c.hist, k)

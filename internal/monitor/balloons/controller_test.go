@@ -399,6 +399,20 @@ func TestUnattributedContainerHoldsInflationBack(t *testing.T) {
 	if capB, _ := n.limits("owner"); capB != 30*GiB {
 		t.Fatalf("owner lowered to %d GiB for a borrower that outranks it", capB/GiB)
 	}
+	// A finished container's directory nobody names for minutes (it awaits the
+	// plugin's collection) does not hold inflation back for good.
+	n.remove("newcomer")
+	n.add("leftover", 2*GiB, 0, PodInfo{})
+	delete(n.pods, "mem-leftover")
+	n.add("borrower", 10*GiB, 0, PodInfo{Borrower: true, Priority: 10})
+	n.step(c, time.Second)
+	if capB, _ := n.limits("owner"); capB != 30*GiB {
+		t.Fatalf("owner lowered to %d GiB while an unnamed container was new", capB/GiB)
+	}
+	n.step(c, 2*time.Minute)
+	if capB, _ := n.limits("owner"); capB != 28*GiB {
+		t.Fatalf("owner at %d GiB: an old unnamed directory held inflation back", capB/GiB)
+	}
 }
 
 // TestLiveWaiterBehindAKilledOneIsServed: a waiter killed mid-wait leaves its old

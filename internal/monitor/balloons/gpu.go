@@ -187,7 +187,7 @@ func (g *gpuPass) inflateForBorrowers() {
 		return
 	}
 	for _, m := range g.members {
-		if !m.known {
+		if m.unsure {
 			// It may be a borrower that outranks every owner here: lower nobody
 			// for it until its pod is known (PodResources lags a container's start).
 			return
