@@ -3,10 +3,15 @@ package balloons
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	apiv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/balloon"
@@ -91,6 +96,8 @@ type Controller struct {
 	published string
 	gauged    map[string]bool      // GPUs with reclaimable/lent series
 	unnamed   map[string]time.Time // key → first pass that found no owner for it
+	lock      *os.File             // the node's controller lock, once taken
+	waiting   bool                 // for the lock (logged once)
 }
 
 // unnamedGrace: a container PodResources has not named for this long (several
@@ -132,6 +139,7 @@ func (m *member) histKey() string { return m.key + "/" + m.uuid }
 func (c *Controller) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	defer c.Close()
 	for {
 		if err := c.Step(ctx); err != nil {
 			c.Log.Warn("balloon pass failed", "err", err)
@@ -146,6 +154,14 @@ func (c *Controller) Run(ctx context.Context, interval time.Duration) {
 
 // Step is one pass over the node.
 func (c *Controller) Step(ctx context.Context) error {
+	if ok, err := c.lead(); !ok {
+		if !c.waiting {
+			c.Log.Info("balloons: another agent's controller runs on this node; waiting for it to go", "err", err)
+			c.waiting = true
+		}
+		return err
+	}
+	c.waiting = false
 	now := c.now()
 	members, closeAll, err := c.read(ctx, now)
 	defer closeAll()
@@ -358,4 +374,41 @@ func byReclaimOrder(a, b *member) int {
 		return x
 	}
 	return cmp.Compare(a.key, b.key)
+}
+
+// lockFile is the node's balloon controller lock in the state directory.
+const lockFile = "balloons.lock"
+
+// lead takes the node's controller lock unless held: one controller acts on a
+// node's caps and evictions at a time (a DaemonSet update runs the old and the new
+// agent side by side). flock is released by the kernel when the holder dies, so a
+// killed agent never blocks the next.
+func (c *Controller) lead() (bool, error) {
+	if c.lock != nil {
+		return true, nil
+	}
+	f, err := os.OpenFile(filepath.Join(c.StateDir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return false, fmt.Errorf("balloons: controller lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return false, nil
+		}
+		return false, fmt.Errorf("balloons: controller lock: %w", err)
+	}
+	c.lock = f
+	return true, nil
+}
+
+// Close gives up the node's controller lock (another agent's controller takes over
+// at its next pass).
+func (c *Controller) Close() error {
+	if c.lock == nil {
+		return nil
+	}
+	err := c.lock.Close()
+	c.lock = nil
+	return err
 }

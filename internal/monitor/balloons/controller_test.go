@@ -278,6 +278,7 @@ func TestStateSurvivesAgentRestart(t *testing.T) {
 	if capB, _ := n.limits("owner"); capB != 25*GiB {
 		t.Fatalf("not inflated: %d", capB/GiB)
 	}
+	c.Close() // the old agent died: the kernel released its lock
 	restarted := n.controller(nil)
 	n.step(restarted, time.Second)
 	if capB, _ := n.limits("owner"); capB != 25*GiB {
@@ -533,5 +534,40 @@ func TestBorrowerIsOnlyABorrowerWhereItBorrowed(t *testing.T) {
 	}
 	if len(n.evicted) != 1 || n.evicted[0] != "mem-borrower" {
 		t.Fatalf("evicted %v, want the borrower of this GPU", n.evicted)
+	}
+}
+
+// TestOneControllerPerNode: during a DaemonSet update the old and the new agent run
+// side by side for a while. Only one acts on the node's caps and evictions (the
+// other has its own memory of whom it asked to leave and would ask again, or, told
+// no by a PodDisruptionBudget, evict the next borrower); the other takes over once
+// the first is gone.
+func TestOneControllerPerNode(t *testing.T) {
+	n := newFakeNode(t)
+	old, surge := n.controller(nil), n.controller(nil)
+	defer surge.Close()
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 100})
+	n.step(old, 0)
+	n.step(old, 11*time.Minute)
+	n.add("borrower", 15*GiB, 14*GiB, PodInfo{Borrower: true, Priority: 10})
+	n.step(old, time.Second)
+	if capB, _ := n.limits("owner"); capB != 25*GiB {
+		t.Fatalf("not inflated: %d GiB", capB/GiB)
+	}
+	if err := regiontest.WriteBalloonWait(n.path("owner", statedir.RegionFile), 0, 27*GiB, 1, n.mono); err != nil {
+		t.Fatal(err)
+	}
+	n.step(old, 10*time.Millisecond)
+	n.step(surge, 10*time.Millisecond)
+	if len(n.evicted) != 1 {
+		t.Fatalf("evictions %v: both agents acted", n.evicted)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n.remove("borrower")
+	n.step(surge, 10*time.Millisecond)
+	if capB, _ := n.limits("owner"); capB != 30*GiB {
+		t.Fatalf("the remaining agent did not take over: owner at %d GiB", capB/GiB)
 	}
 }
