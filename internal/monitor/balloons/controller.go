@@ -308,6 +308,11 @@ func (c *Controller) read(ctx context.Context, now time.Time) ([]*member, func()
 		}
 	}
 	c.unnamed = unnamed
+	for pod, at := range c.evicted {
+		if now.Sub(at) >= c.evictRetry() {
+			delete(c.evicted, pod) // past its use: asked again if it is still there
+		}
+	}
 	for k := range c.hist {
 		if !seen[k] {
 			delete(c.hist, k)

@@ -3,6 +3,7 @@ package balloons
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 
 	apiv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/balloon"
@@ -569,5 +571,46 @@ func TestOneControllerPerNode(t *testing.T) {
 	n.step(surge, 10*time.Millisecond)
 	if capB, _ := n.limits("owner"); capB != 30*GiB {
 		t.Fatalf("the remaining agent did not take over: owner at %d GiB", capB/GiB)
+	}
+}
+
+// TestMemoryOfEvictionsAndPodsIsBounded: the controller's record of whom it asked
+// to leave, and the pod cache, forget entries past their use (an agent runs for
+// months while thousands of pods come and go).
+func TestMemoryOfEvictionsAndPodsIsBounded(t *testing.T) {
+	n := newFakeNode(t)
+	c := n.controller(nil)
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 100})
+	n.step(c, 0)
+	n.step(c, 11*time.Minute)
+	n.add("borrower", 15*GiB, 14*GiB, PodInfo{Borrower: true, Priority: 10})
+	n.step(c, time.Second)
+	if err := regiontest.WriteBalloonWait(n.path("owner", statedir.RegionFile), 0, 27*GiB, 1, n.mono); err != nil {
+		t.Fatal(err)
+	}
+	n.step(c, 10*time.Millisecond)
+	if len(c.evicted) != 1 {
+		t.Fatalf("evicted record %v", c.evicted)
+	}
+	n.remove("borrower")
+	n.step(c, time.Minute)
+	if len(c.evicted) != 0 {
+		t.Fatalf("evicted record kept past the retry time: %v", c.evicted)
+	}
+
+	f := &fakeAPI{pods: map[string]*corev1.Pod{}}
+	pods := &KubePods{API: f, TTL: time.Minute}
+	for i := range 3 * pruneEvery {
+		name := fmt.Sprintf("p%d", i)
+		f.pods["ns/"+name] = &corev1.Pod{}
+		if _, err := pods.Info(context.Background(), identity.Owner{Namespace: "ns", Pod: name}); err != nil {
+			t.Fatal(err)
+		}
+		if i%pruneEvery == 0 {
+			pods.age(2 * time.Minute) // the earlier pods' entries expire
+		}
+	}
+	if len(pods.cache) > 2*pruneEvery {
+		t.Fatalf("pod cache holds %d entries", len(pods.cache))
 	}
 }

@@ -27,9 +27,14 @@ type KubePods struct {
 	API API
 	TTL time.Duration
 
-	mu    sync.Mutex
-	cache map[string]cachedPod
+	mu      sync.Mutex
+	cache   map[string]cachedPod
+	inserts int // since the last prune
 }
+
+// pruneEvery: expired entries are dropped every so many inserts (pods come and go
+// on a node for months; the cache must not keep them all).
+const pruneEvery = 256
 
 type cachedPod struct {
 	info PodInfo
@@ -62,6 +67,14 @@ func (k *KubePods) Confirm(ctx context.Context, o identity.Owner) (PodInfo, erro
 		k.cache = map[string]cachedPod{}
 	}
 	k.cache[key] = cachedPod{info, time.Now()}
+	if k.inserts++; k.inserts >= pruneEvery {
+		k.inserts = 0
+		for key, c := range k.cache {
+			if time.Since(c.at) >= k.TTL {
+				delete(k.cache, key)
+			}
+		}
+	}
 	k.mu.Unlock()
 	return info, nil
 }

@@ -81,3 +81,13 @@ func TestKubeAdapters(t *testing.T) {
 		t.Fatalf("published %v: %+v %v", f.annotated, got, err)
 	}
 }
+
+// age makes every cached entry d older.
+func (k *KubePods) age(d time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for key, c := range k.cache {
+		c.at = c.at.Add(-d)
+		k.cache[key] = c
+	}
+}
