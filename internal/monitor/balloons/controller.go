@@ -26,6 +26,9 @@ type PodInfo struct {
 	OptedIn  bool  // tessera.io/balloon: "true"
 	Borrower bool  // tessera.io/borrowed is set: it rides on reclaimed memory
 	Priority int32 // the pod's priority (spec.priority)
+	// Started is when the pod started (status.startTime; zero: unknown): among
+	// borrowers of one priority the youngest is reclaimed first.
+	Started time.Time
 	// Loans is the parsed tessera.io/borrowed (which GPUs it borrowed on); nil when
 	// absent or unreadable.
 	Loans *apiv1.Borrowed
@@ -375,7 +378,13 @@ func byReclaimOrder(a, b *member) int {
 	if x := cmp.Compare(a.info.Priority, b.info.Priority); x != 0 {
 		return x
 	}
-	if x := b.hist.Since().Compare(a.hist.Since()); x != 0 {
+	// The youngest first: by the pod's start when both are known (an agent's own
+	// watch began at its restart for all of them), else by that watch.
+	as, bs := a.info.Started, b.info.Started
+	if as.IsZero() || bs.IsZero() {
+		as, bs = a.hist.Since(), b.hist.Since()
+	}
+	if x := bs.Compare(as); x != 0 {
 		return x
 	}
 	return cmp.Compare(a.key, b.key)

@@ -614,3 +614,31 @@ func TestMemoryOfEvictionsAndPodsIsBounded(t *testing.T) {
 		t.Fatalf("pod cache holds %d entries", len(pods.cache))
 	}
 }
+
+// TestYoungestBorrowerGoesFirstAfterARestart: among borrowers of one priority the
+// youngest is evicted (least work lost). A restarted agent has watched them all for
+// the same time; it must go by when the pods started, not by their names.
+func TestYoungestBorrowerGoesFirstAfterARestart(t *testing.T) {
+	n := newFakeNode(t)
+	c := n.controller(nil)
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 100})
+	n.step(c, 0)
+	n.step(c, 11*time.Minute)
+	started := n.clock
+	n.add("a-old", 7*GiB, 7*GiB-100<<20, PodInfo{Borrower: true, Priority: 10, Started: started.Add(-time.Hour)})
+	n.add("b-young", 7*GiB, 7*GiB-100<<20, PodInfo{Borrower: true, Priority: 10, Started: started})
+	n.step(c, time.Second)
+	if capB, _ := n.limits("owner"); capB != 26*GiB {
+		t.Fatalf("not inflated: %d GiB", capB/GiB)
+	}
+	c.Close()
+	restarted := n.controller(nil)
+	defer restarted.Close()
+	if err := regiontest.WriteBalloonWait(n.path("owner", statedir.RegionFile), 0, 29*GiB, 1, n.mono); err != nil {
+		t.Fatal(err)
+	}
+	n.step(restarted, 10*time.Millisecond)
+	if len(n.evicted) != 1 || n.evicted[0] != "mem-b-young" {
+		t.Fatalf("evicted %v, want the youngest borrower only", n.evicted)
+	}
+}

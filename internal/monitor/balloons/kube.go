@@ -89,6 +89,9 @@ func InfoOf(pod *corev1.Pod) PodInfo {
 	if pod.Spec.Priority != nil {
 		info.Priority = *pod.Spec.Priority
 	}
+	if pod.Status.StartTime != nil {
+		info.Started = pod.Status.StartTime.Time
+	}
 	return info
 }
 

@@ -69,6 +69,10 @@ func TestKubeAdapters(t *testing.T) {
 	if info, _ := pods.Info(context.Background(), identity.Owner{Namespace: "ns", Pod: "loan"}); !info.BorrowerOn("GPU-a") || info.BorrowerOn("GPU-x") {
 		t.Errorf("loan on GPU-a only: %+v", info)
 	}
+	st := metav1.NewTime(time.Unix(1_700_000_000, 0))
+	if info := InfoOf(&corev1.Pod{Status: corev1.PodStatus{StartTime: &st}}); !info.Started.Equal(st.Time) {
+		t.Errorf("start time %v, want %v", info.Started, st.Time)
+	}
 	if err := (KubeEvictor{API: f}).Evict(context.Background(), identity.Owner{Namespace: "ns", Pod: "b"}); err != nil || f.evicted[0] != "ns/b" {
 		t.Errorf("evict: %v %v", f.evicted, err)
 	}
