@@ -12,6 +12,7 @@
 
 #include "abi_files.h"
 #include "accounting.h"
+#include "balloon.h"
 #include "config.h"
 #include "limiter.h"
 #include "log.h"
@@ -342,6 +343,17 @@ static void test_sizes(void)
     CHECK(strcmp(s, "GPU-00112233-4455-6677-8899-aabbccddeeff") == 0);
 }
 
+/* A limits file's wait word, however corrupt, bounds the wait: 0 is the default,
+ * anything past a minute is a minute. */
+static void test_balloon_wait_bound(void)
+{
+    CHECK(balloon_wait_ms(0) == TESSERA_BALLOON_DEFAULT_WAIT_MS);
+    CHECK(balloon_wait_ms(1) == 1);
+    CHECK(balloon_wait_ms(60000) == 60000);
+    CHECK(balloon_wait_ms(60001) == 60000);
+    CHECK(balloon_wait_ms(UINT64_MAX) == 60000);
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "/tmp/hook-unit-XXXXXX");
@@ -357,6 +369,7 @@ int main(void)
     test_table();
     test_table_ranges_owners_and_vmm();
     test_sizes();
+    test_balloon_wait_bound();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0)
