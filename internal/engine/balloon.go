@@ -257,11 +257,26 @@ func (e *Engine) returnLoans(borrower string) {
 // borrower is reported Preempted with reason "balloon reclaim".
 func (e *Engine) ReclaimFor(owner string, now time.Time) (string, bool) {
 	b := e.balloons.lentBy[owner]
-	r := e.running[b]
-	if b == "" || r == nil {
+	r, o := e.running[b], e.running[owner]
+	if b == "" || r == nil || o == nil {
 		return "", false
 	}
 	e.stop(r)
-	e.emit(Event{Kind: Preempted, Time: now, Pod: r.Pod, Decision: r.Decision, By: e.running[owner].Pod, Ran: now.Sub(r.Started), Reason: "balloon reclaim"})
+	e.emit(Event{Kind: Preempted, Time: now, Pod: r.Pod, Decision: r.Decision, By: o.Pod, Ran: now.Sub(r.Started), Reason: "balloon reclaim"})
 	return b, true
+}
+
+// lenderEnded forgets the loan of an owner that stopped while lent: its lowered
+// decision went with it, and its key may come back as a new pod, which must not be
+// "raised back" into the old owner's decision when the borrower ends. The borrower
+// stays a borrower (preemptible) on what it holds.
+func (e *Engine) lenderEnded(owner string) {
+	b, ok := e.balloons.lentBy[owner]
+	if !ok {
+		return
+	}
+	delete(e.balloons.lentBy, owner)
+	if loans, ok := e.balloons.loans[b]; ok {
+		e.balloons.loans[b] = slices.DeleteFunc(loans, func(l Loan) bool { return l.Owner == owner })
+	}
 }

@@ -123,3 +123,47 @@ func TestBorrowerNeverOutranksOwner(t *testing.T) {
 		t.Error("a pod that does not run accepted as an owner")
 	}
 }
+
+// TestOwnerThatEndsWhileLent: the owner completes while its memory is lent. A
+// later ReclaimFor for it finds nothing to reclaim (no panic), a new pod reusing its
+// key does not evict the old owner's borrower, and when the borrower ends, a new pod that reuses the owner's key is not "raised back" into
+// the old owner's decision (the cluster's books would release memory it never
+// held).
+func TestOwnerThatEndsWhileLent(t *testing.T) {
+	e := newEngine(t, baseConfig(), gpuNode("n0", 1))
+	_ = e.Submit(memPod("owner", priority.P1, 500, 30000, 0))
+	e.Cycle(at(1))
+	placed(e)
+	if err := e.SetReclaimable("owner", 16000); err != nil {
+		t.Fatal(err)
+	}
+	_ = e.Submit(memPod("borrower", priority.P2, 300, 20000, 2))
+	e.Cycle(at(3))
+	if ev := placed(e); !slices.Equal(ev, []string{"borrower@n0"}) {
+		t.Fatalf("borrow: %v", ev)
+	}
+	if err := e.Complete("owner"); err != nil {
+		t.Fatal(err)
+	}
+	if who, ok := e.ReclaimFor("owner", at(4)); ok {
+		t.Fatalf("reclaimed %q for an owner that ended", who)
+	}
+	_ = e.Submit(memPod("owner", priority.P1, 500, 8000, 5)) // same key, a new pod
+	e.Cycle(at(6))
+	if ev := placed(e); !slices.Equal(ev, []string{"owner@n0"}) {
+		t.Fatalf("new pod with the owner's key: %v", ev)
+	}
+	if who, ok := e.ReclaimFor("owner", at(7)); ok {
+		t.Fatalf("evicted %q for a new pod that lent it nothing", who)
+	}
+	if err := e.Complete("borrower"); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := e.Running("owner")
+	if r.Decision.Grant.Shares[0].MemMiB != 8000 {
+		t.Fatalf("the new pod was given the old owner's decision: %+v", r.Decision.Grant.Shares)
+	}
+	if free := freeMem(e); free != 40960-8000 {
+		t.Fatalf("free %d MiB, want %d: the books are off", free, 40960-8000)
+	}
+}

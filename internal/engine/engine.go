@@ -222,6 +222,7 @@ func (e *Engine) unbook(r *Running) {
 	e.placer.capacityFreed()
 	if e.balloons.floors != nil {
 		e.returnLoans(r.Pod.Key)
+		e.lenderEnded(r.Pod.Key)
 		delete(e.balloons.floors, r.Pod.Key)
 	}
 }

@@ -106,5 +106,5 @@ type rawDeviceBalloon struct {
 	WaitsGranted uint64
 	WaitsExpired uint64
 	WaitNsTotal  uint64
-	Reserved     [1]uint64
+	PollNs       uint64
 }

@@ -69,6 +69,7 @@ type BalloonWait struct {
 	WaitsGranted uint64 // waits that ended admitted
 	WaitsExpired uint64 // waits that ended in CUDA_ERROR_OUT_OF_MEMORY
 	WaitNsTotal  uint64 // nanoseconds spent in ended waits
+	PollNs       uint64 // CLOCK_MONOTONIC of the latest poll by any waiter
 }
 
 // Waiting says whether an owner allocation waits for memory now.
@@ -85,14 +86,26 @@ func (r *Region) BalloonWait(d int) BalloonWait {
 		WaitsGranted: atomic.LoadUint64(&b.WaitsGranted),
 		WaitsExpired: atomic.LoadUint64(&b.WaitsExpired),
 		WaitNsTotal:  atomic.LoadUint64(&b.WaitNsTotal),
+		PollNs:       atomic.LoadUint64(&b.PollNs),
 	}
 }
 
-// ClearBalloonWait drops device d's wait request, for the node agent when the
-// request outlived any wait bound (its waiter was killed mid-wait). Counters stay.
-func (r *Region) ClearBalloonWait(d int) {
+// LastSignNs is when a waiter last showed itself: its latest poll, or the start of
+// the waits if none polled yet.
+func (w BalloonWait) LastSignNs() uint64 { return max(w.PollNs, w.WaitSinceNs) }
+
+// ClearBalloonWait drops device d's wait request, for the node agent when no waiter
+// has polled for seconds (its waiters were killed mid-wait). seen is the reading the
+// decision was made on: if a waiter polled since, nothing is cleared (false). A live
+// waiter cleared in the remaining instant counts itself again at its next poll.
+// Counters stay.
+func (r *Region) ClearBalloonWait(d int, seen BalloonWait) bool {
 	b := &r.raw.Balloon[d]
-	atomic.StoreUint64(&b.Waiters, 0)
-	atomic.StoreUint64(&b.WantBytes, 0)
-	atomic.StoreUint64(&b.WaitSinceNs, 0)
+	if !atomic.CompareAndSwapUint64(&b.PollNs, seen.PollNs, 0) {
+		return false
+	}
+	atomic.CompareAndSwapUint64(&b.Waiters, seen.Waiters, 0)
+	atomic.CompareAndSwapUint64(&b.WantBytes, seen.WantBytes, 0)
+	atomic.CompareAndSwapUint64(&b.WaitSinceNs, seen.WaitSinceNs, 0)
+	return true
 }

@@ -202,6 +202,7 @@ func newBalloons(cfg *configv1.MonitorConfig, log *slog.Logger, id *identity.Res
 func (a *Agent) runBalloons(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	defer a.Balloons.Close()
 	for {
 		if a.Lease.Held() {
 			if err := a.Balloons.Step(ctx); err != nil {

@@ -3,6 +3,7 @@ package balloons
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 
 	apiv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/balloon"
@@ -30,10 +32,13 @@ const (
 // fakeNode is a state directory with containers on one 40 GiB GPU, their pods and
 // a fake API server side.
 type fakeNode struct {
-	t       *testing.T
-	dir     string
-	mu      sync.Mutex
-	pods    map[string]PodInfo // key → pod
+	t    *testing.T
+	dir  string
+	mu   sync.Mutex
+	pods map[string]PodInfo // key → pod
+	// fresh is what the API server says now where it differs from pods (what a
+	// cache still answers): Confirm reads it.
+	fresh   map[string]PodInfo
 	evicted []string
 	state   []apiv1.NodeBalloons
 	clock   time.Time
@@ -97,6 +102,16 @@ func (n *fakeNode) Info(_ context.Context, o identity.Owner) (PodInfo, error) {
 		return PodInfo{}, errors.New("no such pod")
 	}
 	return p, nil
+}
+
+func (n *fakeNode) Confirm(ctx context.Context, o identity.Owner) (PodInfo, error) {
+	n.mu.Lock()
+	p, ok := n.fresh[o.Pod]
+	n.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	return n.Info(ctx, o)
 }
 
 func (n *fakeNode) Evict(_ context.Context, o identity.Owner) error {
@@ -265,6 +280,7 @@ func TestStateSurvivesAgentRestart(t *testing.T) {
 	if capB, _ := n.limits("owner"); capB != 25*GiB {
 		t.Fatalf("not inflated: %d", capB/GiB)
 	}
+	c.Close() // the old agent died: the kernel released its lock
 	restarted := n.controller(nil)
 	n.step(restarted, time.Second)
 	if capB, _ := n.limits("owner"); capB != 25*GiB {
@@ -309,5 +325,320 @@ func TestUnknownContainerStillCountsOnTheGPU(t *testing.T) {
 	}
 	if capB, _ := n.limits("borrower"); capB != 15*GiB || len(n.evicted) != 0 {
 		t.Fatalf("an unattributed container was shrunk (%d GiB) or evicted (%v)", capB/GiB, n.evicted)
+	}
+}
+
+// TestOptOutWhileInflatedGivesTheCapBack: an owner whose pod no longer opts in
+// (annotation removed) must not stay lowered while its borrower runs: the agent
+// reclaims for it as for a waiting owner.
+func TestOptOutWhileInflatedGivesTheCapBack(t *testing.T) {
+	n := newFakeNode(t)
+	c := n.controller(nil)
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 100})
+	n.step(c, 0)
+	n.step(c, 11*time.Minute)
+	n.add("borrower", 15*GiB, 14*GiB, PodInfo{Borrower: true, Priority: 10})
+	n.step(c, time.Second)
+	if capB, _ := n.limits("owner"); capB != 25*GiB {
+		t.Fatalf("not inflated: %d GiB", capB/GiB)
+	}
+	n.pods["mem-owner"] = PodInfo{Priority: 100} // tessera.io/balloon removed
+	n.step(c, time.Second)
+	if len(n.evicted) != 1 || n.evicted[0] != "mem-borrower" {
+		t.Fatalf("evicted %v: an owner that opted out stays lowered for its borrower", n.evicted)
+	}
+	n.remove("borrower")
+	n.step(c, time.Second)
+	if capB, b := n.limits("owner"); capB != 30*GiB || b.Inflated() {
+		t.Fatalf("opted-out owner not raised back: cap %d GiB %+v", capB/GiB, b)
+	}
+	// Not lowered again for the next borrower.
+	n.add("borrower2", 15*GiB, 0, PodInfo{Borrower: true, Priority: 10})
+	n.step(c, 11*time.Minute)
+	if capB, _ := n.limits("owner"); capB != 30*GiB {
+		t.Fatalf("opted-out owner lowered to %d GiB", capB/GiB)
+	}
+}
+
+// TestInflationConfirmsTheOptInFresh: the pod cache may still say "opted in" for a
+// minute after the annotation was removed; the cap is lowered only on the API
+// server's current answer.
+func TestInflationConfirmsTheOptInFresh(t *testing.T) {
+	n := newFakeNode(t)
+	c := n.controller(nil)
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 100})
+	n.step(c, 0)
+	n.step(c, 11*time.Minute)
+	n.fresh = map[string]PodInfo{"mem-owner": {Priority: 100}} // opted out; the cache lags
+	n.add("borrower", 15*GiB, 0, PodInfo{Borrower: true, Priority: 10})
+	n.step(c, time.Second)
+	if capB, b := n.limits("owner"); capB != 30*GiB || b.Inflated() {
+		t.Fatalf("lowered on a stale opt-in: cap %d GiB %+v", capB/GiB, b)
+	}
+	n.fresh = nil
+	n.step(c, time.Second)
+	if capB, _ := n.limits("owner"); capB != 25*GiB {
+		t.Fatalf("not inflated once the opt-in is confirmed: %d GiB", capB/GiB)
+	}
+}
+
+// TestUnattributedContainerHoldsInflationBack: a container the agent cannot name yet
+// may be a borrower that outranks the owner; no owner is lowered for it until its
+// pod is known.
+func TestUnattributedContainerHoldsInflationBack(t *testing.T) {
+	n := newFakeNode(t)
+	c := n.controller(nil)
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 10})
+	n.step(c, 0)
+	n.step(c, 11*time.Minute)
+	n.add("newcomer", 15*GiB, 0, PodInfo{Borrower: true, Priority: 1000})
+	delete(n.pods, "mem-newcomer") // PodResources does not name it yet
+	n.step(c, time.Second)
+	if capB, b := n.limits("owner"); capB != 30*GiB || b.Inflated() {
+		t.Fatalf("owner lowered to %d GiB for a container of unknown rank", capB/GiB)
+	}
+	n.pods["mem-newcomer"] = PodInfo{Borrower: true, Priority: 1000}
+	n.step(c, time.Second)
+	if capB, _ := n.limits("owner"); capB != 30*GiB {
+		t.Fatalf("owner lowered to %d GiB for a borrower that outranks it", capB/GiB)
+	}
+	// A finished container's directory nobody names for minutes (it awaits the
+	// plugin's collection) does not hold inflation back for good.
+	n.remove("newcomer")
+	n.add("leftover", 2*GiB, 0, PodInfo{})
+	delete(n.pods, "mem-leftover")
+	n.add("borrower", 10*GiB, 0, PodInfo{Borrower: true, Priority: 10})
+	n.step(c, time.Second)
+	if capB, _ := n.limits("owner"); capB != 30*GiB {
+		t.Fatalf("owner lowered to %d GiB while an unnamed container was new", capB/GiB)
+	}
+	n.step(c, 2*time.Minute)
+	if capB, _ := n.limits("owner"); capB != 28*GiB {
+		t.Fatalf("owner at %d GiB: an old unnamed directory held inflation back", capB/GiB)
+	}
+}
+
+// TestLiveWaiterBehindAKilledOneIsServed: a waiter killed mid-wait leaves its old
+// wait_since_ns; a live waiter that started after it keeps polling. The request is
+// not orphaned (the latest poll is fresh): it must be served, not cleared.
+func TestLiveWaiterBehindAKilledOneIsServed(t *testing.T) {
+	n := newFakeNode(t)
+	c := n.controller(nil)
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 100})
+	n.step(c, 0)
+	n.step(c, 11*time.Minute)
+	n.add("borrower", 15*GiB, 14*GiB, PodInfo{Borrower: true, Priority: 10})
+	n.step(c, time.Second)
+	if capB, _ := n.limits("owner"); capB != 25*GiB {
+		t.Fatalf("not inflated: %d GiB", capB/GiB)
+	}
+	n.mono += uint64(30 * time.Second)
+	path := n.path("owner", statedir.RegionFile)
+	if err := regiontest.WriteBalloonWait(path, 0, 26*GiB, 2, n.mono-uint64(20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := regiontest.WriteBalloonPoll(path, 0, n.mono-uint64(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	n.step(c, 10*time.Millisecond)
+	if len(n.evicted) != 1 || n.evicted[0] != "mem-borrower" {
+		t.Fatalf("evicted %v: the live waiter's request was taken for orphaned", n.evicted)
+	}
+	// Its poll stops (it was killed too): now the request is orphaned and goes.
+	n.step(c, 3*time.Second)
+	r, err := region.OpenRegion(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if w := r.BalloonWait(0); w.Waiting() {
+		t.Fatalf("orphaned request kept: %+v", w)
+	}
+}
+
+// TestBalloonWordsAboveTheCeilingAreDropped: a limits file whose cap is above its
+// ceiling (the plugin rewrote the cap for a new container in a directory whose
+// words an earlier one left, or a corrupt file) is no lowered cap: nothing is
+// reclaimed for it (ceiling - cap would wrap to 16 EiB and evict every borrower),
+// nothing is published as lent, and the stale words are cleared.
+func TestBalloonWordsAboveTheCeilingAreDropped(t *testing.T) {
+	n := newFakeNode(t)
+	c := n.controller(nil)
+	n.add("plain", 20*GiB, 5*GiB, PodInfo{Priority: 100})
+	l, err := region.OpenLimits(n.path("plain", statedir.LimitsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetBalloonCap(gpuA, 8*GiB, region.Balloon{CeilingBytes: 10 * GiB, FloorBytes: 8 * GiB}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetMemLimit(gpuA, 20*GiB); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	n.add("borrower", 15*GiB, 14*GiB, PodInfo{Borrower: true, Priority: 10})
+	n.step(c, time.Second)
+	if len(n.evicted) != 0 {
+		t.Fatalf("evicted %v for a cap above its ceiling", n.evicted)
+	}
+	if last := n.state[len(n.state)-1]; last.GPUs[0].LentMiB != 0 {
+		t.Fatalf("published %d MiB lent", last.GPUs[0].LentMiB)
+	}
+	if capB, b := n.limits("plain"); capB != 20*GiB || b.Inflated() {
+		t.Fatalf("after the pass: cap %d GiB, words %+v", capB/GiB, b)
+	}
+}
+
+// TestGaugesOfAnEmptiedGPUGo: when the last container on a GPU goes, its
+// reclaimable and lent series go too (a stale "10 GiB lent" would stay forever).
+func TestGaugesOfAnEmptiedGPUGo(t *testing.T) {
+	n := newFakeNode(t)
+	m := metrics.NewBalloon(nil, "n")
+	c := n.controller(m)
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 100})
+	n.step(c, 0)
+	n.step(c, 11*time.Minute)
+	n.add("borrower", 15*GiB, 14*GiB, PodInfo{Borrower: true, Priority: 10})
+	n.step(c, time.Second)
+	if got := testutil.ToFloat64(m.Lent.WithLabelValues(gpuA)); got != 5*GiB {
+		t.Fatalf("lent %v GiB, want 5", got/GiB)
+	}
+	n.remove("owner")
+	n.remove("borrower")
+	n.step(c, time.Second)
+	if k, l := testutil.CollectAndCount(m.Reclaimable), testutil.CollectAndCount(m.Lent); k != 0 || l != 0 {
+		t.Fatalf("series of an empty GPU kept: reclaimable %d, lent %d", k, l)
+	}
+}
+
+// TestBorrowerIsOnlyABorrowerWhereItBorrowed: a pod that borrowed on another GPU
+// holds a plain allocation here; it is neither shrunk nor evicted for an owner on
+// this GPU, the borrower that took the owner's memory is.
+func TestBorrowerIsOnlyABorrowerWhereItBorrowed(t *testing.T) {
+	n := newFakeNode(t)
+	c := n.controller(nil)
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 100})
+	n.step(c, 0)
+	n.step(c, 11*time.Minute)
+	elsewhere := &apiv1.Borrowed{Version: apiv1.Version, GPUs: []apiv1.BorrowedGPU{{UUID: "GPU-bbbbbbbb-0000-0000-0000-000000000000", MemoryMiB: 1024}}}
+	n.add("multi", 5*GiB, 1*GiB, PodInfo{Borrower: true, Loans: elsewhere, Priority: 0})
+	n.add("borrower", 10*GiB, 9*GiB, PodInfo{Borrower: true, Priority: 10})
+	n.step(c, time.Second)
+	if capB, _ := n.limits("owner"); capB != 25*GiB {
+		t.Fatalf("not inflated: %d GiB", capB/GiB)
+	}
+	if err := regiontest.WriteBalloonWait(n.path("owner", statedir.RegionFile), 0, 27*GiB, 1, n.mono); err != nil {
+		t.Fatal(err)
+	}
+	n.step(c, 10*time.Millisecond)
+	if capM, _ := n.limits("multi"); capM != 5*GiB {
+		t.Fatalf("a plain allocation of a pod that borrowed elsewhere was shrunk to %d MiB", capM>>20)
+	}
+	if len(n.evicted) != 1 || n.evicted[0] != "mem-borrower" {
+		t.Fatalf("evicted %v, want the borrower of this GPU", n.evicted)
+	}
+}
+
+// TestOneControllerPerNode: during a DaemonSet update the old and the new agent run
+// side by side for a while. Only one acts on the node's caps and evictions (the
+// other has its own memory of whom it asked to leave and would ask again, or, told
+// no by a PodDisruptionBudget, evict the next borrower); the other takes over once
+// the first is gone.
+func TestOneControllerPerNode(t *testing.T) {
+	n := newFakeNode(t)
+	old, surge := n.controller(nil), n.controller(nil)
+	defer surge.Close()
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 100})
+	n.step(old, 0)
+	n.step(old, 11*time.Minute)
+	n.add("borrower", 15*GiB, 14*GiB, PodInfo{Borrower: true, Priority: 10})
+	n.step(old, time.Second)
+	if capB, _ := n.limits("owner"); capB != 25*GiB {
+		t.Fatalf("not inflated: %d GiB", capB/GiB)
+	}
+	if err := regiontest.WriteBalloonWait(n.path("owner", statedir.RegionFile), 0, 27*GiB, 1, n.mono); err != nil {
+		t.Fatal(err)
+	}
+	n.step(old, 10*time.Millisecond)
+	n.step(surge, 10*time.Millisecond)
+	if len(n.evicted) != 1 {
+		t.Fatalf("evictions %v: both agents acted", n.evicted)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n.remove("borrower")
+	n.step(surge, 10*time.Millisecond)
+	if capB, _ := n.limits("owner"); capB != 30*GiB {
+		t.Fatalf("the remaining agent did not take over: owner at %d GiB", capB/GiB)
+	}
+}
+
+// TestMemoryOfEvictionsAndPodsIsBounded: the controller's record of whom it asked
+// to leave, and the pod cache, forget entries past their use (an agent runs for
+// months while thousands of pods come and go).
+func TestMemoryOfEvictionsAndPodsIsBounded(t *testing.T) {
+	n := newFakeNode(t)
+	c := n.controller(nil)
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 100})
+	n.step(c, 0)
+	n.step(c, 11*time.Minute)
+	n.add("borrower", 15*GiB, 14*GiB, PodInfo{Borrower: true, Priority: 10})
+	n.step(c, time.Second)
+	if err := regiontest.WriteBalloonWait(n.path("owner", statedir.RegionFile), 0, 27*GiB, 1, n.mono); err != nil {
+		t.Fatal(err)
+	}
+	n.step(c, 10*time.Millisecond)
+	if len(c.evicted) != 1 {
+		t.Fatalf("evicted record %v", c.evicted)
+	}
+	n.remove("borrower")
+	n.step(c, time.Minute)
+	if len(c.evicted) != 0 {
+		t.Fatalf("evicted record kept past the retry time: %v", c.evicted)
+	}
+
+	f := &fakeAPI{pods: map[string]*corev1.Pod{}}
+	pods := &KubePods{API: f, TTL: time.Minute}
+	for i := range 3 * pruneEvery {
+		name := fmt.Sprintf("p%d", i)
+		f.pods["ns/"+name] = &corev1.Pod{}
+		if _, err := pods.Info(context.Background(), identity.Owner{Namespace: "ns", Pod: name}); err != nil {
+			t.Fatal(err)
+		}
+		if i%pruneEvery == 0 {
+			pods.age(2 * time.Minute) // the earlier pods' entries expire
+		}
+	}
+	if len(pods.cache) > 2*pruneEvery {
+		t.Fatalf("pod cache holds %d entries", len(pods.cache))
+	}
+}
+
+// TestYoungestBorrowerGoesFirstAfterARestart: among borrowers of one priority the
+// youngest is evicted (least work lost). A restarted agent has watched them all for
+// the same time; it must go by when the pods started, not by their names.
+func TestYoungestBorrowerGoesFirstAfterARestart(t *testing.T) {
+	n := newFakeNode(t)
+	c := n.controller(nil)
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 100})
+	n.step(c, 0)
+	n.step(c, 11*time.Minute)
+	started := n.clock
+	n.add("a-old", 7*GiB, 7*GiB-100<<20, PodInfo{Borrower: true, Priority: 10, Started: started.Add(-time.Hour)})
+	n.add("b-young", 7*GiB, 7*GiB-100<<20, PodInfo{Borrower: true, Priority: 10, Started: started})
+	n.step(c, time.Second)
+	if capB, _ := n.limits("owner"); capB != 26*GiB {
+		t.Fatalf("not inflated: %d GiB", capB/GiB)
+	}
+	c.Close()
+	restarted := n.controller(nil)
+	defer restarted.Close()
+	if err := regiontest.WriteBalloonWait(n.path("owner", statedir.RegionFile), 0, 29*GiB, 1, n.mono); err != nil {
+		t.Fatal(err)
+	}
+	n.step(restarted, 10*time.Millisecond)
+	if len(n.evicted) != 1 || n.evicted[0] != "mem-b-young" {
+		t.Fatalf("evicted %v, want the youngest borrower only", n.evicted)
 	}
 }

@@ -49,32 +49,35 @@ func (g *gpuPass) needsBack(m *member) bool {
 	if !m.bal.Inflated() {
 		return false
 	}
+	if m.known && !isOwner(m) {
+		return true // its pod no longer opts in: it must not stay lowered
+	}
 	if m.wait.Waiting() || g.c.Policy.ShouldReclaim(m.bal.CeilingBytes, m.cap, m.usage) {
 		return true
 	}
 	return g.c.Policy.Floor(m.bal.CeilingBytes, m.hist.Peak(g.now, g.c.Policy.Window)) > m.cap
 }
 
-// clearStaleWaits drops requests older than any wait bound: their waiter died.
+// orphanedAfter: a live waiter polls at least every 5 ms; a request with no poll for
+// this long has none (they were killed mid-wait).
+const orphanedAfter = 2 * time.Second
+
+// clearStaleWaits drops requests no waiter has polled for: their waiters died. The
+// start of the waits is no measure: a live waiter that started after a killed one
+// keeps the killed one's wait_since_ns.
 func (g *gpuPass) clearStaleWaits() {
 	mono := g.c.mono()
 	for _, m := range g.members {
-		if !m.wait.Waiting() || m.wait.WaitSinceNs == 0 {
+		last := m.wait.LastSignNs()
+		if !m.wait.Waiting() || last == 0 || mono <= last || time.Duration(mono-last) <= orphanedAfter {
 			continue
 		}
-		bound := time.Duration(waitBound(m.bal.WaitMS)) * time.Millisecond
-		if mono > m.wait.WaitSinceNs && time.Duration(mono-m.wait.WaitSinceNs) > bound+2*time.Second {
-			_ = region.Guard(m.entry.Region(), func() { m.region.ClearBalloonWait(m.dev) })
+		cleared := false
+		_ = region.Guard(m.entry.Region(), func() { cleared = m.region.ClearBalloonWait(m.dev, m.wait) })
+		if cleared {
 			m.wait = region.BalloonWait{}
 		}
 	}
-}
-
-func waitBound(ms uint64) uint64 {
-	if ms == 0 {
-		return region.BalloonDefaultWaitMS
-	}
-	return min(ms, 60000)
 }
 
 // reclaimForOwners gives owners that need it their memory back: from free memory,
@@ -133,7 +136,7 @@ func (g *gpuPass) shrinkBorrowers(want uint64) {
 func (g *gpuPass) borrowers() []*member {
 	var out []*member
 	for _, m := range g.members {
-		if m.info.Borrower {
+		if m.info.BorrowerOn(m.uuid) {
 			out = append(out, m)
 		}
 	}
@@ -183,6 +186,13 @@ func (g *gpuPass) inflateForBorrowers() {
 	if over == 0 {
 		return
 	}
+	for _, m := range g.members {
+		if m.unsure {
+			// It may be a borrower that outranks every owner here: lower nobody
+			// for it until its pod is known (PodResources lags a container's start).
+			return
+		}
+	}
 	var top int32 = -1 << 31
 	for _, b := range g.borrowers() {
 		top = max(top, b.info.Priority)
@@ -211,6 +221,10 @@ func (g *gpuPass) inflateForBorrowers() {
 			return
 		}
 		m := cd.m
+		if info, err := g.c.Pods.Confirm(g.ctx, m.owner); err != nil || !info.OptedIn || info.Borrower || info.Priority < top {
+			g.c.Log.Info("balloons: owner not lowered: its pod's current opt-in or rank says no", "owner", m.owner.String(), "err", err)
+			continue
+		}
 		// Lower only by what the GPU is over: memory taken from an owner is the
 		// borrower's, none is left free for pods that would not give it back.
 		target := max(cd.floor, m.cap-over)

@@ -20,15 +20,21 @@ type API interface {
 	AnnotateNode(ctx context.Context, name string, annotations map[string]string) error
 }
 
-// KubePods reads opt-in, borrower and priority from the pod, cached for TTL (a
-// pod's annotations and priority do not change while its containers run).
+// KubePods reads opt-in, borrower and priority from the pod, cached for TTL for the
+// every-pass reads; annotations can change while the pod runs, so Confirm (before a
+// cap is lowered) reads the pod again.
 type KubePods struct {
 	API API
 	TTL time.Duration
 
-	mu    sync.Mutex
-	cache map[string]cachedPod
+	mu      sync.Mutex
+	cache   map[string]cachedPod
+	inserts int // since the last prune
 }
+
+// pruneEvery: expired entries are dropped every so many inserts (pods come and go
+// on a node for months; the cache must not keep them all).
+const pruneEvery = 256
 
 type cachedPod struct {
 	info PodInfo
@@ -44,6 +50,13 @@ func (k *KubePods) Info(ctx context.Context, o identity.Owner) (PodInfo, error) 
 	if ok && time.Since(c.at) < k.TTL {
 		return c.info, nil
 	}
+	return k.Confirm(ctx, o)
+}
+
+// Confirm implements Pods: the pod as the API server has it now (and refreshes the
+// cache).
+func (k *KubePods) Confirm(ctx context.Context, o identity.Owner) (PodInfo, error) {
+	key := o.Namespace + "/" + o.Pod
 	pod, err := k.API.GetPod(ctx, o.Namespace, o.Pod)
 	if err != nil {
 		return PodInfo{}, fmt.Errorf("pod %s: %w", key, err)
@@ -54,6 +67,14 @@ func (k *KubePods) Info(ctx context.Context, o identity.Owner) (PodInfo, error) 
 		k.cache = map[string]cachedPod{}
 	}
 	k.cache[key] = cachedPod{info, time.Now()}
+	if k.inserts++; k.inserts >= pruneEvery {
+		k.inserts = 0
+		for key, c := range k.cache {
+			if time.Since(c.at) >= k.TTL {
+				delete(k.cache, key)
+			}
+		}
+	}
 	k.mu.Unlock()
 	return info, nil
 }
@@ -61,9 +82,15 @@ func (k *KubePods) Info(ctx context.Context, o identity.Owner) (PodInfo, error) 
 // InfoOf reads a pod's balloon facts.
 func InfoOf(pod *corev1.Pod) PodInfo {
 	info := PodInfo{OptedIn: apiv1.OptedIn(pod.Annotations)}
-	_, info.Borrower = pod.Annotations[apiv1.BorrowedKey]
+	var loans string
+	if loans, info.Borrower = pod.Annotations[apiv1.BorrowedKey]; info.Borrower {
+		info.Loans, _ = apiv1.ParseBorrowed(loans) // unreadable: a borrower everywhere
+	}
 	if pod.Spec.Priority != nil {
 		info.Priority = *pod.Spec.Priority
+	}
+	if pod.Status.StartTime != nil {
+		info.Started = pod.Status.StartTime.Time
 	}
 	return info
 }

@@ -102,7 +102,7 @@ func Layout() map[string]uintptr {
 		"rawDeviceBalloon.WaitsGranted":  unsafe.Offsetof(db.waits_granted),
 		"rawDeviceBalloon.WaitsExpired":  unsafe.Offsetof(db.waits_expired),
 		"rawDeviceBalloon.WaitNsTotal":   unsafe.Offsetof(db.wait_ns_total),
-		"rawDeviceBalloon.Reserved":      unsafe.Offsetof(db.reserved),
+		"rawDeviceBalloon.PollNs":        unsafe.Offsetof(db.poll_ns),
 		"rawDeviceCompute":               unsafe.Sizeof(dc),
 		"rawDeviceCompute.BusyNs":        unsafe.Offsetof(dc.busy_ns),
 		"rawDeviceCompute.Launches":      unsafe.Offsetof(dc.launches),

@@ -71,6 +71,11 @@ func (b *balloonNode) Info(_ context.Context, o identity.Owner) (balloons.PodInf
 	return b.pods[o.Pod], nil
 }
 
+// Confirm is Info: this fake API server has no cache to bypass.
+func (b *balloonNode) Confirm(ctx context.Context, o identity.Owner) (balloons.PodInfo, error) {
+	return b.Info(ctx, o)
+}
+
 // Evict is the fake Eviction API: the pod's process is killed (its grace period is
 // 0 here) and, as kubelet and the plugin would, its state directory goes.
 func (b *balloonNode) Evict(_ context.Context, o identity.Owner) error {

@@ -136,3 +136,51 @@ func TestNoWaitBeyondCeilingOrWithoutBalloon(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitSurvivesTheAgentClearingIt: the node agent clears a request it takes for
+// orphaned (a killed waiter's). A live waiter must show itself again at once, so the
+// agent still reclaims for it, and its leaving must not wrap the waiter count (a
+// count of 2^64-1 reads as a waiting owner forever after).
+func TestWaitSurvivesTheAgentClearingIt(t *testing.T) {
+	n := newNode(t, "")
+	c := n.container(t, map[int]uint64{0: 64 * MiB})
+	c.inflate(16*MiB, 64*MiB, 10000)
+	p := c.ready("direct")
+	done := make(chan string, 1)
+	go func() {
+		out, err := p.send("alloc a 33554432")
+		if err != nil {
+			out = err.Error()
+		}
+		done <- out
+	}()
+	waitFor := func(what string, cond func(region.BalloonWait) bool) region.BalloonWait {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		w := c.balloonWait()
+		for !cond(w) && time.Now().Before(deadline) {
+			time.Sleep(2 * time.Millisecond)
+			w = c.balloonWait()
+		}
+		if !cond(w) {
+			t.Fatalf("%s: %+v", what, w)
+		}
+		return w
+	}
+	waitFor("no wait request visible", region.BalloonWait.Waiting)
+	r, err := region.OpenRegion(c.region)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.ClearBalloonWait(0, r.BalloonWait(0)) // the agent, wrongly, as if orphaned
+	r.Close()
+	waitFor("the live waiter did not show itself again after the clear", region.BalloonWait.Waiting)
+	c.inflate(48*MiB, 64*MiB, 10000)
+	if out := <-done; out[:2] != "ok" {
+		t.Fatalf("after the cap was raised: %q (stderr: %s)", out, p.stderr)
+	}
+	if w := c.balloonWait(); w.Waiters != 0 || w.Waiting() {
+		t.Fatalf("after the only waiter left: %+v", w)
+	}
+	p.exit()
+}

@@ -151,7 +151,11 @@ typedef struct tessera_device_compute {
  * Region, balloon[d]: the hook's wait-for-reclaim request on device d, seen by the node
  * agent. A waiting allocation counts itself in `waiters`, raises `want_bytes` to the
  * container usage it needs (re-asserted on every poll, so a racing clear by the last
- * leaver loses nothing), and leaves when the cap admits it or its wait bound passes.
+ * leaver loses nothing), stamps `poll_ns` on every poll (at most 5 ms apart: a
+ * request whose poll_ns is seconds old has no live waiter, and only then does the
+ * node agent clear it), and leaves when the cap admits it or its wait bound passes.
+ * A live waiter that finds `waiters` cleared counts itself again; leaving never
+ * takes `waiters` below zero.
  */
 #define TESSERA_BALLOON_CEILING 0
 #define TESSERA_BALLOON_WAIT_MS 1
@@ -166,7 +170,7 @@ typedef struct tessera_device_balloon {
     TESSERA_ATOMIC(uint64_t) waits_granted;  /* waits that ended with the allocation admitted */
     TESSERA_ATOMIC(uint64_t) waits_expired;  /* waits that ended in CUDA_ERROR_OUT_OF_MEMORY */
     TESSERA_ATOMIC(uint64_t) wait_ns_total;  /* nanoseconds spent in ended waits */
-    uint64_t reserved[1];
+    TESSERA_ATOMIC(uint64_t) poll_ns;        /* CLOCK_MONOTONIC of the latest poll by any waiter */
 } tessera_device_balloon;
 
 typedef struct tessera_region {

@@ -5,7 +5,9 @@
  * It holds no lock (charge_admit is called with none held) and keeps nothing in
  * shared memory that a SIGKILL mid-wait could leave blocking anyone: a dead waiter
  * leaves `waiters` one too high and a stale request, which the node agent clears once
- * `wait_since_ns` is older than the wait bound (no live waiter is that old). */
+ * no waiter has stamped `poll_ns` for seconds (live ones stamp it every poll). A live
+ * waiter cleared by mistake counts itself again at its next poll, and leaving never
+ * takes `waiters` below zero. */
 #include "balloon.h"
 
 #include <stdatomic.h>
@@ -39,6 +41,15 @@ static void raise_to(_Atomic uint64_t *w, uint64_t v)
         ;
 }
 
+/* One waiter leaves: 1 when it was the last (or the count was cleared under it). */
+static int leave(_Atomic uint64_t *waiters)
+{
+    uint64_t cur = atomic_load(waiters);
+    while (cur > 0 && !atomic_compare_exchange_weak(waiters, &cur, cur - 1))
+        ;
+    return cur <= 1;
+}
+
 static void sleep_us(uint64_t us)
 {
     struct timespec ts = {.tv_sec = (time_t)(us / 1000000u), .tv_nsec = (long)(us % 1000000u) * 1000};
@@ -56,7 +67,9 @@ static int poll_cap(const tessera_limits *l, tessera_device_balloon *b, int idx,
 {
     uint64_t pause = BALLOON_POLL_MIN_US;
     for (;;) {
-        uint64_t since = 0;
+        uint64_t since = 0, none = 0;
+        atomic_store(&b->poll_ns, now_ns());
+        atomic_compare_exchange_strong(&b->waiters, &none, 1); /* cleared under us: show up again */
         raise_to(&b->want_bytes, limiter_usage(idx) + n);
         atomic_compare_exchange_strong(&b->wait_since_ns, &since, start);
         int rc = limiter_try(idx, n);
@@ -93,7 +106,7 @@ int balloon_wait(const char *api, int idx, uint64_t n)
     uint64_t waited = now_ns() - start;
     atomic_fetch_add(&b->wait_ns_total, waited);
     atomic_fetch_add(rc == LIMITER_OK ? &b->waits_granted : &b->waits_expired, 1);
-    if (atomic_fetch_sub(&b->waiters, 1) == 1) {
+    if (leave(&b->waiters)) {
         /* The last waiter clears the request; a racing new waiter re-asserts it. */
         uint64_t want = atomic_load(&b->want_bytes), since = atomic_load(&b->wait_since_ns);
         atomic_compare_exchange_strong(&b->want_bytes, &want, 0);

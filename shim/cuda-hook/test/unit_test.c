@@ -13,6 +13,7 @@
 #include "pacing.h"
 #include "abi_files.h"
 #include "accounting.h"
+#include "balloon.h"
 #include "config.h"
 #include "limiter.h"
 #include "log.h"
@@ -380,6 +381,17 @@ static void test_pacing(void)
     CHECK(pacing_wait_ns(-PACING_DEBT_NS, 1) == 2000000);
 }
 
+/* A limits file's wait word, however corrupt, bounds the wait: 0 is the default,
+ * anything past a minute is a minute. */
+static void test_balloon_wait_bound(void)
+{
+    CHECK(balloon_wait_ms(0) == TESSERA_BALLOON_DEFAULT_WAIT_MS);
+    CHECK(balloon_wait_ms(1) == 1);
+    CHECK(balloon_wait_ms(60000) == 60000);
+    CHECK(balloon_wait_ms(60001) == 60000);
+    CHECK(balloon_wait_ms(UINT64_MAX) == 60000);
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "/tmp/hook-unit-XXXXXX");
@@ -396,6 +408,7 @@ int main(void)
     test_table_ranges_owners_and_vmm();
     test_sizes();
     test_pacing();
+    test_balloon_wait_bound();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0)
