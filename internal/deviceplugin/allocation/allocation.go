@@ -140,11 +140,8 @@ func (b *Builder) ContainerFor(res string, ids []string, sched Scheduling) (*plu
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("%s: no device IDs", res)
 	}
-	shares, err := b.Manager.Shares(res, ids)
+	shares, err := b.Manager.AllocatableShares(res, ids)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", res, err)
-	}
-	if err := b.Manager.Retired(res, ids); err != nil {
 		return nil, fmt.Errorf("%s: %w", res, err)
 	}
 	for _, s := range shares {

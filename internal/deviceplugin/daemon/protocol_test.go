@@ -533,13 +533,26 @@ func TestFirstResourceLeavesRoomForTheOthers(t *testing.T) {
 // resource and can be allocated, the free old device is dropped on the
 // next pass, the held one only once its container is gone, and the node
 // inventory shows the new layout.
+//
+// The test drives the rediscovery passes itself (e.d.Rediscover, what the
+// periodic loop calls): with a ticker, the pass that drops the free device
+// could come before the Allocate that must find it retired (under load the
+// steps in between take longer than any short period), and Allocate then
+// only sees an unknown device.
 func TestMIGReconfigurationWithoutRestart(t *testing.T) {
 	e := newEnv(t, gputest.DGXA100, pod("train", t0, "", ctr{name: "c"}))
 	old, err := e.node.EnableMIG(3, nvml.GPU_INSTANCE_PROFILE_3_SLICE, nvml.GPU_INSTANCE_PROFILE_3_SLICE)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.start(func(c *configv1.Config) { c.RediscoverInterval = configv1.Duration{Duration: 150 * time.Millisecond} })
+	e.start()
+	rediscover := func(want bool) {
+		t.Helper()
+		changed, err := e.d.Rediscover()
+		if err != nil || changed != want {
+			t.Fatalf("rediscovery pass: changed %v, %v; want changed %v", changed, err, want)
+		}
+	}
 	oldRes := resource.MIGResource(e.d.Manager.GPU(e.uuid(3)).MIG[0].Profile)
 	heldID, freeID := e.uuid(3)+"::mig::"+old[0], e.uuid(3)+"::mig::"+old[1]
 	e.podRes.set(&podresourcesapi.PodResources{Name: "train", Namespace: "default", Containers: []*podresourcesapi.ContainerResources{{
@@ -573,6 +586,7 @@ func TestMIGReconfigurationWithoutRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rediscover(true)
 	if h := recv(); len(h) != 2 || h[heldID] != pluginapi.Unhealthy || h[freeID] != pluginapi.Unhealthy {
 		t.Fatalf("vanished devices must first be sent Unhealthy, got %v", h)
 	}
@@ -594,6 +608,7 @@ func TestMIGReconfigurationWithoutRestart(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "no longer exists") {
 		t.Fatalf("Allocate of a vanished MIG device: %v", err)
 	}
+	rediscover(true)
 	if h := recv(); len(h) != 1 || h[heldID] != pluginapi.Unhealthy {
 		t.Fatalf("next pass must drop only the free device: %v", h)
 	}
@@ -616,6 +631,7 @@ func TestMIGReconfigurationWithoutRestart(t *testing.T) {
 	if err := e.d.Reconciler.Once(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	rediscover(true)
 	if h := recv(); len(h) != 0 {
 		t.Fatalf("after the container ended the old profile lists %v", h)
 	}

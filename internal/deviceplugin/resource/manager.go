@@ -171,9 +171,13 @@ func (m *Manager) Lookup(resource, key string) (ID, error) {
 	id, ok := m.byKey[resource][key]
 	m.mu.RUnlock()
 	if !ok {
-		return ID{}, fmt.Errorf("device %q is not a %s device of this node", key, resource)
+		return ID{}, notADevice(resource, key)
 	}
 	return id, nil
+}
+
+func notADevice(resource, key string) error {
+	return fmt.Errorf("device %q is not a %s device of this node", key, resource)
 }
 
 // Known returns the IDs among keys that are devices of resource, in order,

@@ -96,6 +96,11 @@ func (m *Manager) anyRetired() bool {
 func (m *Manager) Retired(resource string, keys []string) error {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	return m.retiredLocked(resource, keys)
+}
+
+// retiredLocked is Retired with m.mu held.
+func (m *Manager) retiredLocked(resource string, keys []string) error {
 	for _, k := range keys {
 		if m.retired[resource][k] {
 			return fmt.Errorf("device %q no longer exists (MIG reconfigured)", k)

@@ -62,6 +62,14 @@ func TestUpdateMIGRetiresBeforeDropping(t *testing.T) {
 			if err := m.Retired(oldRes, []string{heldKey}); err == nil || !strings.Contains(err.Error(), heldKey) {
 				t.Fatalf("Retired(%s) = %v", heldKey, err)
 			}
+			// A new allocation refuses it (one lock for lookup and check);
+			// restoring the running container's files still decodes it.
+			if _, err := m.AllocatableShares(oldRes, []string{heldKey}); err == nil || !strings.Contains(err.Error(), "no longer exists") {
+				t.Fatalf("AllocatableShares(%s) = %v", heldKey, err)
+			}
+			if s, err := m.Shares(oldRes, []string{heldKey}); err != nil || len(s) != 1 || len(s[0].MIG) != 1 {
+				t.Fatalf("Shares(%s) = %+v, %v", heldKey, s, err)
+			}
 			newRes := MIGResource(m.GPU(uuid).MIG[0].Profile)
 			nh := health(m, newRes)
 			if len(nh) != 2 || nh[uuid+"::mig::"+fresh[0]] != pluginapi.Healthy {
