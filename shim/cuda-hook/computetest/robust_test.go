@@ -88,26 +88,38 @@ func children(pid int) []int {
 	return out
 }
 
-// fork/exec'd children count against their container's share.
+// fork/exec'd children count against their container's share. Measured
+// twice like the other timing checks: a try that lands on a stall of this
+// loaded machine can read a point or two over the bound, but children that
+// escaped the share would take the container to ~75 % in both tries.
 func TestChildrenCountAgainstTheShare(t *testing.T) {
 	n := newNode(t)
 	n.startArbiter(defaultPolicy())
-	a := n.start(n.container("a", 30, false, 2), "kernel", "1000", "2.5", "children=2")
-	b := n.start(n.container("b", 70, false, 2), "kernel", "1000", "2.5")
-	time.Sleep(200 * time.Millisecond)
-	kids := children(a.pid)
-	if len(kids) != 2 {
-		t.Fatalf("tenant A has children %v, want 2", kids)
-	}
-	_, got := n.utilization(1500*time.Millisecond, [][]int{append([]int{a.pid}, kids...), {b.pid}})
-	a.wait(t)
-	b.wait(t)
-	t.Logf("container A (3 processes, 30 %%) %.1f%%, B (70 %%) %.1f%%", got[0], got[1])
-	fmt.Printf("BENCH hook.children_container30_pct %.1f %%\n", got[0])
-	// Three processes time-sliced against one would take 75 %: the children
-	// must not take the container past its share. (Their events overlap and
-	// bill the container more than it used, so it gets less: docs/hook.md.)
-	if got[0] > 38 || got[0] < 5 {
-		t.Errorf("container A with two children got %.1f%%, want at most its 30 %% share", got[0])
-	}
+	try := 0
+	var pct float64
+	twice(t, func() error {
+		try++
+		// Fresh containers each try: the first try's regions keep its billing.
+		a := n.start(n.container(fmt.Sprintf("a%d", try), 30, false, 2), "kernel", "1000", "2.5", "children=2")
+		b := n.start(n.container(fmt.Sprintf("b%d", try), 70, false, 2), "kernel", "1000", "2.5")
+		time.Sleep(200 * time.Millisecond)
+		kids := children(a.pid)
+		if len(kids) != 2 {
+			t.Fatalf("tenant A has children %v, want 2", kids)
+		}
+		_, got := n.utilization(1500*time.Millisecond, [][]int{append([]int{a.pid}, kids...), {b.pid}})
+		a.wait(t)
+		b.wait(t)
+		t.Logf("container A (3 processes, 30 %%) %.1f%%, B (70 %%) %.1f%%", got[0], got[1])
+		pct = got[0]
+		// Three processes time-sliced against one would take 75 %: the
+		// children must not take the container past its share. (Their events
+		// overlap and bill the container more than it used, so it gets less:
+		// docs/hook.md.)
+		if got[0] > 38 || got[0] < 5 {
+			return fmt.Errorf("container A with two children got %.1f%%, want at most its 30 %% share", got[0])
+		}
+		return nil
+	})
+	fmt.Printf("BENCH hook.children_container30_pct %.1f %%\n", pct)
 }
