@@ -636,3 +636,30 @@ func TestMIGReconfigurationWithoutRestart(t *testing.T) {
 		t.Fatalf("after the container ended the old profile lists %v", h)
 	}
 }
+
+// TestPeriodicRediscoveryAppliesMIGChanges: with a rediscovery period the
+// daemon picks up a changed MIG layout by itself and registers the new
+// profile (the reconfiguration test above drives its passes by hand).
+func TestPeriodicRediscoveryAppliesMIGChanges(t *testing.T) {
+	e := newEnv(t, gputest.DGXA100)
+	if _, err := e.node.EnableMIG(3, nvml.GPU_INSTANCE_PROFILE_3_SLICE, nvml.GPU_INSTANCE_PROFILE_3_SLICE); err != nil {
+		t.Fatal(err)
+	}
+	e.start(func(c *configv1.Config) { c.RediscoverInterval = configv1.Duration{Duration: 150 * time.Millisecond} })
+	oldRes := resource.MIGResource(e.d.Manager.GPU(e.uuid(3)).MIG[0].Profile)
+	fresh, err := e.node.EnableMIG(3, nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		g := e.d.Manager.GPU(e.uuid(3))
+		return len(g.MIG) == 3 && g.MIG[0].UUID == fresh[0]
+	})
+	newRes := resource.MIGResource(e.d.Manager.GPU(e.uuid(3)).MIG[0].Profile)
+	if newRes == oldRes {
+		t.Fatalf("profile did not change: %s", newRes)
+	}
+	if regs := e.kubelet.awaitRegistrations(t, 1); regs[newRes] == nil {
+		t.Fatalf("registrations after reconfiguration: %v", regs)
+	}
+}
