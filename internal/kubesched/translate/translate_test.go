@@ -36,8 +36,8 @@ func TestNodeInventoryOrdersGPUsByIndex(t *testing.T) {
 func TestNodeInventoryRejectsWhatItCannotModel(t *testing.T) {
 	cases := map[string]string{
 		`{"version":"v1","gpus":[{"uuid":"GPU-a","index":0,"model":"A100","memoryMiB":40960,"numaNode":0,"migEnabled":false,"healthy":true},{"uuid":"GPU-b","index":1,"model":"T4","memoryMiB":40960,"numaNode":0,"migEnabled":false,"healthy":true}]}`: "model",
-		`{"version":"v1","gpus":[{"uuid":"GPU-a","index":0,"model":"A100","memoryMiB":0,"numaNode":0,"migEnabled":false,"healthy":true}]}`:                                                                                                   "memoryMiB",
-		`{"version":"v1","gpus":[{"uuid":"GPU-a","index":0,"model":"A100","memoryMiB":5,"numaNode":0,"migEnabled":false,"healthy":true},{"uuid":"GPU-b","index":0,"model":"A100","memoryMiB":5,"numaNode":0,"migEnabled":false,"healthy":true}]}`: "index repeated",
+		`{"version":"v1","gpus":[{"uuid":"GPU-a","index":0,"model":"A100","memoryMiB":0,"numaNode":0,"migEnabled":false,"healthy":true}]}`:                                                                                                              "memoryMiB",
+		`{"version":"v1","gpus":[{"uuid":"GPU-a","index":0,"model":"A100","memoryMiB":5,"numaNode":0,"migEnabled":false,"healthy":true},{"uuid":"GPU-b","index":0,"model":"A100","memoryMiB":5,"numaNode":0,"migEnabled":false,"healthy":true}]}`:       "index repeated",
 		`{"version":"v1","gpus":[` + "{": "malformed JSON",
 	}
 	for raw, want := range cases {
