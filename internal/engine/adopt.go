@@ -35,7 +35,11 @@ func (e *Engine) Adopt(p *Pod, d placement.Decision, started time.Time) error {
 	return nil
 }
 
-// CapacityFreed tells the engine that capacity it does not book was given
-// back on the cluster (a pod it does not schedule ended), so shapes that
-// failed before are tried again.
-func (e *Engine) CapacityFreed() { e.placer.capacityFreed() }
+// ClusterChanged tells the engine that capacity may have been freed in a
+// way its books do not show (a pod ended on the Kubernetes side, a node
+// was uncordoned): shapes that failed are tried again and pods in backoff
+// compete at once.
+func (e *Engine) ClusterChanged() {
+	e.placer.capacityFreed()
+	e.q.Activate()
+}

@@ -7,6 +7,7 @@ import (
 
 	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
+	"github.com/tessera-gpu/tessera/internal/placement"
 )
 
 // nodeEntry is the loop's record of one node carrying an inventory.
@@ -42,8 +43,13 @@ func (s *Scheduler) syncNode(name string) {
 		s.rebuildWanted = true
 	default:
 		e.obj = n
+		var anyPod placement.Request
 		if e.index >= 0 {
+			was := !s.cluster.Admits(e.index, &anyPod)
 			s.cluster.Cordon(e.index, n.Spec.Unschedulable || e.conflicts > 0)
+			if was && s.cluster.Admits(e.index, &anyPod) {
+				s.eng.ClusterChanged()
+			}
 		}
 	}
 }

@@ -93,6 +93,7 @@ func (s *Scheduler) forget(e *podEntry) {
 	case assumed, nominated, bound:
 		if _, ok := s.eng.Running(e.key); ok {
 			_ = s.eng.Complete(e.key)
+			s.eng.ClusterChanged() // pods backing off may fit now
 		}
 		for v := range e.victims {
 			if ve := s.podState[v]; ve != nil && ve.preemptor == e.key {
