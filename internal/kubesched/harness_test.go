@@ -21,6 +21,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
 	cfgv1 "github.com/tessera-gpu/tessera/api/config/v1"
 	"github.com/tessera-gpu/tessera/internal/kubesched/metrics"
@@ -320,3 +323,8 @@ func boolToCore(whole bool) uint32 {
 }
 
 func translateKey(p *corev1.Pod) string { return translate.Key(p) }
+
+func testutilValue(t *testing.T, c prometheus.Collector) float64 {
+	t.Helper()
+	return testutil.ToFloat64(c)
+}

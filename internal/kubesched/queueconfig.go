@@ -28,10 +28,12 @@ func (s *Scheduler) readQueueConfig() {
 		}
 		return
 	}
-	if cm.ResourceVersion == s.cfgSeen {
+	// Compared by content: a resync or a metadata change is not a reload.
+	seen := cm.ResourceVersion + "\x00" + cm.Data[s.cfg.QueueConfigKey]
+	if seen == s.cfgSeen {
 		return
 	}
-	s.cfgSeen = cm.ResourceVersion
+	s.cfgSeen = seen
 	c, err := parseQueueConfig(cm, s.cfg.QueueConfigKey)
 	if err != nil {
 		s.metrics.ConfigReloads.WithLabelValues("error").Inc()
