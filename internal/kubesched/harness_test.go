@@ -328,3 +328,19 @@ func testutilValue(t *testing.T, c prometheus.Collector) float64 {
 	t.Helper()
 	return testutil.ToFloat64(c)
 }
+
+// quiet reports whether no bind happened for 300 ms.
+func (a *api) quiet() bool {
+	count := func() int {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		n := 0
+		for _, b := range a.binds {
+			n += b
+		}
+		return n
+	}
+	before := count()
+	time.Sleep(300 * time.Millisecond)
+	return count() == before
+}

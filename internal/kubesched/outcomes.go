@@ -125,6 +125,7 @@ func (s *Scheduler) bindOutcome(o bind.Outcome) {
 	case o.Err == nil:
 		e.phase, e.failures = bound, 0
 		s.metrics.Binds.Inc()
+		s.event(e, corev1.EventTypeNormal, "Scheduled", fmt.Sprintf("Successfully assigned %s to %s", e.key, o.Job.Node))
 		s.metrics.PodSchedulingE2E.Observe(s.now().Sub(e.created).Seconds())
 	case o.Gone:
 		s.metrics.BindErrors.WithLabelValues("gone").Inc()
@@ -161,6 +162,7 @@ func (s *Scheduler) rollback(e *podEntry, why string) {
 	e.phase, e.node, e.uuids = held, "", nil
 	e.failures++
 	e.retryAt = s.now().Add(min(time.Second<<min(e.failures-1, 6), time.Minute))
+	s.held[e.key] = e
 	s.log.Warn("placement rolled back", "pod", e.key, "why", why, "retry", e.retryAt)
 	s.event(e, corev1.EventTypeWarning, "FailedScheduling", why+"; the placement was rolled back and the pod is queued again")
 }
@@ -168,8 +170,13 @@ func (s *Scheduler) rollback(e *podEntry, why string) {
 // retryDue queues held pods whose backoff has passed.
 func (s *Scheduler) retryDue() {
 	now := s.now()
-	for _, e := range s.podState {
-		if e.phase == held && !e.retryAt.IsZero() && !now.Before(e.retryAt) {
+	for key, e := range s.held {
+		if s.podState[key] != e || e.phase != held {
+			delete(s.held, key) // gone, or queued again by a rebuild
+			continue
+		}
+		if !now.Before(e.retryAt) {
+			delete(s.held, key)
 			e.retryAt = time.Time{}
 			if err := s.eng.Submit(e.pod); err != nil {
 				s.log.Warn("requeue failed", "pod", e.key, "err", err)

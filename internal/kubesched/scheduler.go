@@ -69,6 +69,8 @@ type Scheduler struct {
 	sched         *placement.Scheduler
 	nodeState     map[string]*nodeEntry
 	podState      map[string]*podEntry
+	held          map[string]*podEntry // waiting to be queued again after a failed bind
+	lastReport    time.Time
 	pool          *bind.Pool
 	rebuildWanted bool
 	lastMetrics   time.Time
@@ -85,7 +87,7 @@ func New(cfg *cfgv1.SchedulerConfig, client kubernetes.Interface, log *slog.Logg
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	s := &Scheduler{cfg: cfg, client: client, log: log, metrics: m, now: time.Now, engineCfg: schedv1.Default(),
-		nodeState: map[string]*nodeEntry{}, podState: map[string]*podEntry{}}
+		nodeState: map[string]*nodeEntry{}, podState: map[string]*podEntry{}, held: map[string]*podEntry{}}
 	s.changes.init()
 	// Terminal pods hold nothing; the API server filters them out.
 	s.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -201,7 +203,10 @@ func (s *Scheduler) iterate(ctx context.Context) {
 		}
 	}
 	s.apply(ctx, s.eng.Events(), start)
-	s.reportUnschedulable(ctx, start)
+	if start.Sub(s.lastReport) >= time.Second { // a pass over the pending pods, at most once a second
+		s.lastReport = start
+		s.reportUnschedulable(ctx, start)
+	}
 	if s.now().Sub(s.lastMetrics) >= time.Second {
 		s.lastMetrics = s.now()
 		s.observe()
