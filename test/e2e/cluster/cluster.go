@@ -55,9 +55,10 @@ func Start(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
-// StartContext is Start returning the error; the teardown is registered with t
-// as soon as something is running.
-func StartContext(ctx context.Context, t testing.TB, opts Options) (*Cluster, error) {
+// StartContext is Start returning the error. A start that fails stops
+// what it started before returning; a started cluster is stopped when the
+// test ends.
+func StartContext(ctx context.Context, t testing.TB, opts Options) (c *Cluster, err error) {
 	if opts.ControlPlane.Logf == nil {
 		opts.ControlPlane.Logf = t.Logf
 	}
@@ -66,32 +67,39 @@ func StartContext(ctx context.Context, t testing.TB, opts Options) (*Cluster, er
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{ControlPlane: cp, Nodes: opts.Nodes}
-	t.Cleanup(func() { c.stop(t) })
+	c = &Cluster{ControlPlane: cp, Nodes: opts.Nodes}
+	defer func() {
+		if err != nil {
+			c.Stop()
+			c = nil
+		}
+	}()
 	if c.Kwok, err = kwoknodes.Start(ctx, cp); err != nil {
-		return nil, err
+		return c, err
 	}
 	if opts.KubeScheduler {
 		if c.KubeScheduler, err = cp.StartKubeScheduler(ctx, opts.KubeSchedulerOptions); err != nil {
-			return nil, err
+			return c, err
 		}
 	}
 	if len(opts.Nodes) > 0 {
 		if err := kwoknodes.Create(ctx, cp.Client(), opts.Nodes); err != nil {
-			return nil, err
+			return c, err
 		}
 		wait, cancel := context.WithTimeout(ctx, 2*time.Minute+time.Duration(len(opts.Nodes))*50*time.Millisecond)
 		defer cancel()
 		if err := kwoknodes.WaitReady(wait, cp.Client(), opts.Nodes); err != nil {
-			return nil, fmt.Errorf("kwok nodes: %w (component errors: %v)", err, cp.Err())
+			return c, fmt.Errorf("kwok nodes: %w (component errors: %v)", err, cp.Err())
 		}
 	}
 	c.StartupTime = time.Since(began)
+	t.Cleanup(func() { c.stop(t) })
 	t.Logf("cluster: %s up with %d kwok nodes in %v (dir %s)", cp.URL, len(opts.Nodes), c.StartupTime.Round(time.Millisecond), cp.Dir)
 	return c, nil
 }
 
-// stop dumps the logs of a failed test, then stops everything.
+// stop dumps the logs of a failed test, then stops everything (Stop is
+// idempotent: a test may have stopped the cluster itself).
 func (c *Cluster) stop(t testing.TB) {
 	if t.Failed() {
 		for _, p := range c.Processes() {
