@@ -4,6 +4,8 @@ go 1.26.0
 
 require (
 	github.com/google/uuid v1.6.0
+	github.com/prometheus/client_model v0.6.3
+	github.com/prometheus/common v0.72.0
 	github.com/tessera-gpu/tessera v0.0.0-00010101000000-000000000000
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
