@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -86,10 +87,14 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	}
 	cp = &ControlPlane{Dir: opts.Dir, opts: opts, bins: bins}
 	if cp.Dir == "" {
-		if cp.Dir, err = os.MkdirTemp("", "tessera-e2e-"); err != nil {
+		removeOrphanDirs(opts.Logf)
+		if cp.Dir, err = os.MkdirTemp("", tempPrefix); err != nil {
 			return nil, fmt.Errorf("control plane: %w", err)
 		}
 		cp.ownDir = true
+		if err := os.WriteFile(filepath.Join(cp.Dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+			return cp, fmt.Errorf("control plane: %w", err)
+		}
 	}
 	defer func() {
 		if err != nil {
@@ -187,6 +192,33 @@ func (cp *ControlPlane) StopProcess(p *process.Process) {
 	cp.mu.Lock()
 	cp.procs = slices.DeleteFunc(cp.procs, func(q *process.Process) bool { return q == p })
 	cp.mu.Unlock()
+}
+
+// Temporary directories are <TMPDIR>/tessera-e2e-*, with the PID of the
+// test binary that made them in ownerFile.
+const (
+	tempPrefix = "tessera-e2e-"
+	ownerFile  = "owner.pid"
+)
+
+// removeOrphanDirs removes the directories of test binaries that died
+// without their cleanup (a -timeout panic, a SIGKILL): their processes died
+// with them (see package process), their files stayed.
+func removeOrphanDirs(logf func(string, ...any)) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tempPrefix+"*"))
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, ownerFile))
+		if err != nil {
+			continue // not ours, or still being made
+		}
+		pid, err := strconv.Atoi(string(b))
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue
+		}
+		if err := os.RemoveAll(d); err == nil {
+			logf("controlplane: removed %s, left by dead test binary %d", d, pid)
+		}
+	}
 }
 
 // Stop ends every process in reverse start order and removes Dir if Start
