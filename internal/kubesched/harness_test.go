@@ -60,6 +60,14 @@ type failure struct {
 func newAPI(t *testing.T) *api {
 	a := &api{t: t, client: fake.NewClientset(), binds: map[string]int{}, failBind: map[string]failure{}, protected: map[string]bool{}, evictDeletes: true}
 	a.client.PrependReactor("create", "pods", a.subresource)
+	// The API server refuses field selectors a resource does not support
+	// (nodes support none the scheduler could use); the fake ignores them.
+	a.client.PrependReactor("list", "nodes", func(act k8stesting.Action) (bool, runtime.Object, error) {
+		if la, ok := act.(k8stesting.ListAction); ok && la.GetListRestrictions().Fields != nil && !la.GetListRestrictions().Fields.Empty() {
+			return true, nil, apierrors.NewBadRequest("field label not supported: " + la.GetListRestrictions().Fields.String())
+		}
+		return false, nil, nil
+	})
 	a.client.PrependReactor("update", "pods", func(act k8stesting.Action) (bool, runtime.Object, error) {
 		if act.GetSubresource() == "" {
 			a.mu.Lock()

@@ -49,7 +49,8 @@ type Scheduler struct {
 	metrics *metrics.Metrics
 	now     func() time.Time
 
-	factory    informers.SharedInformerFactory
+	factory    informers.SharedInformerFactory // nodes
+	podFactory informers.SharedInformerFactory
 	cmFactory  informers.SharedInformerFactory // nil without a queue ConfigMap
 	pods       corelisters.PodLister
 	nodes      corelisters.NodeLister
@@ -89,11 +90,13 @@ func New(cfg *cfgv1.SchedulerConfig, client kubernetes.Interface, log *slog.Logg
 	s := &Scheduler{cfg: cfg, client: client, log: log, metrics: m, now: time.Now, engineCfg: schedv1.Default(),
 		nodeState: map[string]*nodeEntry{}, podState: map[string]*podEntry{}, held: map[string]*podEntry{}}
 	s.changes.init()
-	// Terminal pods hold nothing; the API server filters them out.
-	s.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	// Terminal pods hold nothing; the API server filters them out. The
+	// selector is valid for pods only, so pods get their own factory.
+	s.podFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = "status.phase!=Succeeded,status.phase!=Failed"
 	}))
-	podInf := s.factory.Core().V1().Pods()
+	s.factory = informers.NewSharedInformerFactory(client, 0)
+	podInf := s.podFactory.Core().V1().Pods()
 	nodeInf := s.factory.Core().V1().Nodes()
 	s.pods, s.nodes = podInf.Lister(), nodeInf.Lister()
 	_, _ = podInf.Informer().AddEventHandler(s.changes.handler(kindPod))
@@ -118,6 +121,7 @@ func New(cfg *cfgv1.SchedulerConfig, client kubernetes.Interface, log *slog.Logg
 func (s *Scheduler) Start(ctx context.Context) {
 	s.broadcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
 	s.factory.Start(ctx.Done())
+	s.podFactory.Start(ctx.Done())
 	if s.cmFactory != nil {
 		s.cmFactory.Start(ctx.Done())
 	}
