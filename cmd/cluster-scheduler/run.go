@@ -25,6 +25,7 @@ import (
 	"github.com/tessera-gpu/tessera/internal/kubesched"
 	"github.com/tessera-gpu/tessera/internal/kubesched/leader"
 	"github.com/tessera-gpu/tessera/internal/kubesched/metrics"
+	"github.com/tessera-gpu/tessera/internal/kubesched/webhook"
 )
 
 const runHelp = `usage: cluster-scheduler run [flags]
@@ -44,6 +45,12 @@ the scheduling engine's YAML (kind SchedulerConfig, docs/scheduler.md), read
 from --queue-config-map and reloaded when it changes; a bad edit keeps the
 last good configuration and says why (an event on the ConfigMap, a log line
 and tessera_scheduler_config_last_reload_successful 0).
+
+Optionally, --webhook-bind-address with --webhook-cert-file/--webhook-key-file
+serves a mutating admission webhook on /mutate (register it with a
+MutatingWebhookConfiguration for pods): pods that request gpu-mem/gpu-core
+get spec.schedulerName set to this scheduler (unless they name another one)
+and tessera.io/gpu: 1 where they give no GPU count. It is off by default.
 
 Run two replicas with --leader-elect=true: they share a Lease; only the
 leader schedules and the other takes over within the lease duration.
@@ -86,6 +93,9 @@ var runFlags = map[string]runFlag{
 	"policy":               {"placement policy: tessera, fgd, bestfit, binpack, spread, random (default tessera)", func(c *cfgv1.SchedulerConfig, v string) error { c.Policy = v; return nil }},
 	"memory-unit":          {"the device plugin's gpu-mem unit, e.g. 1Gi (must match the plugin's memoryUnit)", func(c *cfgv1.SchedulerConfig, v string) error { return parseQuantity(&c.MemoryUnit, v) }},
 	"bind-workers":         {"binds, evictions and status patches in flight at once (default 16)", func(c *cfgv1.SchedulerConfig, v string) error { return parseInt(&c.BindWorkers, v) }},
+	"webhook-bind-address": {"host:port of the optional mutating admission webhook (/mutate); empty: off", func(c *cfgv1.SchedulerConfig, v string) error { c.Webhook.BindAddress = v; return nil }},
+	"webhook-cert-file":    {"TLS certificate of the webhook (PEM)", func(c *cfgv1.SchedulerConfig, v string) error { c.Webhook.CertFile = v; return nil }},
+	"webhook-key-file":     {"TLS key of the webhook (PEM)", func(c *cfgv1.SchedulerConfig, v string) error { c.Webhook.KeyFile = v; return nil }},
 	"log-level":            {"debug, info, warn or error", func(c *cfgv1.SchedulerConfig, v string) error { c.Log.Level = v; return nil }},
 	"log-format":           {"json or text", func(c *cfgv1.SchedulerConfig, v string) error { c.Log.Format = v; return nil }},
 }
@@ -208,6 +218,13 @@ func runRun(args []string, _, stderr io.Writer) error {
 		return err
 	}
 	defer srv.Close()
+	if cfg.Webhook.BindAddress != "" {
+		wh, err := serveWebhook(cfg)
+		if err != nil {
+			return err
+		}
+		defer wh.Close()
+	}
 	log.Info("starting", "scheduler", cfg.SchedulerName, "leaderElect", cfg.LeaderElection.Enabled, "metrics", cfg.MetricsBindAddress)
 	if !cfg.LeaderElection.Enabled {
 		m.Leader.Set(1)
@@ -226,6 +243,19 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// serveWebhook serves the mutating admission webhook on /mutate over TLS.
+func serveWebhook(cfg *cfgv1.SchedulerConfig) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/mutate", &webhook.Handler{SchedulerName: cfg.SchedulerName})
+	ln, err := net.Listen("tcp", cfg.Webhook.BindAddress)
+	if err != nil {
+		return nil, fmt.Errorf("webhook-bind-address: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.ServeTLS(ln, cfg.Webhook.CertFile, cfg.Webhook.KeyFile) }()
+	return srv, nil
 }
 
 // restConfig is the kubeconfig's, or the in-cluster one, with the QPS.

@@ -46,7 +46,18 @@ type SchedulerConfig struct {
 	// PreemptionSearches bounds victim searches per scheduling cycle.
 	PreemptionSearches int                  `json:"preemptionSearches"`
 	LeaderElection     LeaderElectionConfig `json:"leaderElection"`
+	Webhook            WebhookConfig        `json:"webhook"`
 	Log                LogConfig            `json:"log"`
+}
+
+// WebhookConfig is the optional mutating admission webhook (off while
+// BindAddress is empty): it sets schedulerName and defaults tessera.io/gpu:
+// 1 for pods that request tessera.io/gpu-mem or gpu-core. The API server
+// calls webhooks over TLS only, hence the certificate.
+type WebhookConfig struct {
+	BindAddress string `json:"bindAddress,omitempty"`
+	CertFile    string `json:"certFile,omitempty"`
+	KeyFile     string `json:"keyFile,omitempty"`
 }
 
 // LeaderElectionConfig is the coordination.k8s.io Lease two replicas share.
@@ -137,6 +148,14 @@ func (c *SchedulerConfig) Validate() error {
 		bad("preemptionSearches", "negative %d", c.PreemptionSearches)
 	}
 	c.LeaderElection.check(&errs)
+	if w := c.Webhook; w.BindAddress != "" {
+		if _, _, err := net.SplitHostPort(w.BindAddress); err != nil {
+			bad("webhook.bindAddress", "%q is not host:port", w.BindAddress)
+		}
+		if w.CertFile == "" || w.KeyFile == "" {
+			bad("webhook.certFile", "the webhook serves TLS only: set certFile and keyFile")
+		}
+	}
 	c.Log.check(&errs)
 	return errors.Join(errs...)
 }

@@ -28,8 +28,9 @@ func TestSchedulerConfigParsesOverDefaultsAndNamesBadFields(t *testing.T) {
 	}
 	bad := DefaultScheduler()
 	bad.QueueConfigMap, bad.BindWorkers, bad.SchedulerName = "nonamespace", 0, "Tessera_Scheduler"
+	bad.Webhook.BindAddress = ":8443"
 	err := bad.Validate()
-	for _, f := range []string{"queueConfigMap", "bindWorkers", "schedulerName"} {
+	for _, f := range []string{"queueConfigMap", "bindWorkers", "schedulerName", "webhook.certFile"} {
 		if err == nil || !strings.Contains(err.Error(), f) {
 			t.Errorf("error %v does not name %s", err, f)
 		}
