@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,7 +50,11 @@ type api struct {
 	// as a kubelet would after the grace period).
 	evictDeletes bool
 	evicted      []string
-	otherWrites  int // pod updates other than binds and status patches
+	// gate holds binds of a pod until the channel is closed (outside the
+	// fake's lock: see gatedClient); binding records binds that started.
+	gate        map[string]chan struct{}
+	binding     map[string]bool
+	otherWrites int // pod updates other than binds and status patches
 }
 
 type failure struct {
@@ -58,7 +63,7 @@ type failure struct {
 }
 
 func newAPI(t *testing.T) *api {
-	a := &api{t: t, client: fake.NewClientset(), binds: map[string]int{}, failBind: map[string]failure{}, protected: map[string]bool{}, evictDeletes: true}
+	a := &api{t: t, client: fake.NewClientset(), binds: map[string]int{}, gate: map[string]chan struct{}{}, binding: map[string]bool{}, failBind: map[string]failure{}, protected: map[string]bool{}, evictDeletes: true}
 	a.client.PrependReactor("create", "pods", a.subresource)
 	// The API server refuses field selectors a resource does not support
 	// (nodes support none the scheduler could use); the fake ignores them.
@@ -255,7 +260,7 @@ func testConfig() *cfgv1.SchedulerConfig {
 
 func (a *api) start(cfg *cfgv1.SchedulerConfig) *running {
 	a.t.Helper()
-	s, err := New(cfg, a.client, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New())
+	s, err := New(cfg, gatedClient{a.client, a}, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New())
 	if err != nil {
 		a.t.Fatal(err)
 	}
@@ -351,4 +356,47 @@ func (a *api) quiet() bool {
 	before := count()
 	time.Sleep(300 * time.Millisecond)
 	return count() == before
+}
+
+// gatedClient is the fake clientset with binds that may be held at a gate
+// before they reach the fake (whose reactors run under one lock, so a
+// reactor that waited would stop every other call).
+type gatedClient struct {
+	*fake.Clientset
+	a *api
+}
+
+func (g gatedClient) CoreV1() typedcorev1.CoreV1Interface {
+	return gatedCore{g.Clientset.CoreV1(), g.a}
+}
+
+type gatedCore struct {
+	typedcorev1.CoreV1Interface
+	a *api
+}
+
+func (g gatedCore) Pods(ns string) typedcorev1.PodInterface {
+	return gatedPods{g.CoreV1Interface.Pods(ns), g.a, ns}
+}
+
+type gatedPods struct {
+	typedcorev1.PodInterface
+	a  *api
+	ns string
+}
+
+func (g gatedPods) Bind(ctx context.Context, b *corev1.Binding, opts metav1.CreateOptions) error {
+	key := g.ns + "/" + b.Name
+	g.a.mu.Lock()
+	g.a.binding[key] = true
+	gate := g.a.gate[key]
+	g.a.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return g.PodInterface.Bind(ctx, b, opts)
 }
