@@ -95,9 +95,16 @@ func (s *Scheduler) forget(e *podEntry) {
 			_ = s.eng.Complete(e.key)
 			s.eng.ClusterChanged() // pods backing off may fit now
 		}
+		// Victims still terminating hold their capacity again: the
+		// preemptor that held it for them is gone.
 		for v := range e.victims {
-			if ve := s.podState[v]; ve != nil && ve.preemptor == e.key {
-				ve.preemptor = ""
+			ve := s.podState[v]
+			if ve == nil || ve.preemptor != e.key || ve.phase != evicting {
+				continue
+			}
+			delete(s.podState, v)
+			if p := s.podFor(v); p != nil && p.UID == ve.uid && p.Spec.NodeName != "" {
+				s.adoptBound(p)
 			}
 		}
 	case evicting:

@@ -69,3 +69,24 @@ func TestPDBRefusalRollsPreemptionBack(t *testing.T) {
 	a.mu.Unlock()
 	eventually(t, "urgent bound once the budget allows", func() bool { return a.get("urgent").Spec.NodeName == "n1" })
 }
+
+// A preemptor deleted while its victim terminates gives the victim its
+// capacity back in the books: nothing is placed on it until it is gone.
+func TestDeletedPreemptorHandsCapacityBackToTerminatingVictim(t *testing.T) {
+	a := newAPI(t)
+	a.evictDeletes = false
+	a.gpuNode("n1", 1, 16*gib, "T4")
+	a.pod("victim", res(string(translate.ResourceGPU), "1"), onNode("n1"), created(time.Hour),
+		ann(schedv1.PriorityAnnotation, "P3", annv1.AssignmentKey, wholeGPU0))
+	a.start(testConfig())
+	a.pod("urgent", res(string(translate.ResourceGPU), "1"), ann(schedv1.PriorityAnnotation, "P0"))
+	eventually(t, "urgent nominated", func() bool { return a.get("urgent").Status.NominatedNodeName == "n1" })
+	a.deletePod("urgent")
+	a.pod("later", res(string(translate.ResourceGPU), "1"), ann(schedv1.PriorityAnnotation, "P3"))
+	time.Sleep(500 * time.Millisecond)
+	if a.get("later").Spec.NodeName != "" {
+		t.Fatal("later was bound on the GPU the terminating victim still holds")
+	}
+	a.deletePod("victim")
+	eventually(t, "later bound once the victim is gone", func() bool { return a.get("later").Spec.NodeName == "n1" })
+}
