@@ -26,6 +26,13 @@ func (s *Scheduler) apply(ctx context.Context, events []engine.Event, now time.T
 		if ev.Kind == engine.Preempted && ev.By != nil {
 			if v := s.podState[ev.Pod.Key]; v != nil {
 				victimsOf[ev.By.Key] = append(victimsOf[ev.By.Key], v)
+				// A nominated pod evicted in turn passes on the victims it
+				// waited for: their capacity is what the new pod holds.
+				for k := range v.victims {
+					if w := s.podState[k]; w != nil && w.phase == evicting {
+						victimsOf[ev.By.Key] = append(victimsOf[ev.By.Key], w)
+					}
+				}
 			}
 		}
 	}
@@ -70,6 +77,7 @@ func (s *Scheduler) placed(ctx context.Context, e *podEntry, ev engine.Event, vi
 	job := &bind.Job{Kind: bind.Evict, For: e.key}
 	for _, v := range victims {
 		e.victims[v.key] = true
+		v.preemptor = e.key
 		ns, name := splitRef(v.key)
 		job.Victims = append(job.Victims, bind.Victim{Namespace: ns, Name: name, UID: v.uid})
 	}
