@@ -46,7 +46,7 @@ func (s *Scheduler) syncNode(name string) {
 		var anyPod placement.Request
 		if e.index >= 0 {
 			was := !s.cluster.Admits(e.index, &anyPod)
-			s.cluster.Cordon(e.index, n.Spec.Unschedulable || e.conflicts > 0)
+			s.cluster.Cordon(e.index, translate.Closed(n) || e.conflicts > 0)
 			if was && s.cluster.Admits(e.index, &anyPod) {
 				s.eng.ClusterChanged()
 			}

@@ -1,11 +1,13 @@
 package kubesched
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
@@ -110,4 +112,24 @@ func TestBindFailureRollsBackAndRetries(t *testing.T) {
 		t.Fatalf("%d successful binds, want 1", got)
 	}
 	_ = r
+}
+
+// A NoSchedule taint (a node not ready yet) closes the node until it is
+// lifted; then waiting pods are placed there at once.
+func TestTaintedNodeClosedUntilTheTaintGoes(t *testing.T) {
+	a := newAPI(t)
+	a.gpuNode("n1", 1, 16*gib, "T4")
+	n, _ := a.client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
+	n.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}}
+	if _, err := a.client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.start(testConfig())
+	a.pod("p", res(string(translate.ResourceGPU), "1"))
+	eventually(t, "p reported", func() bool { return a.eventFor("p", "FailedScheduling", "NoSchedule taint") })
+	n.Spec.Taints = nil
+	if _, err := a.client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "p bound once the taint is gone", func() bool { return a.get("p").Spec.NodeName == "n1" })
 }

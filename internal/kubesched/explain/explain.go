@@ -18,7 +18,7 @@ import (
 
 // Reasons a node gives.
 const (
-	Cordoned        = "node(s) were unschedulable"
+	Cordoned        = "node(s) were unschedulable or had a NoSchedule taint"
 	NoInventory     = "node(s) had an unusable tessera.io/node-gpus inventory"
 	ModelMismatch   = "node(s) didn't match the pod's GPU models"
 	InsufficientCPU = "Insufficient cpu"

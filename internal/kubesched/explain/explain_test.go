@@ -33,7 +33,7 @@ func TestMessageCountsReasonsLikeKubeScheduler(t *testing.T) {
 	nodes = append(nodes, Node{Unusable: true}, Node{Cordoned: true, State: nodes[0].State})
 	r := &placement.Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 300, GPUMemMiB: 20480}
 	got := Message(nodes, r)
-	want := "0/22 nodes are available: 1 node(s) had an unusable tessera.io/node-gpus inventory, 1 node(s) were unschedulable, 12 Insufficient tessera.io/gpu-mem, 8 Insufficient cpu."
+	want := "0/22 nodes are available: 1 node(s) had an unusable tessera.io/node-gpus inventory, 1 node(s) were unschedulable or had a NoSchedule taint, 12 Insufficient tessera.io/gpu-mem, 8 Insufficient cpu."
 	if got != want {
 		t.Fatalf("message\n got %s\nwant %s", got, want)
 	}
