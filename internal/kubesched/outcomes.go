@@ -126,15 +126,21 @@ func (s *Scheduler) outcome(o bind.Outcome) {
 func (s *Scheduler) bindOutcome(o bind.Outcome) {
 	e := s.podState[o.Job.Key()]
 	s.metrics.BindLatency.Observe(o.Took.Seconds())
-	if e == nil || e.uid != o.Job.UID || e.phase != assumed {
-		return // forgotten meanwhile (deleted, or a rebuild queued it again)
+	if e == nil || e.uid != o.Job.UID {
+		return // forgotten meanwhile (deleted, or replaced under its name)
+	}
+	if o.Err == nil && e.phase == bound && !e.counted {
+		// The informer's update came first and booked it; count it here.
+		s.bound(e, o)
+		return
+	}
+	if e.phase != assumed {
+		return // a rebuild queued it again, or it was chosen as a victim
 	}
 	switch {
 	case o.Err == nil:
-		e.phase, e.failures = bound, 0
-		s.metrics.Binds.Inc()
-		s.event(e, corev1.EventTypeNormal, "Scheduled", fmt.Sprintf("Successfully assigned %s to %s", e.key, o.Job.Node))
-		s.metrics.PodSchedulingE2E.Observe(s.now().Sub(e.created).Seconds())
+		e.phase = bound
+		s.bound(e, o)
 	case o.Gone:
 		s.metrics.BindErrors.WithLabelValues("gone").Inc()
 		_ = s.eng.Complete(e.key)
@@ -150,6 +156,14 @@ func (s *Scheduler) bindOutcome(o bind.Outcome) {
 		s.metrics.BindErrors.WithLabelValues(reasonOf(o.Err)).Inc()
 		s.rollback(e, "binding rejected: "+o.Err.Error())
 	}
+}
+
+// bound counts a successful bind once: metrics and the Scheduled event.
+func (s *Scheduler) bound(e *podEntry, o bind.Outcome) {
+	e.counted = true
+	s.metrics.Binds.Inc()
+	s.metrics.PodSchedulingE2E.Observe(s.now().Sub(e.created).Seconds())
+	s.event(e, corev1.EventTypeNormal, "Scheduled", fmt.Sprintf("Successfully assigned %s to %s", e.key, o.Job.Node))
 }
 
 func reasonOf(err error) string {

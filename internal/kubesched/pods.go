@@ -46,6 +46,9 @@ type podEntry struct {
 	// held: when to submit again and how often binds failed.
 	retryAt  time.Time
 	failures int
+	// counted: its successful bind is in the metrics (the bind's outcome
+	// and the informer's update come in either order).
+	counted bool
 	// reported is the last FailedScheduling message and when.
 	reported   string
 	reportedAt time.Time

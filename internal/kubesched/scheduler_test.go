@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
 )
@@ -21,7 +23,7 @@ func TestBindsWithAssignmentWithinCapacity(t *testing.T) {
 	a := newAPI(t)
 	a.gpuNode("n1", 2, 40*gib, "A100")
 	a.gpuNode("n2", 2, 40*gib, "A100")
-	a.start(testConfig())
+	r := a.start(testConfig())
 	for i := range 20 {
 		a.pod(fmt.Sprint("p", i), res(string(translate.ResourceMemory), "10", string(translate.ResourceCore), "30"))
 	}
@@ -55,6 +57,17 @@ func TestBindsWithAssignmentWithinCapacity(t *testing.T) {
 	if a.otherWrites != 0 {
 		t.Fatalf("%d pod updates besides the Binding", a.otherWrites)
 	}
+	m := r.s.metrics
+	defer func() {
+		if t.Failed() {
+			t.Logf("binds %v pending %v n1 %v n2 %v", testutil.ToFloat64(m.Binds), testutil.ToFloat64(m.Pending.WithLabelValues("P2", "none")),
+				testutil.ToFloat64(m.NodeAllocatedMilli.WithLabelValues("n1")), testutil.ToFloat64(m.NodeAllocatedMemMiB.WithLabelValues("n2")))
+		}
+	}()
+	eventually(t, "metrics: 12 binds, 8 pending P2 pods, 1800 milli allocated per node", func() bool {
+		return testutil.ToFloat64(m.Binds) == 12 && testutil.ToFloat64(m.Pending.WithLabelValues("P2", "none")) == 8 &&
+			testutil.ToFloat64(m.NodeAllocatedMilli.WithLabelValues("n1")) == 1800 && testutil.ToFloat64(m.NodeAllocatedMemMiB.WithLabelValues("n2")) == 6*10*gib
+	})
 }
 
 // A pod larger than every GPU gets FailedScheduling worded like
