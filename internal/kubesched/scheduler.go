@@ -23,7 +23,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -37,7 +36,6 @@ import (
 	"github.com/tessera-gpu/tessera/internal/engine"
 	"github.com/tessera-gpu/tessera/internal/kubesched/bind"
 	"github.com/tessera-gpu/tessera/internal/kubesched/metrics"
-	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
 	"github.com/tessera-gpu/tessera/internal/placement"
 )
 
@@ -280,12 +278,6 @@ func (c *changeSet) take() (map[string]struct{}, map[string]struct{}, bool) {
 
 func (c *changeSet) takeAll() { c.take() }
 
-// podRef names a pod for events without a lookup.
-func podRef(key string, uid types.UID) *corev1.ObjectReference {
-	ns, name := splitRef(key)
-	return &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: name, UID: uid}
-}
-
 // podFor returns the cached pod, or nil when it is gone.
 func (s *Scheduler) podFor(key string) *corev1.Pod {
 	ns, name := splitRef(key)
@@ -300,4 +292,3 @@ func (s *Scheduler) ours(p *corev1.Pod) bool { return p.Spec.SchedulerName == s.
 
 func (s *Scheduler) memUnit() uint64 { return s.cfg.MemoryUnitMiB() }
 
-var _ = translate.Key
