@@ -291,4 +291,3 @@ func (s *Scheduler) podFor(key string) *corev1.Pod {
 func (s *Scheduler) ours(p *corev1.Pod) bool { return p.Spec.SchedulerName == s.cfg.SchedulerName }
 
 func (s *Scheduler) memUnit() uint64 { return s.cfg.MemoryUnitMiB() }
-
