@@ -52,8 +52,10 @@ type api struct {
 	evicted      []string
 	// gate holds binds of a pod until the channel is closed (outside the
 	// fake's lock: see gatedClient); binding records binds that started.
-	gate        map[string]chan struct{}
-	binding     map[string]bool
+	gate    map[string]chan struct{}
+	binding map[string]bool
+	// crashGate holds the first bind of a pod, even past its sender's end.
+	crashGate   map[string]chan struct{}
 	otherWrites int // pod updates other than binds and status patches
 }
 
@@ -63,7 +65,7 @@ type failure struct {
 }
 
 func newAPI(t *testing.T) *api {
-	a := &api{t: t, client: fake.NewClientset(), binds: map[string]int{}, gate: map[string]chan struct{}{}, binding: map[string]bool{}, failBind: map[string]failure{}, protected: map[string]bool{}, evictDeletes: true}
+	a := &api{t: t, client: fake.NewClientset(), binds: map[string]int{}, gate: map[string]chan struct{}{}, binding: map[string]bool{}, crashGate: map[string]chan struct{}{}, failBind: map[string]failure{}, protected: map[string]bool{}, evictDeletes: true}
 	a.client.PrependReactor("create", "pods", a.subresource)
 	// The API server refuses field selectors a resource does not support
 	// (nodes support none the scheduler could use); the fake ignores them.
@@ -390,8 +392,12 @@ func (g gatedPods) Bind(ctx context.Context, b *corev1.Binding, opts metav1.Crea
 	g.a.mu.Lock()
 	g.a.binding[key] = true
 	gate := g.a.gate[key]
+	crash := g.a.crashGate[key]
+	delete(g.a.crashGate, key)
 	g.a.mu.Unlock()
-	if gate != nil {
+	if crash != nil {
+		<-crash // a request already on the wire reaches the server even if its sender dies
+	} else if gate != nil {
 		select {
 		case <-gate:
 		case <-ctx.Done():

@@ -68,3 +68,32 @@ func TestAllocatedWinsOverAssignment(t *testing.T) {
 		t.Fatalf("new got %+v (%v); GPU-n1-1 is the one old really holds", as, err)
 	}
 }
+
+// The scheduler dies with a bind on the wire; its successor places the pod
+// again and binds it; the dead one's request then reaches the server and
+// is refused (already bound). The pod is bound once, where the successor's
+// assignment says.
+func TestRestartWithABindOnTheWire(t *testing.T) {
+	a := newAPI(t)
+	a.gpuNode("n1", 2, 16*gib, "T4")
+	wire := make(chan struct{})
+	a.crashGate["default/p"] = wire
+	first := a.start(testConfig())
+	a.pod("p", res(string(translate.ResourceGPU), "1"))
+	eventually(t, "the first bind on the wire", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.binding["default/p"]
+	})
+	go first.stop()
+	a.start(testConfig())
+	eventually(t, "p bound by the successor", func() bool { return a.get("p").Spec.NodeName == "n1" })
+	close(wire)
+	time.Sleep(200 * time.Millisecond)
+	if got := a.bindsOf("default/p"); got != 1 {
+		t.Fatalf("%d successful binds", got)
+	}
+	a.pod("q", res(string(translate.ResourceGPU), "1"))
+	eventually(t, "q bound", func() bool { return a.get("q").Spec.NodeName == "n1" })
+	a.checkCapacity(16 * gib)
+}
