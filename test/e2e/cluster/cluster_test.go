@@ -35,11 +35,20 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	pids := []int{}
+	names := map[int]string{}
 	for _, p := range c.Processes() {
 		pids = append(pids, p.PID)
+		names[p.PID] = p.Name
 	}
 	if len(pids) != 5 { // etcd, kube-apiserver, kube-controller-manager, kwok, kube-scheduler
 		t.Fatalf("%d processes running, want 5: %v", len(pids), c.Processes())
+	}
+	bad, err := nonLoopbackListeners(names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bad) > 0 {
+		t.Errorf("listening outside loopback: %v", bad)
 	}
 
 	nodes, err := c.Client().CoreV1().Nodes().List(ctx, metav1.ListOptions{})
