@@ -19,20 +19,22 @@ import (
 )
 
 // mixedPod cycles through fractional shares, memory-only shares, whole
-// GPUs and two-GPU pods.
+// GPUs and two-GPU pods; 200 of them ask for about 75 whole GPUs plus
+// shares, within the ~130 GPUs of 20 mixed nodes (a first version asked
+// for 150 whole GPUs and, rightly, left 33 pending).
 func mixedPod(i int, name string) *corev1.Pod {
-	switch i % 4 {
-	case 0:
-		return workload.FractionalPod(ns, name, workload.TesseraScheduler, int64(4+i%12), int64(10+10*(i%5)))
-	case 1:
+	switch i % 8 {
+	case 2, 6:
 		return workload.Pod(ns, name, workload.TesseraScheduler, corev1.ResourceList{workload.GPUMemory: *apiresource.NewQuantity(int64(8+i%16), apiresource.DecimalSI)})
-	case 2:
+	case 3:
 		return workload.WholeGPUPod(ns, name, workload.TesseraScheduler, 1)
+	case 7:
+		return workload.Pod(ns, name, workload.TesseraScheduler, corev1.ResourceList{
+			workload.GPU:     *apiresource.NewQuantity(2, apiresource.DecimalSI),
+			workload.GPUCore: *apiresource.NewQuantity(200, apiresource.DecimalSI),
+		})
 	}
-	return workload.Pod(ns, name, workload.TesseraScheduler, corev1.ResourceList{
-		workload.GPU:     *apiresource.NewQuantity(2, apiresource.DecimalSI),
-		workload.GPUCore: *apiresource.NewQuantity(200, apiresource.DecimalSI),
-	})
+	return workload.FractionalPod(ns, name, workload.TesseraScheduler, int64(4+i%12), int64(10+10*(i%5)))
 }
 
 // 20 kwok nodes of mixed models, 200 pods of mixed shapes: every pod is
