@@ -169,6 +169,7 @@ func measureCycle(stdout io.Writer, tag string, specs []partition.NodeSpec, pods
 		}
 		name := tag + run.suffix
 		fmt.Fprintf(stdout, "BENCH sched.cycle_per_s.%s %.0f pods/s\n", name, res.PerSecond())
+		fmt.Fprintf(stdout, "BENCH sched.cycle_per_cpu_s.%s %.0f pods/cpu-s\n", name, res.PerCPUSecond())
 		fmt.Fprintf(stdout, "BENCH sched.cycle_attempts.%s %d pods\n", name, res.Attempts)
 		fmt.Fprintf(stdout, "BENCH sched.cycle_placed.%s %d pods\n", name, res.Placed)
 		fmt.Fprintf(stdout, "BENCH sched.cycle_preempted.%s %d pods\n", name, res.Preempted)

@@ -30,10 +30,16 @@ func dynamicFlags(fs *flag.FlagSet) func() (dynsim.Options, error) {
 	warmup := fs.Duration("warmup", d.Warmup, "dynamic: arrivals before this are simulated but not reported")
 	age := fs.Duration("age-step", d.AgeStep, "dynamic (full): wait that gains one priority class")
 	ceiling := fs.String("age-ceiling", d.AgeCeiling.String(), "dynamic (full): the most urgent class ageing reaches")
+	ageClasses := fs.String("age-classes", "", "dynamic (full): the classes that age, e.g. P3 (default: all)")
+	protect := fs.Bool("protect-aged", d.ProtectAged, "dynamic (full): a pod started while aged runs at the class it reached (only more urgent classes may preempt it)")
 	shares := fs.String("team-quota", "", "dynamic: the teams' guaranteed shares of GPU compute, e.g. 0.4,0.3,0.2,0.1 (default: equal)")
 	deadlines := fs.String("deadline", "", "dynamic: per-class deadlines, e.g. P1=1h,P3=12h (pods still pending then are dropped)")
+	balloons := fs.Bool("balloons", d.Balloons, "dynamic: also compare memory balloons off vs on (docs/balloon.md)")
+	optIn := fs.Float64("balloon-opt-in", d.Balloon.OptIn, "dynamic: share of pods that opt in to balloons")
+	grace := fs.Duration("balloon-grace", d.Balloon.Grace, "dynamic: a borrower's termination grace period")
 	return func() (dynsim.Options, error) {
 		o := d
+		o.Balloons, o.Balloon.OptIn, o.Balloon.Grace = *balloons, *optIn, *grace
 		o.Workload.Load, o.Workload.Horizon, o.Workload.MaxRun = *load, *horizon, *maxRun
 		o.Workload.P0Share, o.Workload.Teams, o.Workload.Seed = *p0, *teams, *seed
 		o.Modes = strings.Split(*modes, ",")
@@ -43,6 +49,16 @@ func dynamicFlags(fs *flag.FlagSet) func() (dynsim.Options, error) {
 			return o, fmt.Errorf("--age-ceiling: %w", err)
 		}
 		o.AgeCeiling = c
+		o.ProtectAged = *protect
+		if *ageClasses != "" {
+			for _, part := range strings.Split(*ageClasses, ",") {
+				k, err := priority.ParseClass(strings.TrimSpace(part))
+				if err != nil {
+					return o, fmt.Errorf("--age-classes %q: %w", *ageClasses, err)
+				}
+				o.AgeClasses = append(o.AgeClasses, k)
+			}
+		}
 		if *shares != "" {
 			for _, part := range strings.Split(*shares, ",") {
 				v, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
@@ -96,6 +112,20 @@ func runDynamic(stdout io.Writer, nodesCSV, podsCSV string, o dynsim.Options, be
 		fmt.Fprintf(stdout, "load %.2f: trace compressed %.0f×, one replay %v, %d replays over %v (first %v not reported); run times capped at %v\n",
 			o.Workload.Load, info.Compression, info.Period.Round(time.Second), info.Replays, o.Workload.Horizon, o.Warmup, o.Workload.MaxRun)
 		dynsim.WriteTable(stdout, results)
+	}
+	if o.Balloons {
+		b, err := dynsim.CompareBalloonsOn(sim.FromTrace(nodes, nil).Nodes, pods, o)
+		if err != nil {
+			return fmt.Errorf("balloon comparison: %w", err)
+		}
+		if bench {
+			dynsim.WriteBalloonBench(stdout, b)
+		} else {
+			dynsim.WriteBalloonTable(stdout, b)
+		}
+		if b[0].PromiseBreaches+b[1].PromiseBreaches > 0 {
+			return fmt.Errorf("balloon comparison: a GPU was promised beyond its memory %d times", b[0].PromiseBreaches+b[1].PromiseBreaches)
+		}
 	}
 	for _, r := range results {
 		if v := r.MinRunViolations(); v > 0 {

@@ -130,6 +130,11 @@ func TestSimulateDynamicShort(t *testing.T) {
 			}
 		}
 	}
+	for _, metric := range []string{"completed_gain_pct", "wait_p99_ratio", "owner_oom_pct", "mem_used_pct_off", "mem_used_pct_on"} {
+		if !strings.Contains(stdout, "BENCH balloon."+metric+" ") {
+			t.Errorf("no BENCH balloon.%s", metric)
+		}
+	}
 	for _, bad := range []struct{ flag, value, want string }{
 		{"--load", "0", "load 0"}, {"--deadline", "P9=1h", "--deadline"}, {"--modes", "lifo", `mode "lifo"`}, {"--warmup", "5h", "--warmup"},
 	} {

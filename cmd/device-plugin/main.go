@@ -38,6 +38,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("device-plugin", flag.ContinueOnError)
 	flags := configv1.BindFlags(fs)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig path (default: in-cluster)")
+	nvmlLibrary := fs.String("nvml-library", "", "path of libnvidia-ml.so.1 (default: the dynamic loader's search)")
 	simulate := fs.String("simulate", "", "run on a simulated node (dgxa100, dgxh100, dgxh200); needs the tessera_sim build tag")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -54,7 +55,7 @@ func run(args []string) error {
 	if *simulate != "" {
 		env, err = simulatedEnvironment(*simulate, cfg)
 	} else {
-		env, err = realEnvironment(cfg, *kubeconfig)
+		env, err = realEnvironment(cfg, *kubeconfig, *nvmlLibrary)
 	}
 	if err != nil {
 		return err
@@ -74,7 +75,11 @@ func run(args []string) error {
 	return d.Run(ctx)
 }
 
-func realEnvironment(cfg *configv1.Config, kubeconfig string) (*environment, error) {
+// realEnvironment connects to the API server and kubelet. nvmlLibrary is
+// a path of libnvidia-ml.so.1 when the driver's library directory is
+// mounted somewhere the loader does not search: naming the file avoids
+// LD_LIBRARY_PATH, which would also pick up that directory's C library.
+func realEnvironment(cfg *configv1.Config, kubeconfig, nvmlLibrary string) (*environment, error) {
 	client, err := kube.NewFromKubeconfig(kubeconfig)
 	if err != nil {
 		return nil, err
@@ -83,5 +88,9 @@ func realEnvironment(cfg *configv1.Config, kubeconfig string) (*environment, err
 	if err != nil {
 		return nil, err
 	}
-	return &environment{lib: nvml.New(), client: client, podResources: pr}, nil
+	var opts []nvml.LibraryOption
+	if nvmlLibrary != "" {
+		opts = append(opts, nvml.WithLibraryPath(nvmlLibrary))
+	}
+	return &environment{lib: nvml.New(opts...), client: client, podResources: pr}, nil
 }

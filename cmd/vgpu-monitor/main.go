@@ -19,11 +19,14 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/kube"
 	"github.com/tessera-gpu/tessera/internal/monitor/agent"
+	"github.com/tessera-gpu/tessera/internal/monitor/balloons"
 	"github.com/tessera-gpu/tessera/internal/monitor/gpus"
 )
 
@@ -57,13 +60,27 @@ func run(ctx context.Context, args []string) error {
 	node, shutdown := openGPUs(log, opts.nvmlLibrary)
 	defer shutdown()
 	a := agent.New(cfg, log, source, node)
-	if cfg.Enforcement.Events && a.Enforcer != nil {
-		events, err := eventPoster(opts.kubeconfig, cfg.NodeName)
+	if resolver, closeResolver := containerdResolver(log, cfg.Containerd); resolver != nil {
+		defer closeResolver()
+		a.UseContainerd(resolver)
+	}
+	if cfg.Enforcement.Events {
+		rec, err := eventRecorder(cfg.Kubernetes.Kubeconfig, cfg.NodeName)
 		if err != nil {
-			log.Info("no Kubernetes API client: violations are reported by metric and log only", "err", err)
+			log.Info("no Kubernetes API client: findings are reported by metric and log only", "err", err)
 		} else {
-			a.Enforcer.Event = events
+			defer rec.Shutdown()
+			a.UseEvents(rec)
 		}
+	}
+	if a.Balloons != nil {
+		api, err := kube.NewFromKubeconfig(cfg.Kubernetes.Kubeconfig)
+		if err != nil {
+			return fmt.Errorf("balloon.enabled needs the API server (pods' opt-in, evictions): %w", err)
+		}
+		a.Balloons.Pods = &balloons.KubePods{API: api, TTL: time.Minute}
+		a.Balloons.Evictor = balloons.KubeEvictor{API: api}
+		a.Balloons.Publisher = balloons.NodeAnnotation{API: api, Node: cfg.NodeName}
 	}
 	log.Info("vgpu-monitor starting", "listen", cfg.ListenAddress, "stateDir", cfg.StateDir, "policy", cfg.Enforcement.Policy, "gpus", node != nil)
 	return a.Run(ctx, nil)
@@ -92,7 +109,6 @@ func openGPUs(log *slog.Logger, library string) (*gpus.Node, func()) {
 
 // options are the flags that are not configuration fields.
 type options struct {
-	kubeconfig  string
 	nvmlLibrary string
 }
 
@@ -102,7 +118,6 @@ func parseFlags(args []string) (*configv1.MonitorConfig, options, error) {
 	fs := flag.NewFlagSet("vgpu-monitor", flag.ContinueOnError)
 	path := fs.String("config", "", "configuration file (api/config/v1 MonitorConfig)")
 	var opts options
-	fs.StringVar(&opts.kubeconfig, "kubeconfig", "", "kubeconfig for Events (default: in-cluster)")
 	fs.StringVar(&opts.nvmlLibrary, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the dynamic loader's search)")
 	overrides := map[string]func(c *configv1.MonitorConfig, v string){
 		"node-name":            func(c *configv1.MonitorConfig, v string) { c.NodeName = v },
@@ -111,6 +126,8 @@ func parseFlags(args []string) (*configv1.MonitorConfig, options, error) {
 		"pod-resources-socket": func(c *configv1.MonitorConfig, v string) { c.PodResourcesSocket = v },
 		"listen-address":       func(c *configv1.MonitorConfig, v string) { c.ListenAddress = v },
 		"enforcement-policy":   func(c *configv1.MonitorConfig, v string) { c.Enforcement.Policy = v },
+		"containerd-socket":    func(c *configv1.MonitorConfig, v string) { c.Containerd.Socket = v },
+		"kubeconfig":           func(c *configv1.MonitorConfig, v string) { c.Kubernetes.Kubeconfig = v },
 	}
 	vals := map[string]*string{}
 	for name := range overrides {

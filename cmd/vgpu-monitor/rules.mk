@@ -16,3 +16,26 @@ LINT_TARGETS += lint-monitor
 .PHONY: lint-monitor
 lint-monitor:
 	$(GO) vet -tags bench ./internal/monitor/agent
+
+# The real containerd (v2.4.2, built from the module proxy by
+# hack/e2e-binaries.sh) with Debian's runc: the monitor names container
+# processes by containerd's task PIDs and CRI labels. Needs root; under CI it
+# must run (the test fails rather than skips).
+TEST_TARGETS += test-monitor-containerd
+.PHONY: test-monitor-containerd tools-runc
+
+test-monitor-containerd: tools-runc
+	hack/e2e-binaries.sh containerd
+	$(GO) test -count=1 -tags e2e -run '^TestRealContainerd' ./internal/monitor/containerd
+
+# Debian's runc, which containerd's runc shim runs (installed when missing and root).
+tools: tools-runc
+tools-runc:
+	@command -v runc >/dev/null || { \
+		if [ "$$(id -u)" = 0 ]; then apt-get install -y -qq runc >/dev/null || { apt-get update -qq && apt-get install -y -qq runc; }; \
+		else echo "runc missing: apt-get install runc as root (tests that need it need root too)"; fi; }
+
+LINT_TARGETS += lint-monitor-e2e
+.PHONY: lint-monitor-e2e
+lint-monitor-e2e:
+	$(GO) vet -tags e2e ./internal/monitor/containerd

@@ -3,6 +3,7 @@ package dynsim
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,11 +25,20 @@ type Options struct {
 	AgeStep time.Duration
 	// AgeCeiling is the most urgent class ageing reaches (full mode).
 	AgeCeiling priority.Class
-	Deadline   [priority.NumClasses]time.Duration
-	Policy     string
+	// AgeClasses are the classes that age (full mode); empty: all.
+	AgeClasses []priority.Class
+	// ProtectAged (full mode): pods started while aged run at the class
+	// they reached (engine.Config.ProtectAged).
+	ProtectAged bool
+	Deadline    [priority.NumClasses]time.Duration
+	Policy      string
 	// TeamShares are the teams' guaranteed shares of GPU compute (team-0
 	// first); empty: equal shares of the whole cluster.
 	TeamShares []float64
+	// Balloons adds the memory-balloon comparison (balloons off vs on) on the
+	// same workload, configured by Balloon.
+	Balloons bool
+	Balloon  BalloonConfig
 }
 
 // DefaultOptions: load 1.5 for 4 hours of arrivals of which the first hour
@@ -38,6 +48,7 @@ func DefaultOptions() Options {
 	return Options{
 		Workload: WorkloadConfig{Load: 1.5, Horizon: 4 * time.Hour, MaxRun: 6 * time.Hour, P0Share: 0.02, Teams: 4, Seed: 42},
 		Modes:    ModeNames, Tick: 10 * time.Second, Drain: 12 * time.Hour, Warmup: time.Hour, AgeStep: 30 * time.Minute, AgeCeiling: priority.P2, Policy: "tessera",
+		Balloons: true, Balloon: DefaultBalloonConfig(),
 	}
 }
 
@@ -55,8 +66,15 @@ func Compare(nodes []partition.NodeSpec, pods []trace.Pod, o Options) ([]*Result
 	}
 	modes := make([]Mode, len(o.Modes))
 	for i, name := range o.Modes {
-		if modes[i], err = Modes(name, priority.Ageing{Step: o.AgeStep, Ceiling: o.AgeCeiling}); err != nil {
+		ageing := priority.Ageing{Step: o.AgeStep, Ceiling: o.AgeCeiling}
+		for c := range ageing.Skip {
+			ageing.Skip[c] = len(o.AgeClasses) > 0 && !slices.Contains(o.AgeClasses, priority.Class(c))
+		}
+		if modes[i], err = Modes(name, ageing); err != nil {
 			return nil, info, err
+		}
+		if name == "full" {
+			modes[i].Engine.ProtectAged = o.ProtectAged
 		}
 	}
 	teams := make([]TeamQuota, o.Workload.Teams)
@@ -88,4 +106,18 @@ func Compare(nodes []partition.NodeSpec, pods []trace.Pod, o Options) ([]*Result
 		}
 	}
 	return results, info, nil
+}
+
+// CompareBalloonsOn builds the workload as Compare does and runs the balloon
+// comparison on it.
+func CompareBalloonsOn(nodes []partition.NodeSpec, pods []trace.Pod, o Options) ([2]BalloonResult, error) {
+	var capacity int64
+	for _, n := range nodes {
+		capacity += int64(n.GPUs) * partition.MilliPerGPU
+	}
+	jobs, _, err := BuildWorkload(pods, capacity, o.Workload)
+	if err != nil {
+		return [2]BalloonResult{}, err
+	}
+	return CompareBalloons(nodes, jobs, o.Warmup, o.Workload.Horizon, o.Drain, o.Balloon)
 }

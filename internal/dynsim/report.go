@@ -18,8 +18,10 @@ type ClassStats struct {
 	waits, droppedWaits                                        []time.Duration
 	// Still pending at the end: their wait so far counts in Max.
 	stillWaiting []time.Duration
-	P50, P99     time.Duration // over pods that started
-	Max          time.Duration // over every pod: started, dropped or still waiting
+	// A pod's wait is all the time it spent pending: arrival to first start
+	// plus, after each eviction, eviction to restart.
+	P50, P99 time.Duration // over pods that started
+	Max      time.Duration // over every pod: started, dropped or still waiting
 }
 
 // Result is one simulation's outcome.
@@ -76,7 +78,12 @@ func (r *Result) finish(s *state, horizon time.Duration) {
 		}
 		cs := r.class(j.Class)
 		cs.waiting++
-		cs.stillWaiting = append(cs.stillWaiting, s.now-j.Arrive)
+		w, started := s.pendingWait(j, cs)
+		if started { // evicted and not restarted: its entry grows
+			cs.waits[s.waitAt[j.Name]] = w
+			return
+		}
+		cs.stillWaiting = append(cs.stillWaiting, w)
 	})
 	r.Unfinished = s.eng.Pending() + len(s.running)
 	for _, c := range r.Classes {

@@ -114,6 +114,7 @@ func Simulate(nodes []partition.NodeSpec, jobs []Job, horizon time.Duration, cfg
 		return nil, err
 	}
 	s := &state{cfg: cfg, eng: eng, byKey: map[string]*Job{}, running: map[string]*runningJob{}, epochs: map[string]int{},
+		waitAt: map[string]int{}, evictedAt: map[string]time.Duration{},
 		res: newResult(cfg.Mode.Name, c.GPUCapacityMilli(), cfg.Warmup, horizon)}
 	s.run(jobs, horizon)
 	return s.res, nil
@@ -125,10 +126,16 @@ type state struct {
 	byKey   map[string]*Job
 	running map[string]*runningJob
 	epochs  map[string]int
-	ends    completions
-	res     *Result
-	now     time.Duration
-	allocd  float64 // GPUs allocated now
+	// waitAt is, per job that started once, its entry in its class's waits
+	// (-1: not reported); evictedAt is when a requeued job was evicted.
+	// A job's wait is all the time it spent pending: arrival to first
+	// start plus every eviction to restart.
+	waitAt    map[string]int
+	evictedAt map[string]time.Duration
+	ends      completions
+	res       *Result
+	now       time.Duration
+	allocd    float64 // GPUs allocated now
 }
 
 func (s *state) run(jobs []Job, horizon time.Duration) {
@@ -229,9 +236,7 @@ func (s *state) consume() {
 		}
 		switch ev.Kind {
 		case engine.Placed:
-			if ev.Pod.Preemptions == 0 {
-				cs.waits = append(cs.waits, s.now-j.Arrive)
-			}
+			s.countWait(j, cs)
 			s.epochs[j.Name]++
 			rj := &runningJob{job: j, epoch: s.epochs[j.Name], gpus: j.GPUs(), since: s.now}
 			s.running[j.Name] = rj
@@ -242,15 +247,52 @@ func (s *state) consume() {
 			delete(s.running, j.Name)
 			s.allocd -= rj.gpus
 			cs.preempted++
+			s.evictedAt[j.Name] = s.now
 			cs.gpuHoursLost += rj.gpus * ev.Ran.Hours()
 			if ev.Ran < ev.Pod.MinRun {
 				s.res.minRunViolations++
 			}
 		case engine.Dropped:
 			cs.dropped++
-			cs.droppedWaits = append(cs.droppedWaits, s.now-j.Arrive)
+			if !s.reported(j) {
+				break
+			}
+			if w, started := s.pendingWait(j, cs); started {
+				cs.waits[s.waitAt[j.Name]] = w // evicted, then dropped: its entry holds all its waiting
+			} else {
+				cs.droppedWaits = append(cs.droppedWaits, w)
+			}
 		case engine.Escalated:
 			cs.escalated++
 		}
 	}
+}
+
+// countWait adds the pending episode that ends now to j's wait: the first
+// one (arrival to start) makes j's entry, a later one (eviction to restart)
+// adds to it, so a preempted pod's second wait counts.
+func (s *state) countWait(j *Job, cs *ClassStats) {
+	at, started := s.waitAt[j.Name]
+	if !started {
+		s.waitAt[j.Name] = -1
+		if s.reported(j) {
+			s.waitAt[j.Name] = len(cs.waits)
+		}
+		cs.waits = append(cs.waits, s.now-j.Arrive)
+		return
+	}
+	if at >= 0 {
+		cs.waits[at] += s.now - s.evictedAt[j.Name]
+	}
+	delete(s.evictedAt, j.Name)
+}
+
+// pendingWait is how long j, pending now, has waited in all: its episodes
+// so far plus the current one; and whether it started before.
+func (s *state) pendingWait(j *Job, cs *ClassStats) (time.Duration, bool) {
+	at, started := s.waitAt[j.Name]
+	if !started {
+		return s.now - j.Arrive, false
+	}
+	return cs.waits[at] + s.now - s.evictedAt[j.Name], true
 }

@@ -59,15 +59,19 @@ func (rs *reservations) nodeReserved(i int) bool {
 
 // heldGrant is what to hold on node n for request q: of each resource the
 // pod needs, what the node has free now. GPUs: the pod's GPU count of the
-// node's emptiest GPUs, each up to the pod's per-GPU share.
+// node's emptiest GPUs, each up to the pod's per-GPU share; MIG devices:
+// up to the pod's count of the free ones of its profile.
 func heldGrant(n *partition.Node, q *placement.Request) partition.Grant {
 	g := partition.Grant{CPU: min(q.CPUMilli, n.FreeCPU), MemMiB: min(q.MemMiB, n.FreeMemMiB)}
+	if q.NumMIG > 0 {
+		g.MIG = n.PickMIG(q.MIGProfile, min(q.NumMIG, n.FreeMIG(q.MIGProfile)))
+	}
 	if q.NumGPU == 0 {
 		return g
 	}
 	idx := make([]int, 0, len(n.GPUs))
 	for i := range n.GPUs {
-		if n.GPUs[i].MIG == nil && n.GPUs[i].FreeMilli > 0 {
+		if !n.GPUs[i].InMIGMode() && n.GPUs[i].FreeMilli > 0 {
 			idx = append(idx, i)
 		}
 	}
@@ -80,7 +84,7 @@ func heldGrant(n *partition.Node, q *placement.Request) partition.Grant {
 }
 
 func (g *reservation) empty() bool {
-	return g.held.Grant.CPU == 0 && g.held.Grant.MemMiB == 0 && len(g.held.Grant.Shares) == 0
+	return g.held.Grant.CPU == 0 && g.held.Grant.MemMiB == 0 && len(g.held.Grant.Shares) == 0 && len(g.held.Grant.MIG) == 0
 }
 
 // chooseNode picks the node to reserve for p: among nodes that could host it
@@ -120,6 +124,7 @@ func emptyNode(n *partition.Node, out *partition.Node) {
 	gpus := out.GPUs[:0]
 	*out = *n
 	out.FreeCPU, out.FreeMemMiB = n.CPU, n.MemMiB
+	out.MIGUsed = 0
 	for _, g := range n.GPUs {
 		g.FreeMilli, g.FreeMemMiB = partition.MilliPerGPU, g.MemMiB
 		gpus = append(gpus, g)

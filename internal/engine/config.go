@@ -15,8 +15,8 @@ import (
 // to the ageing ceiling — not to P0: an experiment past its maximum wait
 // goes first among training, it does not compete with realtime inference
 // (the ceiling says which classes a waiting pod may overtake) — backfill
-// reservations, the cooldown. ageing.classes (which classes age) is not
-// modelled: every class below the ceiling ages. Per-pod values
+// reservations, the cooldown; ageing.classes says which classes age.
+// Per-pod values
 // (minimum run time, maximum wait) come from PodDefaults.
 func ConfigFrom(c *schedv1.Config) (Config, error) {
 	if err := c.Validate(); err != nil {
@@ -36,8 +36,12 @@ func ConfigFrom(c *schedv1.Config) (Config, error) {
 	if boost := a.MaxBoost / schedv1.PointsPerClass; int(priority.Lowest)-boost > int(ceiling) {
 		ceiling = priority.Class(int(priority.Lowest) - boost)
 	}
+	ageing := priority.Ageing{Step: a.ClassStep(), Ceiling: ceiling}
+	for c := priority.P0; c <= priority.Lowest; c++ {
+		ageing.Skip[c] = !a.Ages(schedv1.Classes[c])
+	}
 	return Config{
-		Queue: queue.Config{Ageing: priority.Ageing{Step: a.ClassStep(), Ceiling: ceiling}, EscalateTo: ceiling,
+		Queue: queue.Config{Ageing: ageing, EscalateTo: ceiling,
 			BackoffInitial: time.Second, BackoffMax: 10 * time.Second},
 		ReserveAfter:    c.Priority.Backfill.ReserveAfter.Duration,
 		MaxReservations: c.Priority.Backfill.MaxReservations,

@@ -37,6 +37,12 @@ type Config struct {
 	// place (the simulator); the Kubernetes side deletes them instead and
 	// their controller submits new ones.
 	RequeuePreempted bool
+	// ProtectAged: a pod that starts while ageing (or escalation) has
+	// raised it above its class runs at the class it reached — only a more
+	// urgent class may preempt it. Otherwise the classes it overtook evict
+	// it as soon as its minimum run time is over and the wait that earned
+	// it the start is thrown away with the work (docs/scheduler.md).
+	ProtectAged bool
 }
 
 // Validate rejects settings the engine cannot run with.
@@ -75,6 +81,8 @@ type Engine struct {
 	preemptor        *preempt.Preemptor
 	gangs            *gangs
 	candBuf          []preempt.Running
+	// balloons: owners' floors and borrowers' loans (balloon.go).
+	balloons balloonState
 }
 
 // New builds an engine over the scheduler's cluster. admit may be nil (no
@@ -157,6 +165,7 @@ func (e *Engine) entry(p *Pod) *queue.Entry[*Pod] {
 func (e *Engine) Delete(key string) bool {
 	for name, m := range e.gangs.pending {
 		if _, ok := m[key]; ok {
+			e.dropReservation(key)
 			_ = e.gangs.tracker.RemoveMember(name, key)
 			delete(m, key)
 			return true
@@ -207,10 +216,15 @@ func (e *Engine) unbook(r *Running) {
 		}
 	}
 	if r.Pod.Preemptible {
-		e.preemptible[r.Pod.Class]--
-		e.preemptibleMilli[r.Decision.Node][r.Pod.Class] -= grantMilli(r)
+		e.preemptible[r.Class]--
+		e.preemptibleMilli[r.Decision.Node][r.Class] -= grantMilli(r)
 	}
 	e.placer.capacityFreed()
+	if e.balloons.floors != nil {
+		e.returnLoans(r.Pod.Key)
+		e.lenderEnded(r.Pod.Key)
+		delete(e.balloons.floors, r.Pod.Key)
+	}
 }
 
 // start reserves d for p and books it.
@@ -225,12 +239,15 @@ func (e *Engine) start(p *Pod, d placement.Decision, now time.Time) error {
 
 // book records p as running on d, already reserved on the cluster.
 func (e *Engine) book(p *Pod, d placement.Decision, now time.Time) {
-	r := &Running{Pod: p, Decision: d, Started: now, slot: len(e.onNode[d.Node])}
+	r := &Running{Pod: p, Decision: d, Started: now, Class: p.Class, slot: len(e.onNode[d.Node])}
+	if c := e.effective(p, now); e.cfg.ProtectAged && c.Above(p.Class) {
+		r.Class = c
+	}
 	e.onNode[d.Node] = append(e.onNode[d.Node], r)
 	e.running[p.Key] = r
 	if p.Preemptible {
-		e.preemptible[p.Class]++
-		e.preemptibleMilli[d.Node][p.Class] += grantMilli(r)
+		e.preemptible[r.Class]++
+		e.preemptibleMilli[d.Node][r.Class] += grantMilli(r)
 	}
 	if e.admit != nil {
 		e.admit.Charge(p, r)
@@ -310,6 +327,10 @@ func (e *Engine) attempt(p *Pod, now time.Time) bool {
 	if e.placeThroughReservations(p, now) {
 		e.dropReservation(p.Key)
 		return true
+	}
+	if e.placeOnBalloons(p, now) {
+		e.dropReservation(p.Key)
+		return true // reclaimable memory before anyone is preempted
 	}
 	budget := e.searches
 	if e.cfg.Preemption {

@@ -27,6 +27,7 @@ import (
 type gangPlan struct {
 	victims map[string]preempt.Running // by pod key
 	taken   []placement.Decision       // the members' planned decisions
+	lost    float64                    // GPU-seconds the victims lose
 }
 
 // preemptForGang tries to make room for the ready group name by
@@ -38,12 +39,74 @@ func (e *Engine) preemptForGang(name string, now time.Time) (map[string]placemen
 		return nil, false
 	}
 	e.searches++
-	plan := &gangPlan{victims: map[string]preempt.Running{}}
-	for _, p := range e.membersLargestFirst(name) {
-		if !e.planMember(p, plan, now) {
-			e.rollback(plan, true)
-			return nil, false
+	// Each member's plan is the cheapest given the earlier members' plans,
+	// so the order matters: planning the large members first can spend an
+	// expensive victim where a small member would have taken free room and
+	// left cheaper victims for the large one. Every order is planned (and
+	// rolled back), the cheapest total is carried out; the first order
+	// whose plan the tracker verifies wins.
+	orders := e.memberOrders(name)
+	costs := make([]gangCost, len(orders))
+	for i, order := range orders {
+		plan, ok := e.planMembers(order, now)
+		costs[i] = gangCost{ok: ok, victims: len(plan.victims), lost: plan.lost}
+		e.rollback(plan, true)
+	}
+	idx := make([]int, len(orders))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return costs[a].compare(costs[b]) })
+	for _, i := range idx {
+		if !costs[i].ok {
+			break
 		}
+		if got, ok := e.carryOut(name, orders[i], now); ok {
+			return got, true
+		}
+	}
+	return nil, false
+}
+
+// gangCost orders gang plans like single-pod plans: fewest victims, then
+// least GPU work lost; plans that failed last.
+type gangCost struct {
+	ok      bool
+	victims int
+	lost    float64
+}
+
+func (a gangCost) compare(b gangCost) int {
+	switch {
+	case a.ok != b.ok:
+		if a.ok {
+			return -1
+		}
+		return 1
+	case a.victims != b.victims:
+		return cmp.Compare(a.victims, b.victims)
+	}
+	return cmp.Compare(a.lost, b.lost)
+}
+
+// planMembers plans the members in order on the live cluster; false (with
+// what was applied so far, to roll back) when one has no plan.
+func (e *Engine) planMembers(order []*Pod, now time.Time) (*gangPlan, bool) {
+	plan := &gangPlan{victims: map[string]preempt.Running{}}
+	for _, p := range order {
+		if !e.planMember(p, plan, now) {
+			return plan, false
+		}
+	}
+	return plan, true
+}
+
+// carryOut plans the members in order again, verifies and evicts.
+func (e *Engine) carryOut(name string, order []*Pod, now time.Time) (map[string]placement.Decision, bool) {
+	plan, ok := e.planMembers(order, now)
+	if !ok {
+		e.rollback(plan, true)
+		return nil, false
 	}
 	// Verify: the victims stay released, the members' planned places are
 	// given back and the tracker reserves the whole gang its own way.
@@ -84,6 +147,7 @@ func (e *Engine) planMember(p *Pod, plan *gangPlan, now time.Time) bool {
 	if err != nil {
 		return false
 	}
+	plan.lost += pl.LostGPUSeconds
 	for _, v := range pl.Victims {
 		if err := e.cluster.Release(v.Decision); err != nil {
 			panic(fmt.Sprintf("engine: gang preemption: victim %s cannot be released: %v", v.ID, err))
@@ -116,6 +180,24 @@ func (e *Engine) releaseAll(ds []placement.Decision) {
 			panic("engine: gang preemption: a planned place cannot be released: " + err.Error())
 		}
 	}
+}
+
+// memberOrders are the orders a gang's members are planned in: largest
+// first (the hardest to place plan first) and smallest first (small
+// members take free room before the large ones spend victims on it); one
+// when they are the same.
+func (e *Engine) memberOrders(name string) [][]*Pod {
+	first := e.membersLargestFirst(name)
+	if len(first) == 0 {
+		return nil
+	}
+	rev := slices.Clone(first)
+	slices.Reverse(rev)
+	need := func(p *Pod) int64 { return int64(p.Request.NumGPU) * int64(p.Request.GPUMilli) }
+	if need(first[0]) == need(first[len(first)-1]) {
+		return [][]*Pod{first}
+	}
+	return [][]*Pod{first, rev}
 }
 
 // membersLargestFirst lists the group's pending members by GPU compute,

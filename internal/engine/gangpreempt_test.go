@@ -164,3 +164,37 @@ func TestPropertyGangPreemption(t *testing.T) {
 		}
 	}
 }
+
+// Planning members largest first alone spends an old pod on the large
+// member and then a young one on the small member; planning the small
+// member first lets it take the free GPU and the large one evict two young
+// pods — as many victims, far less work lost. n1 runs "old" (started at 1)
+// with one GPU free, n2 runs "young-1" and "young-2" (started at 5000); a
+// gang of a 2-GPU and a 1-GPU member arrives at 6000.
+func TestGangPreemptionChoosesTheCheaperOrder(t *testing.T) {
+	e := gangPreemptEngine(t)
+	submit(t, e, gpus("old", priority.P3, 1, 0), gpus("filler", priority.P3, 1, 0))
+	e.Cycle(at(1))
+	if got := strings.Join(placed(e), " "); got != "old@n1 filler@n1" {
+		t.Fatalf("setup: %q", got)
+	}
+	submit(t, e, gpus("young-1", priority.P3, 1, 4000), gpus("young-2", priority.P3, 1, 4000))
+	e.Cycle(at(5000))
+	if err := e.Complete("filler"); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(placed(e), " "); got != "young-1@n2 young-2@n2" {
+		t.Fatalf("setup: %q", got)
+	}
+	submit(t, e, member("g-big", "g", 2, priority.P1, 2, 6000), member("g-small", "g", 2, priority.P1, 1, 6000))
+	e.Cycle(at(6000))
+	got := strings.Join(placed(e), " ")
+	for _, want := range []string{"evict:young-1", "evict:young-2", "g-big@n2", "g-small@n1"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("events %q: want %s", got, want)
+		}
+	}
+	if strings.Contains(got, "evict:old") {
+		t.Errorf("events %q: the old pod was evicted though two young ones cost less", got)
+	}
+}

@@ -53,6 +53,7 @@ func (e *Engine) submitMember(p *Pod, now time.Time) error {
 // the ready ones, most urgent class first (then oldest, then by name).
 func (e *Engine) cycleGangs(now time.Time) {
 	for _, x := range e.gangs.tracker.Expire(now) {
+		e.dropGangReservations(sortedKeys(e.gangs.pending[x.Name])...)
 		for _, key := range x.Members {
 			if p := e.gangs.pending[x.Name][key]; p != nil {
 				e.emit(Event{Kind: Dropped, Time: now, Pod: p, Reason: x.Err.Error()})
@@ -70,6 +71,7 @@ func (e *Engine) cycleGangs(now time.Time) {
 		if e.admit != nil && !e.admitGang(name, now) {
 			continue
 		}
+		held := e.unholdGang(name) // what was held for the group is its own room (gangreserve.go)
 		got, err := e.gangs.tracker.Reserve(name)
 		if err != nil && e.cfg.Preemption {
 			if g, ok := e.preemptForGang(name, now); ok { // gangpreempt.go
@@ -77,8 +79,11 @@ func (e *Engine) cycleGangs(now time.Time) {
 			}
 		}
 		if err != nil {
+			e.reholdGang(held)
+			e.reserveGang(name, now)
 			continue // all or nothing: nothing was kept; the group waits
 		}
+		e.dropGangReservations(sortedKeys(e.gangs.pending[name])...)
 		if st, _ := e.gangs.tracker.Status(name); !st.Complete {
 			continue
 		}
@@ -146,13 +151,19 @@ func (e *Engine) startGang(name string, decisions map[string]placement.Decision,
 // gangMembers appends the running members of the gangs in out that out
 // does not hold yet: preempt takes a gang whole, so it must see all of it.
 func (e *Engine) gangMembers(out []preemptRunning, convert func(*Running) preemptRunning) []preemptRunning {
-	seen := map[string]bool{}
-	gangs := map[string]bool{}
+	// Only gang members are looked up: a full cluster lists 100,000
+	// candidates, a map of them all cost more than the victim search.
+	var gangs map[string]bool
+	var seen map[string]bool
 	for _, r := range out {
-		seen[r.ID] = true
-		if r.Gang != "" {
-			gangs[r.Gang] = true
+		if r.Gang == "" {
+			continue
 		}
+		if gangs == nil {
+			gangs, seen = map[string]bool{}, map[string]bool{}
+		}
+		gangs[r.Gang] = true
+		seen[r.ID] = true
 	}
 	for g := range gangs {
 		for _, r := range e.gangs.running[g] {

@@ -25,6 +25,7 @@ func (e *Engine) expireGangDeadlines(now time.Time) {
 			continue
 		}
 		reason := fmt.Sprintf("gang %s: member %s deadline %s passed", name, late.Key, late.Deadline.Format(time.RFC3339))
+		e.dropGangReservations(sortedKeys(e.gangs.pending[name])...)
 		for _, key := range sortedKeys(e.gangs.pending[name]) {
 			p := e.gangs.pending[name][key]
 			_ = e.gangs.tracker.RemoveMember(name, key) // releases what it held

@@ -52,7 +52,11 @@ type Running struct {
 	Pod      *Pod
 	Decision placement.Decision
 	Started  time.Time
-	slot     int // index in the engine's per-node list
+	// Class is the class the pod runs at for preemption: its own, or with
+	// Config.ProtectAged the more urgent one it had reached by ageing or
+	// escalation when it started.
+	Class priority.Class
+	slot  int // index in the engine's per-node list
 }
 
 // EventKind says what happened to a pod.

@@ -102,7 +102,7 @@ func (e *Engine) candidates(p *Pod, reclaim bool) []preempt.Running {
 			if !r.Pod.Preemptible {
 				continue
 			}
-			lower := p.Class.Above(r.Pod.Class)
+			lower := p.Class.Above(r.Class)
 			if lower || (reclaim && r.Pod.Team != p.Team && e.admit.Borrowing(r.Pod) && e.admit.Cohort(r.Pod) == cohort) {
 				out = append(out, e.asVictim(r))
 				room += grantMilli(r)
@@ -120,7 +120,7 @@ func (e *Engine) candidates(p *Pod, reclaim bool) []preempt.Running {
 // asVictim is r as internal/preempt sees it. A gang member that opted out
 // of preemption is still listed (its gang then protects the others).
 func (e *Engine) asVictim(r *Running) preempt.Running {
-	pr := preempt.Running{ID: r.Pod.Key, Decision: r.Decision, Class: int(r.Pod.Class), Queue: r.Pod.Team,
+	pr := preempt.Running{ID: r.Pod.Key, Decision: r.Decision, Class: int(r.Class), Queue: r.Pod.Team,
 		Start: r.Started, LastPreempted: r.Pod.preemptedAt, MinRunTime: r.Pod.MinRun}
 	if !r.Pod.Preemptible {
 		pr.MinRunTime = 1 << 62 // never: protected

@@ -95,6 +95,13 @@ func TestConfigFrom(t *testing.T) {
 	if !p.Preemptible || p.MinRun != 10*time.Minute || p.MaxWait != 6*time.Hour {
 		t.Errorf("PodDefaults(P3) = %+v", p)
 	}
+	if cfg.Queue.Ageing.Skip != [priority.NumClasses]bool{} {
+		t.Errorf("every class ages by default: skip %v", cfg.Queue.Ageing.Skip)
+	}
+	sc.Priority.Ageing.Classes = []schedv1.Class{schedv1.P3}
+	if cfg, err = ConfigFrom(sc); err != nil || cfg.Queue.Ageing.Skip != [priority.NumClasses]bool{true, true, true, false} {
+		t.Errorf("ageing.classes [P3]: skip %v, %v; want only P3 to age", cfg.Queue.Ageing.Skip, err)
+	}
 	sc.Priority.Ageing.Ceiling = "P9"
 	if _, err := ConfigFrom(sc); err == nil || !strings.Contains(err.Error(), "ceiling") {
 		t.Errorf("bad ceiling: %v", err)

@@ -15,7 +15,8 @@ import (
 const (
 	GroupAnnotation     = "tessera.io/pod-group"
 	MinMemberAnnotation = "tessera.io/min-member"
-	// LocalityAnnotation is "node" or "nvlink-island"; absent: anywhere.
+	// LocalityAnnotation is "node", "nvlink-island" or "numa-node"; absent:
+	// anywhere.
 	LocalityAnnotation = "tessera.io/pod-group-locality"
 )
 
@@ -26,12 +27,13 @@ const (
 	Anywhere   Locality = iota
 	SameNode            // every member on one node
 	SameIsland          // every member on one NVLink island of one node
+	SameNUMA            // every member's GPUs on one host NUMA node of one node
 )
 
-var localityNames = map[string]Locality{"": Anywhere, "node": SameNode, "nvlink-island": SameIsland}
+var localityNames = map[string]Locality{"": Anywhere, "node": SameNode, "nvlink-island": SameIsland, "numa-node": SameNUMA}
 
 func (l Locality) String() string {
-	return [...]string{"anywhere", "node", "nvlink-island"}[l]
+	return [...]string{"anywhere", "node", "nvlink-island", "numa-node"}[l]
 }
 
 // Spec is a group as its members describe it.
@@ -78,7 +80,7 @@ func FromAnnotations(a map[string]string) (s Spec, ok bool, err error) {
 	}
 	l, known := localityNames[a[LocalityAnnotation]]
 	if !known {
-		return Spec{}, true, fmt.Errorf("group %s: %s %q (want node or nvlink-island)", name, LocalityAnnotation, a[LocalityAnnotation])
+		return Spec{}, true, fmt.Errorf("group %s: %s %q (want node, nvlink-island or numa-node)", name, LocalityAnnotation, a[LocalityAnnotation])
 	}
 	s.Locality = l
 	return s, true, s.Validate()
@@ -124,8 +126,13 @@ func (t *Tracker) Add(spec Spec, m Member, now time.Time) error {
 	if err := m.Request.Validate(); err != nil {
 		return fmt.Errorf("group %s member %s: %w", spec.Name, m.Name, err)
 	}
-	if spec.Locality == SameIsland && m.Request.NumGPU > 0 && m.Request.GPUMilli != 1000 {
-		return fmt.Errorf("group %s member %s: an nvlink-island group takes whole GPUs (asks %d milli)", spec.Name, m.Name, m.Request.GPUMilli)
+	if (spec.Locality == SameIsland || spec.Locality == SameNUMA) && m.Request.NumGPU > 0 && m.Request.GPUMilli != 1000 {
+		return fmt.Errorf("group %s member %s: an %s group takes whole GPUs (asks %d milli)", spec.Name, m.Name, spec.Locality, m.Request.GPUMilli)
+	}
+	if (spec.Locality == SameIsland || spec.Locality == SameNUMA) && m.Request.NumMIG > 0 {
+		// The group is placed as one summed request whose GPUs are split
+		// among the members; MIG devices do not add up that way.
+		return fmt.Errorf("group %s member %s: an %s group cannot take MIG devices (asks %d of %s)", spec.Name, m.Name, spec.Locality, m.Request.NumMIG, m.Request.MIGProfile)
 	}
 	g := t.groups[spec.Name]
 	if g == nil {

@@ -136,7 +136,7 @@ func TestTimeoutReleasesPartialGroup(t *testing.T) {
 // nothing (every present member or none) and could only time out.
 func TestMinMemberStartsWithoutTheExtras(t *testing.T) {
 	s := cluster(t, node("a", 4, 1))
-	for _, loc := range []Locality{Anywhere, SameNode, SameIsland} {
+	for _, loc := range []Locality{Anywhere, SameNode, SameIsland, SameNUMA} {
 		tr := NewTracker(s, time.Minute)
 		spec := Spec{Name: "g", MinMember: 2, Locality: loc}
 		addAll(t, tr, spec, worker("w0", 2), worker("w1", 2), worker("w2", 2))
@@ -406,6 +406,7 @@ func FuzzFromAnnotations(f *testing.F) {
 	f.Add("g", "2", "")
 	f.Add("g", "0", "node")
 	f.Add("", "x", "nvlink-island")
+	f.Add("g", "3", "numa-node")
 	f.Fuzz(func(t *testing.T, group, min, locality string) {
 		s, ok, err := FromAnnotations(map[string]string{GroupAnnotation: group, MinMemberAnnotation: min, LocalityAnnotation: locality})
 		if err != nil {
@@ -415,4 +416,42 @@ func FuzzFromAnnotations(f *testing.F) {
 			t.Fatalf("accepted %+v (ok %v)", s, ok)
 		}
 	})
+}
+
+// A numa-node group's GPUs hang off one host NUMA node: 8 GPUs in 4
+// NVLink islands (pairs) and 2 NUMA nodes, GPUs 0 and 4 taken — no island
+// has 3 free, each NUMA node has. Members that want more than a NUMA node
+// has free are refused with the reason; the annotation reads numa-node.
+func TestSameNUMA(t *testing.T) {
+	spec := node("a", 8, 4)
+	spec.NUMANodes = 2
+	s := cluster(t, spec)
+	for _, gpu := range []int{0, 4} {
+		if err := s.Cluster().Reserve(placement.Decision{Node: 0, Grant: partition.Grant{Shares: []partition.Share{{GPU: gpu, Milli: 1000}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr := NewTracker(s, time.Minute)
+	addAll(t, tr, Spec{Name: "g", MinMember: 2, Locality: SameNUMA}, worker("w0", 2), worker("w1", 1))
+	got, err := tr.Reserve("g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	numa := map[int8]int{}
+	for _, d := range got {
+		for _, sh := range d.Grant.Shares {
+			numa[s.Cluster().Nodes[0].GPUs[sh.GPU].NUMA]++
+		}
+	}
+	if len(numa) != 1 || len(got["w0"].Grant.Shares) != 2 || len(got["w1"].Grant.Shares) != 1 {
+		t.Fatalf("decisions %v span NUMA nodes %v", got, numa)
+	}
+	tr2 := NewTracker(s, time.Minute)
+	addAll(t, tr2, Spec{Name: "h", MinMember: 2, Locality: SameNUMA}, worker("x0", 2), worker("x1", 2))
+	if _, err := tr2.Reserve("h"); !errors.Is(err, placement.ErrUnschedulable) || !strings.Contains(err.Error(), "NUMA node") {
+		t.Errorf("4 GPUs with 3 free on one NUMA node: err = %v", err)
+	}
+	if sp, ok, err := FromAnnotations(map[string]string{GroupAnnotation: "g", MinMemberAnnotation: "2", LocalityAnnotation: "numa-node"}); err != nil || !ok || sp.Locality != SameNUMA {
+		t.Errorf("numa-node annotation: %+v, %v, %v", sp, ok, err)
+	}
 }

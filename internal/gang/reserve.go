@@ -61,7 +61,9 @@ func (t *Tracker) reserveAll(g *group, ms []Member) (map[string]placement.Decisi
 	case SameNode:
 		return t.reserveSameNode(g, ms)
 	case SameIsland:
-		return t.reserveSameIsland(g, ms)
+		return t.reserveTogether(g, ms, true, false)
+	case SameNUMA:
+		return t.reserveTogether(g, ms, false, true)
 	}
 	return t.reserveOn(ms, -1)
 }
@@ -142,23 +144,31 @@ func (t *Tracker) reserveSameNode(g *group, ms []Member) (map[string]placement.D
 	return nil, fmt.Errorf("no node holds all %d members together: %w", len(ms), placement.ErrUnschedulable)
 }
 
-// reserveSameIsland places the members' sum as one request confined to an
-// NVLink island and splits its GPUs among them in order.
-func (t *Tracker) reserveSameIsland(g *group, ms []Member) (map[string]placement.Decision, error) {
+// reserveTogether places the members' sum as one request confined to an
+// NVLink island (island) or a host NUMA node (numa) and splits its GPUs
+// among them in order.
+func (t *Tracker) reserveTogether(g *group, ms []Member, island, numa bool) (map[string]placement.Decision, error) {
 	sum, err := aggregate(ms)
 	if err != nil {
 		return nil, err
 	}
-	sum.SameIsland = true
+	sum.SameIsland, sum.SameNUMA = island, numa
+	what := "NVLink island"
+	if numa {
+		what = "NUMA node"
+	}
 	n := heldNode(g)
 	d, err := t.decide(n, &sum)
 	if err != nil {
-		return nil, fmt.Errorf("no NVLink island holds all %d members (%d GPUs): %w", len(ms), sum.NumGPU, err)
+		return nil, fmt.Errorf("no %s holds all %d members (%d GPUs): %w", what, len(ms), sum.NumGPU, err)
 	}
 	node := &t.sched.Cluster().Nodes[d.Node]
 	if n >= 0 && len(d.Grant.Shares) > 0 {
-		if isl, ok := heldIsland(g, node); ok && node.GPUs[d.Grant.Shares[0].GPU].Island != isl {
-			return nil, fmt.Errorf("the island the group holds on node %s has no room for %d more GPUs: %w", node.Name, sum.NumGPU, placement.ErrUnschedulable)
+		if held, ok := heldGPU(g, node); ok {
+			got := &node.GPUs[d.Grant.Shares[0].GPU]
+			if (island && got.Island != held.Island) || (numa && got.NUMA != held.NUMA) {
+				return nil, fmt.Errorf("the %s the group holds on node %s has no room for %d more GPUs: %w", what, node.Name, sum.NumGPU, placement.ErrUnschedulable)
+			}
 		}
 	}
 	got := map[string]placement.Decision{}
@@ -178,13 +188,14 @@ func (t *Tracker) reserveSameIsland(g *group, ms []Member) (map[string]placement
 	return got, nil
 }
 
-func heldIsland(g *group, n *partition.Node) (int8, bool) {
+// heldGPU is a GPU the group already holds on node n.
+func heldGPU(g *group, n *partition.Node) (*partition.GPU, bool) {
 	for _, d := range g.reserved {
 		if len(d.Grant.Shares) > 0 {
-			return n.GPUs[d.Grant.Shares[0].GPU].Island, true
+			return &n.GPUs[d.Grant.Shares[0].GPU], true
 		}
 	}
-	return 0, false
+	return nil, false
 }
 
 // aggregate is the members' sum as one request: CPU and memory add up, GPUs

@@ -23,12 +23,19 @@ type GPU struct {
 	// MIG is non-nil when the GPU is partitioned into MIG instances; such a GPU
 	// serves only MIG requests.
 	MIG *MIGLayout
+	// FixedMIG: the GPU is in MIG mode with the fixed instances its node
+	// lists (Node.MIG); like a MIGLayout GPU it serves no shares.
+	FixedMIG bool
 }
 
 // Idle reports whether nothing is reserved on the GPU.
 func (g *GPU) Idle() bool {
 	return g.FreeMilli == MilliPerGPU && g.FreeMemMiB == g.MemMiB && (g.MIG == nil || g.MIG.Empty())
 }
+
+// InMIGMode reports whether the GPU is partitioned (dynamic layout or fixed
+// instances) and so serves only MIG requests.
+func (g *GPU) InMIGMode() bool { return g.MIG != nil || g.FixedMIG }
 
 // Node is the capacity of one machine. Model is the model of all its GPUs
 // (clusters of mixed-model machines are rare enough that a node with two
@@ -41,6 +48,11 @@ type Node struct {
 	// FreeCPU and FreeMemMiB are what is not reserved yet.
 	FreeCPU, FreeMemMiB int64
 	GPUs                []GPU
+	// MIG lists the node's fixed MIG devices; it never changes after
+	// NewNode, so copies of a node share it. MIGUsed has bit i set while
+	// MIG[i] is held.
+	MIG     []MIGDevice
+	MIGUsed uint64
 }
 
 // NodeSpec describes a node before anything is placed on it.
@@ -56,6 +68,10 @@ type NodeSpec struct {
 	Islands int
 	// NUMANodes splits the GPUs the same way over NUMA nodes; 0 means one.
 	NUMANodes int
+	// MIGGPUs are the indices of the GPUs in MIG mode, MIG the devices
+	// they offer (tessera.io/node-gpus lists both).
+	MIGGPUs []int
+	MIG     []MIGDevice
 }
 
 // NewNode builds an empty node from its description.
@@ -80,6 +96,9 @@ func NewNode(s NodeSpec) (Node, error) {
 			Island: int8(group(i, s.GPUs, s.Islands)), NUMA: int8(group(i, s.GPUs, s.NUMANodes)),
 		}
 	}
+	if err := n.addMIG(s); err != nil {
+		return Node{}, err
+	}
 	return n, nil
 }
 
@@ -103,6 +122,9 @@ type Grant struct {
 	CPU    int64
 	MemMiB int64
 	Shares []Share
+	// MIG lists the node's MIG devices the pod holds (indices into
+	// Node.MIG).
+	MIG []int
 }
 
 // FreeMilli is the total idle GPU compute of the node.
@@ -126,9 +148,16 @@ func (n *Node) Reserve(g Grant) error {
 	if err := n.checkShares(g.Shares); err != nil {
 		return err
 	}
+	mig, err := n.migMask(g.MIG)
+	if err != nil {
+		return err
+	}
+	if err := n.checkMIGFree(mig); err != nil {
+		return err
+	}
 	for _, s := range g.Shares {
 		gpu := &n.GPUs[s.GPU]
-		if gpu.MIG != nil {
+		if gpu.InMIGMode() {
 			return fmt.Errorf("node %s GPU %d is in MIG mode; reserve a MIG instance instead", n.Name, s.GPU)
 		}
 		if s.Milli > gpu.FreeMilli || s.MemMiB > gpu.FreeMemMiB {
@@ -137,6 +166,7 @@ func (n *Node) Reserve(g Grant) error {
 	}
 	n.FreeCPU -= g.CPU
 	n.FreeMemMiB -= g.MemMiB
+	n.MIGUsed |= mig
 	for _, s := range g.Shares {
 		n.GPUs[s.GPU].FreeMilli -= s.Milli
 		n.GPUs[s.GPU].FreeMemMiB -= s.MemMiB
@@ -156,6 +186,13 @@ func (n *Node) Release(g Grant) error {
 	if err := n.checkShares(g.Shares); err != nil {
 		return err
 	}
+	mig, err := n.migMask(g.MIG)
+	if err != nil {
+		return err
+	}
+	if err := n.checkMIGHeld(mig); err != nil {
+		return err
+	}
 	for _, s := range g.Shares {
 		gpu := &n.GPUs[s.GPU]
 		if s.Milli > MilliPerGPU-gpu.FreeMilli || s.MemMiB > gpu.MemMiB-gpu.FreeMemMiB {
@@ -164,6 +201,7 @@ func (n *Node) Release(g Grant) error {
 	}
 	n.FreeCPU += g.CPU
 	n.FreeMemMiB += g.MemMiB
+	n.MIGUsed &^= mig
 	for _, s := range g.Shares {
 		n.GPUs[s.GPU].FreeMilli += s.Milli
 		n.GPUs[s.GPU].FreeMemMiB += s.MemMiB

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"math/bits"
+	"slices"
 
 	"github.com/tessera-gpu/tessera/internal/partition"
 )
@@ -77,26 +78,14 @@ func multiCandidates(n *partition.Node, s *Shape, buf []Candidate) []Candidate {
 		}
 	}
 	start := len(buf)
-	var islands uint64
-	for _, gi := range idx {
-		isl := uint(n.GPUs[gi].Island) & 63
-		if islands&(1<<isl) != 0 {
-			continue
-		}
-		islands |= 1 << isl
-		var c Candidate
-		taken := 0
-		for _, gj := range idx {
-			if taken < s.NumGPU && n.GPUs[gj].Island == n.GPUs[gi].Island {
-				c |= 1 << uint(gj)
-				taken++
-			}
-		}
-		if taken == s.NumGPU {
-			buf = append(buf, c)
-		}
+	// Per island (within one NUMA node when SameNUMA) that can host it;
+	// when none can and the island is only preferred, per NUMA node when
+	// that is required, else the node's tightest GPUs.
+	buf = groupCandidates(n, s, idx, buf, true, s.SameNUMA)
+	if len(buf) == start && !s.SameIsland && s.SameNUMA {
+		return groupCandidates(n, s, idx, buf, false, true)
 	}
-	if len(buf) == start && !s.SameIsland && len(idx) >= s.NumGPU {
+	if len(buf) == start && !s.SameIsland && !s.SameNUMA && len(idx) >= s.NumGPU {
 		var c Candidate
 		for _, gj := range idx[:s.NumGPU] {
 			c |= 1 << uint(gj)
@@ -106,9 +95,38 @@ func multiCandidates(n *partition.Node, s *Shape, buf []Candidate) []Candidate {
 	return buf
 }
 
+// groupCandidates appends, per group of GPUs (by island and/or NUMA node)
+// that has NumGPU fitting ones, its tightest GPUs (idx is tightest first).
+func groupCandidates(n *partition.Node, s *Shape, idx []int, buf []Candidate, island, numa bool) []Candidate {
+	var seen [64]int // group keys already offered
+	groups := 0
+	for _, gi := range idx {
+		key := localityKey(&n.GPUs[gi], island, numa)
+		if slices.Contains(seen[:groups], key) {
+			continue
+		}
+		if groups < len(seen) {
+			seen[groups] = key
+			groups++
+		}
+		var c Candidate
+		taken := 0
+		for _, gj := range idx {
+			if taken < s.NumGPU && localityKey(&n.GPUs[gj], island, numa) == key {
+				c |= 1 << uint(gj)
+				taken++
+			}
+		}
+		if taken == s.NumGPU {
+			buf = append(buf, c)
+		}
+	}
+	return buf
+}
+
 // grant turns a chosen candidate into what the node reserves.
-func grant(s *Shape, c Candidate) partition.Grant {
-	g := partition.Grant{CPU: s.CPUMilli, MemMiB: s.MemMiB}
+func grant(n *partition.Node, s *Shape, c Candidate) partition.Grant {
+	g := partition.Grant{CPU: s.CPUMilli, MemMiB: s.MemMiB, MIG: n.PickMIG(s.MIGProfile, s.NumMIG)}
 	for _, i := range c.GPUs() {
 		g.Shares = append(g.Shares, partition.Share{GPU: i, Milli: s.GPUMilli, MemMiB: s.GPUMemMiB})
 	}

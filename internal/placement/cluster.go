@@ -184,6 +184,7 @@ type heldKey struct {
 	node        int
 	cpu, memMiB int64
 	shares      string // (GPU, milli, MiB) triples in GPU order
+	mig         uint64 // the MIG devices held
 }
 
 func keyOf(d Decision) heldKey {
@@ -198,7 +199,29 @@ func keyOf(d Decision) heldKey {
 		b = strconv.AppendInt(b, int64(s.MemMiB), 10)
 		b = append(b, ',')
 	}
-	return heldKey{node: d.Node, cpu: d.Grant.CPU, memMiB: d.Grant.MemMiB, shares: string(b)}
+	var mig uint64
+	for _, m := range d.Grant.MIG {
+		mig |= 1 << uint(m&63) // out-of-range devices are refused by the node
+	}
+	return heldKey{node: d.Node, cpu: d.Grant.CPU, memMiB: d.Grant.MemMiB, shares: string(b), mig: mig}
+}
+
+// MIGDevices names the MIG devices a decision grants (UUID, profile and
+// parent GPU, as the node's inventory lists them): what the assignment
+// annotation's containers[].mig carries to the device plugin.
+func (c *Cluster) MIGDevices(d Decision) ([]partition.MIGDevice, error) {
+	if d.Node < 0 || d.Node >= len(c.Nodes) {
+		return nil, fmt.Errorf("MIG devices: no node %d", d.Node)
+	}
+	n := &c.Nodes[d.Node]
+	out := make([]partition.MIGDevice, 0, len(d.Grant.MIG))
+	for _, m := range d.Grant.MIG {
+		if m < 0 || m >= len(n.MIG) {
+			return nil, fmt.Errorf("MIG devices: node %s has no MIG device %d", n.Name, m)
+		}
+		out = append(out, n.MIG[m])
+	}
+	return out, nil
 }
 
 // Watch registers changed to be told about every node whose free capacity

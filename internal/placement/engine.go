@@ -95,7 +95,7 @@ func (s *Scheduler) decide(sh *Shape) (Decision, bool) {
 		return Decision{}, false
 	}
 	_, c := s.evalNode(node, sh)
-	return Decision{Node: node, NodeName: s.cluster.Nodes[node].Name, Grant: grant(sh, c)}, true
+	return Decision{Node: node, NodeName: s.cluster.Nodes[node].Name, Grant: grant(&s.cluster.Nodes[node], sh, c)}, true
 }
 
 // Place schedules r and reserves the result.

@@ -14,13 +14,45 @@ type Filter struct {
 var Filters = []Filter{
 	{"cpu", func(n *partition.Node, _ uint8, s *Shape) bool { return n.FreeCPU >= s.CPUMilli }},
 	{"memory", func(n *partition.Node, _ uint8, s *Shape) bool { return n.FreeMemMiB >= s.MemMiB }},
-	{"gpu-model", func(n *partition.Node, m uint8, s *Shape) bool { return s.NumGPU == 0 || s.Admits(m) }},
+	{"gpu-model", func(n *partition.Node, m uint8, s *Shape) bool { return !s.usesGPUs() || s.Admits(m) }},
+	{"mig", func(n *partition.Node, _ uint8, s *Shape) bool {
+		return s.NumMIG == 0 || n.FreeMIG(s.MIGProfile) >= s.NumMIG
+	}},
 	{"gpu-share", func(n *partition.Node, _ uint8, s *Shape) bool {
 		return s.NumGPU == 0 || countFitting(n, s) >= s.NumGPU
 	}},
 	{"nvlink-island", func(n *partition.Node, _ uint8, s *Shape) bool {
 		return !s.SameIsland || s.NumGPU <= 1 || bestIslandCount(n, s) >= s.NumGPU
 	}},
+	{"numa-node", func(n *partition.Node, _ uint8, s *Shape) bool {
+		return !s.SameNUMA || s.NumGPU <= 1 || bestGroupCount(n, s, func(g *partition.GPU) int { return localityKey(g, s.SameIsland, true) }) >= s.NumGPU
+	}},
+}
+
+// localityKey groups GPUs by NVLink island, NUMA node or both.
+func localityKey(g *partition.GPU, island, numa bool) int {
+	k := 0
+	if island {
+		k = int(g.Island) & 63
+	}
+	if numa {
+		k |= (int(g.NUMA) & 63) << 6
+	}
+	return k
+}
+
+// bestGroupCount is the most fitting GPUs any one group (by key) has.
+func bestGroupCount(n *partition.Node, s *Shape, key func(g *partition.GPU) int) int {
+	var per [64 * 64]int16
+	best := 0
+	for i := range n.GPUs {
+		if g := &n.GPUs[i]; gpuFits(g, s) {
+			k := key(g)
+			per[k]++
+			best = max(best, int(per[k]))
+		}
+	}
+	return best
 }
 
 // feasible runs every filter; it returns the index of the first that fails,
@@ -36,7 +68,7 @@ func feasible(n *partition.Node, m uint8, s *Shape) int {
 
 // gpuFits reports whether one GPU can take one of the shape's per-GPU shares.
 func gpuFits(g *partition.GPU, s *Shape) bool {
-	return g.MIG == nil && g.FreeMilli >= s.GPUMilli && g.FreeMemMiB >= s.GPUMemMiB
+	return !g.InMIGMode() && g.FreeMilli >= s.GPUMilli && g.FreeMemMiB >= s.GPUMemMiB
 }
 
 func countFitting(n *partition.Node, s *Shape) int {

@@ -27,7 +27,7 @@ func (s *Scheduler) ScheduleOn(i int, r *Request) (Decision, bool) {
 	if sc == infeasible {
 		return Decision{}, false
 	}
-	return Decision{Node: i, NodeName: s.cluster.Nodes[i].Name, Grant: grant(&sh, c)}, true
+	return Decision{Node: i, NodeName: s.cluster.Nodes[i].Name, Grant: grant(&s.cluster.Nodes[i], &sh, c)}, true
 }
 
 // FitsState reports whether a node of node i's GPU model, in state n (a
@@ -54,5 +54,5 @@ func (c *Cluster) Admits(i int, r *Request) bool {
 		return false
 	}
 	sh := c.ShapeOf(r)
-	return sh.NumGPU == 0 || sh.Admits(c.modelOf[i])
+	return !sh.usesGPUs() || sh.Admits(c.modelOf[i])
 }

@@ -75,7 +75,7 @@ func (f *Fragmentation) after(n *partition.Node, m uint8, cpu int64, milli int32
 	free := buf[:0]
 	for i := range n.GPUs {
 		v := n.GPUs[i].FreeMilli
-		if n.GPUs[i].MIG != nil {
+		if n.GPUs[i].InMIGMode() {
 			v = 0
 		}
 		if c&(1<<uint(i)) != 0 {

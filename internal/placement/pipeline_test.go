@@ -187,3 +187,35 @@ func TestReleaseOfGrantNeverReservedFails(t *testing.T) {
 		t.Fatal("a grant released twice")
 	}
 }
+
+// SameNUMA keeps a multi-GPU pod on one host NUMA node. A node of 8 GPUs
+// in 4 NVLink islands (pairs) and 2 NUMA nodes (0-3, 4-7) with GPUs 0 and 4
+// taken: 3 free on each NUMA node, 2 free in islands 1 and 3.
+func TestNUMANode(t *testing.T) {
+	s := partition.NodeSpec{Name: "n", Model: "A100", CPU: 96000, MemMiB: 1 << 20, GPUs: 8, GPUMemMiB: 40960, Islands: 4, NUMANodes: 2}
+	c := testCluster(t, s)
+	use(t, c, 0, 0, 1000, 0, 0, 0, 1000, 0, 0, 0)
+	r := Request{Name: "four", NumGPU: 4, GPUMilli: 1000, SameNUMA: true}
+	if _, err := schedule(t, c, "tessera", r); !errors.Is(err, ErrUnschedulable) || !strings.Contains(err.Error(), "numa-node") {
+		t.Fatalf("4 GPUs on one NUMA node: err = %v, want unschedulable by numa-node", err)
+	}
+	numaOf := func(d Decision) map[int8]bool {
+		m := map[int8]bool{}
+		for _, sh := range d.Grant.Shares {
+			m[c.Nodes[0].GPUs[sh.GPU].NUMA] = true
+		}
+		return m
+	}
+	// Three GPUs: no island has 3, but one NUMA node does.
+	r = Request{Name: "three", NumGPU: 3, GPUMilli: 1000, SameNUMA: true}
+	d, err := schedule(t, c, "tessera", r)
+	if err != nil || len(numaOf(d)) != 1 {
+		t.Fatalf("3 GPUs on one NUMA node: %+v, %v", d.Grant.Shares, err)
+	}
+	// Two GPUs of one island inside one NUMA node; with SameIsland too.
+	r = Request{Name: "two", NumGPU: 2, GPUMilli: 1000, SameNUMA: true, SameIsland: true}
+	d, err = schedule(t, c, "bestfit", r)
+	if err != nil || len(numaOf(d)) != 1 || c.Nodes[0].GPUs[d.Grant.Shares[0].GPU].Island != c.Nodes[0].GPUs[d.Grant.Shares[1].GPU].Island {
+		t.Fatalf("2 GPUs, one island in one NUMA node: %+v, %v", d.Grant.Shares, err)
+	}
+}

@@ -23,6 +23,15 @@ type Request struct {
 	// SameIsland requires a multi-GPU pod's GPUs to share one NVLink island;
 	// without it one island is only preferred.
 	SameIsland bool
+	// SameNUMA requires a multi-GPU pod's GPUs to hang off one host NUMA
+	// node (with SameIsland: one island within one NUMA node); without it
+	// GPUs of one island (and then of one NUMA node) are only preferred.
+	SameNUMA bool
+	// NumMIG MIG devices of MIGProfile (tessera.io/mig-<profile>), taken
+	// whole from the fixed instances a node lists; a request asks for
+	// either GPUs or MIG devices.
+	MIGProfile string
+	NumMIG     int
 }
 
 // Validate rejects requests the engine cannot interpret.
@@ -41,6 +50,23 @@ func (r *Request) Validate() error {
 	case r.GPUMemMiB < 0:
 		return fmt.Errorf("request %s: negative GPU memory", r.Name)
 	}
+	return r.validateMIG()
+}
+
+func (r *Request) validateMIG() error {
+	switch {
+	case r.NumMIG < 0 || r.NumMIG > partition.MaxMIGDevices:
+		return fmt.Errorf("request %s: %d MIG devices is out of range 0..%d", r.Name, r.NumMIG, partition.MaxMIGDevices)
+	case r.NumMIG == 0 && r.MIGProfile != "":
+		return fmt.Errorf("request %s: MIG profile %q without a device count", r.Name, r.MIGProfile)
+	case r.NumMIG == 0:
+		return nil
+	case r.NumGPU > 0:
+		return fmt.Errorf("request %s: both %d GPUs and %d MIG devices: a request asks for one or the other", r.Name, r.NumGPU, r.NumMIG)
+	}
+	if err := partition.CheckMIGProfile(r.MIGProfile); err != nil {
+		return fmt.Errorf("request %s: %w", r.Name, err)
+	}
 	return nil
 }
 
@@ -55,18 +81,26 @@ type Shape struct {
 	Models     uint64 // bit per cluster model id; 0 with AnyModel false admits nothing
 	AnyModel   bool
 	SameIsland bool
+	SameNUMA   bool
+	MIGProfile string
+	NumMIG     int
 }
 
 // ShapeOf resolves a request's model names against the cluster's models.
 func (c *Cluster) ShapeOf(r *Request) Shape {
 	s := Shape{CPUMilli: r.CPUMilli, MemMiB: r.MemMiB, NumGPU: r.NumGPU, GPUMilli: r.GPUMilli,
-		GPUMemMiB: r.GPUMemMiB, SameIsland: r.SameIsland, AnyModel: len(r.Models) == 0}
+		GPUMemMiB: r.GPUMemMiB, SameIsland: r.SameIsland, SameNUMA: r.SameNUMA, AnyModel: len(r.Models) == 0,
+		MIGProfile: r.MIGProfile, NumMIG: r.NumMIG}
 	s.Models = c.modelMask(r.Models)
 	return s
 }
 
 // Admits reports whether the shape accepts GPU model id m.
 func (s *Shape) Admits(m uint8) bool { return s.AnyModel || s.Models&(1<<m) != 0 }
+
+// usesGPUs reports whether the shape asks for GPUs or MIG devices (and so
+// for a GPU model).
+func (s *Shape) usesGPUs() bool { return s.NumGPU > 0 || s.NumMIG > 0 }
 
 // specKey is the canonical text of a model list, as the trace writes it.
 func specKey(models []string) string { return strings.Join(models, "|") }

@@ -35,14 +35,18 @@ func (p *Preemptor) planOn(n int, pod *Pending, units []*unit, bound *cost) (*Pl
 	if ok, err := p.fits(n, req, units); err != nil || !ok {
 		return nil, cost{}, err // not even evicting every candidate makes room
 	}
-	set, c, err := p.exact(n, req, units, bound)
+	set, c, complete, err := p.exact(n, req, units, bound)
 	if err != nil {
 		return nil, cost{}, err
 	}
 	// The exhaustive search is optimal among sets of few units; a greedy
 	// set can only do better when those units are large gangs, or when the
-	// budget cut the search short.
-	if set == nil || c.victims > p.MaxExactUnits {
+	// budget cut the search short. Under a bound of at most MaxExactUnits
+	// victims a complete search saw every set that could beat it (each unit
+	// is at least one victim), so greedy, which evicts more, is not run:
+	// on a full cluster most nodes visited end here.
+	hopeless := set == nil && complete && bound != nil && bound.victims <= p.MaxExactUnits
+	if !hopeless && (set == nil || c.victims > p.MaxExactUnits) {
 		gset, gc, err := p.greedy(n, req, units)
 		if err != nil {
 			return nil, cost{}, err
@@ -51,7 +55,7 @@ func (p *Preemptor) planOn(n int, pod *Pending, units []*unit, bound *cost) (*Pl
 			set, c = gset, gc
 		}
 	}
-	if bound != nil && !c.less(*bound) {
+	if set == nil || (bound != nil && !c.less(*bound)) {
 		return nil, cost{}, nil
 	}
 	d, ok, err := p.fitsWith(n, req, set)
@@ -75,7 +79,7 @@ func (p *Preemptor) lowerBound(n int, req *placement.Request, units []*unit) cos
 		fitting := 0
 		for i := range node.GPUs {
 			g := &node.GPUs[i]
-			if g.MIG == nil && g.FreeMilli >= req.GPUMilli && g.FreeMemMiB >= req.GPUMemMiB {
+			if !g.InMIGMode() && g.FreeMilli >= req.GPUMilli && g.FreeMemMiB >= req.GPUMemMiB {
 				fitting++
 			}
 		}
@@ -130,8 +134,9 @@ func (p *Preemptor) plan(n int, d placement.Decision, set []*unit) *Plan {
 }
 
 // exact tries every subset of up to MaxExactUnits units (while the budget of
-// fit checks lasts), cheapest first, and returns the first that makes room.
-func (p *Preemptor) exact(n int, req *placement.Request, units []*unit, bound *cost) ([]*unit, cost, error) {
+// fit checks lasts), cheapest first, and returns the first that makes room;
+// complete says no subset size was left out for the budget.
+func (p *Preemptor) exact(n int, req *placement.Request, units []*unit, bound *cost) ([]*unit, cost, bool, error) {
 	// A subset's unit indices live in one flat array (idx[at:at+k]): the
 	// walk lists hundreds of subsets per node searched.
 	type subset struct {
@@ -142,6 +147,9 @@ func (p *Preemptor) exact(n int, req *placement.Request, units []*unit, bound *c
 	var flat []int
 	var walk func(start int, idx []int, c cost, k int)
 	walk = func(start int, idx []int, c cost, k int) {
+		if bound != nil && c.victims+k-len(idx) > bound.victims {
+			return // every unit still to add is at least one more victim
+		}
 		if len(idx) == k {
 			if bound == nil || c.less(*bound) {
 				subsets = append(subsets, subset{len(flat), k, c})
@@ -154,8 +162,13 @@ func (p *Preemptor) exact(n int, req *placement.Request, units []*unit, bound *c
 		}
 	}
 	idx := make([]int, 0, p.MaxExactUnits)
+	complete := true
 	for k := 1; k <= p.MaxExactUnits && k <= len(units); k++ {
+		if bound != nil && k > bound.victims {
+			break // k units are at least k victims: none beats the bound
+		}
 		if len(subsets)+binomial(len(units), k) > exactBudget {
+			complete = false
 			break
 		}
 		walk(0, idx, cost{}, k)
@@ -177,13 +190,13 @@ func (p *Preemptor) exact(n int, req *placement.Request, units []*unit, bound *c
 		}
 		ok, err := p.fits(n, req, set)
 		if err != nil {
-			return nil, cost{}, err
+			return nil, cost{}, false, err
 		}
 		if ok {
-			return set, s.c, nil
+			return set, s.c, complete, nil
 		}
 	}
-	return nil, cost{}, nil
+	return nil, cost{}, complete, nil
 }
 
 func binomial(n, k int) int {

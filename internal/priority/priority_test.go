@@ -195,3 +195,27 @@ func TestAliasShadowedByClassNameIsRefused(t *testing.T) {
 		t.Errorf("Resolve(P1) = %v, %v", c, err)
 	}
 }
+
+// Classes kept from ageing stay where they are; the others still reach the
+// ceiling. Reached is the time the class was entered by ageing.
+func TestAgeingSkipAndReached(t *testing.T) {
+	a := Ageing{Step: 10 * time.Minute, Ceiling: P1, JoinAtReach: true}
+	a.Skip[P2] = true
+	if got := a.Effective(P2, time.Hour); got != P2 {
+		t.Errorf("P2 kept from ageing aged to %v", got)
+	}
+	if got := a.Effective(P3, time.Hour); got != P1 {
+		t.Errorf("P3 after 1h: %v, want P1", got)
+	}
+	sub := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if got := a.Reached(P3, P1, sub); !got.Equal(sub.Add(20 * time.Minute)) {
+		t.Errorf("P3 reached P1 at %v, want 20m after submission", got.Sub(sub))
+	}
+	if got := a.Reached(P3, P3, sub); !got.Equal(sub) {
+		t.Errorf("P3 at its own class: %v, want its submission", got.Sub(sub))
+	}
+	a.JoinAtReach = false
+	if got := a.Reached(P3, P1, sub); !got.Equal(sub) {
+		t.Errorf("without JoinAtReach: %v, want the submission", got.Sub(sub))
+	}
+}

@@ -243,11 +243,21 @@ func (q *Queue[T]) Peek(now time.Time) *Entry[T] {
 			continue
 		}
 		c := q.Effective(h, now)
-		if best == nil || c.Above(bestClass) || (c == bestClass && q.classes[0].less(h, best)) {
+		if best == nil || c.Above(bestClass) || (c == bestClass && q.before(h, best, c)) {
 			best, bestClass = h, c
 		}
 	}
 	return best
+}
+
+// before orders two heads of effective class c: by the time each reached c
+// (its submission unless ageing joins at reach), then submission order.
+func (q *Queue[T]) before(a, b *Entry[T], c priority.Class) bool {
+	ra, rb := q.cfg.Ageing.Reached(a.queued, c, a.Submitted), q.cfg.Ageing.Reached(b.queued, c, b.Submitted)
+	if !ra.Equal(rb) {
+		return ra.Before(rb)
+	}
+	return q.classes[0].less(a, b)
 }
 
 // Pop removes and returns the next pod, or nil when none is ready. The pod

@@ -75,7 +75,15 @@ func TestOrdering(t *testing.T) {
 // The merge of per-class heaps must give exactly the order a full sort by
 // (effective class, submission, push order) gives, at any instant.
 func TestOrderMatchesSort(t *testing.T) {
-	cfg := Config{Ageing: priority.Ageing{Step: 50 * time.Second, Ceiling: priority.P0}, EscalateTo: priority.P0}
+	for _, join := range []bool{false, true} {
+		t.Run(fmt.Sprintf("joinAtReach=%v", join), func(t *testing.T) { testOrderMatchesSort(t, join) })
+	}
+}
+
+// testOrderMatchesSort: with JoinAtReach the sort key is (effective class,
+// time the class was reached, submission).
+func testOrderMatchesSort(t *testing.T, join bool) {
+	cfg := Config{Ageing: priority.Ageing{Step: 50 * time.Second, Ceiling: priority.P0, JoinAtReach: join}, EscalateTo: priority.P0}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for trial := 0; trial < 50; trial++ {
 		q := newQueue(t, cfg)
@@ -100,6 +108,9 @@ func TestOrderMatchesSort(t *testing.T) {
 			eb := cfg.Ageing.Effective(b.class, at(now).Sub(at(b.sub)))
 			if ea != eb {
 				return ea < eb
+			}
+			if ra, rb := cfg.Ageing.Reached(a.class, ea, at(a.sub)), cfg.Ageing.Reached(b.class, eb, at(b.sub)); !ra.Equal(rb) {
+				return ra.Before(rb)
 			}
 			if a.sub != b.sub {
 				return a.sub < b.sub
@@ -231,5 +242,24 @@ func TestActivateEndsBackoffKeepingAttempts(t *testing.T) {
 	q.Requeue(e, at(10))
 	if got := q.NextEvent().Sub(at(10)); got != 2*time.Second {
 		t.Fatalf("second backoff %v, want 2s (attempts kept)", got)
+	}
+}
+
+// With JoinAtReach an aged pod joins the class it reached behind the pods
+// of that class already waiting: a P3 pod submitted at 0 reaches P1 after
+// two 100 s steps, at 200 — behind a P1 pod submitted at 150, ahead of one
+// submitted at 250. Without it the P3 pod goes ahead of both.
+func TestAgedPodJoinsAtReach(t *testing.T) {
+	for _, c := range []struct {
+		join bool
+		want []string
+	}{{true, []string{"p1-early", "p3-old", "p1-late"}}, {false, []string{"p3-old", "p1-early", "p1-late"}}} {
+		q := newQueue(t, Config{Ageing: priority.Ageing{Step: 100 * time.Second, Ceiling: priority.P1, JoinAtReach: c.join}, EscalateTo: priority.P1})
+		q.Push(&Entry[struct{}]{Key: "p3-old", Class: priority.P3, Submitted: at(0)})
+		q.Push(&Entry[struct{}]{Key: "p1-early", Class: priority.P1, Submitted: at(150)})
+		q.Push(&Entry[struct{}]{Key: "p1-late", Class: priority.P1, Submitted: at(250)})
+		if got := drain(q, at(300)); !slices.Equal(got, c.want) {
+			t.Errorf("joinAtReach %v: order %v, want %v", c.join, got, c.want)
+		}
 	}
 }

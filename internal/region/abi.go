@@ -16,6 +16,24 @@ const (
 	RegionMagic    = 0x4e4f494745525354 // "TSREGION"
 	SlotReclaimBit = 0x80000000
 	ReaperNode     = 0x7fffffff
+
+	PolicyGuaranteed = 0
+	PolicyHard       = 1
+
+	GrantRateMask    = 0xffffffff
+	GrantUnpaced     = 0xffffffff
+	GrantPPMMax      = 1000000
+	GrantArbitrated  = 1 << 32
+	GrantSolo        = 1 << 33
+	HeartbeatStaleNs = 1000000000
+)
+
+// Indices of a device limit's balloon words and the default wait (tessera_abi.h).
+const (
+	BalloonCeilingWord   = 0
+	BalloonWaitMSWord    = 1
+	BalloonFloorWord     = 2
+	BalloonDefaultWaitMS = 3000
 )
 
 type rawDeviceLimit struct {
@@ -23,7 +41,9 @@ type rawDeviceLimit struct {
 	MemLimitBytes uint64
 	CoreLimitPct  uint32
 	Priority      int32
-	ComputeWords  [3]uint64 // reserved for compute time slices
+	ComputePolicy uint64    // PolicyGuaranteed or PolicyHard
+	ComputeGrant  uint64    // GrantArbitrated | rate in ppm (or GrantUnpaced)
+	ComputeBeat   uint64    // CLOCK_MONOTONIC ns of the arbiter's last pass
 	BalloonWords  [3]uint64 // reserved for memory balloons
 }
 
@@ -64,12 +84,27 @@ type rawRegion struct {
 	Balloon     [MaxDevices]rawDeviceBalloon
 }
 
-// rawDeviceCompute: per-device compute accounting, reserved until defined.
+// rawDeviceCompute: per-device compute accounting written by the hook.
 type rawDeviceCompute struct {
-	Reserved [8]uint64
+	BusyNs        uint64
+	Launches      uint64
+	DemandNs      uint64
+	TokensNs      uint64
+	RefillNs      uint64
+	ThrottledNs   uint64
+	ThrottleWaits uint64
+	Reserved      uint64
 }
 
-// rawDeviceBalloon: per-device balloon request words, reserved until defined.
+// rawDeviceBalloon: the hook's per-device wait-for-reclaim request (see
+// tessera_abi.h, "Memory balloons").
 type rawDeviceBalloon struct {
-	Reserved [8]uint64
+	WantBytes    uint64
+	Waiters      uint64
+	WaitSinceNs  uint64
+	Waits        uint64
+	WaitsGranted uint64
+	WaitsExpired uint64
+	WaitNsTotal  uint64
+	PollNs       uint64
 }

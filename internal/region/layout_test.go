@@ -42,6 +42,11 @@ func TestConstantsMatchCHeader(t *testing.T) {
 		"ABIVersion": ABIVersion, "MaxDevices": MaxDevices, "MaxProcs": MaxProcs, "UUIDLen": UUIDLen,
 		"LimitsMagic": LimitsMagic, "RegionMagic": RegionMagic,
 		"SlotReclaimBit": SlotReclaimBit, "ReaperNode": ReaperNode,
+		"BalloonCeilingWord": BalloonCeilingWord, "BalloonWaitMSWord": BalloonWaitMSWord,
+		"BalloonFloorWord": BalloonFloorWord, "BalloonDefaultWaitMS": BalloonDefaultWaitMS,
+		"PolicyGuaranteed": PolicyGuaranteed, "PolicyHard": PolicyHard,
+		"GrantRateMask": GrantRateMask, "GrantUnpaced": GrantUnpaced, "GrantPPMMax": GrantPPMMax,
+		"GrantArbitrated": GrantArbitrated, "GrantSolo": GrantSolo, "HeartbeatStaleNs": HeartbeatStaleNs,
 	}
 	c := cabi.Constants()
 	if len(c) != len(goSide) {

@@ -12,7 +12,8 @@ type DeviceLimit struct {
 	UUID          string // "GPU-…", as NVML reports it
 	MemLimitBytes uint64 // 0 = uncapped
 	CoreLimitPct  uint32 // 0 = uncapped; 1..100 = share of one GPU
-	Priority      int32  // reserved for compute arbitration; 0 today
+	Priority      int32  // 0 (highest) .. 3: compute arbitration
+	Policy        uint64 // PolicyGuaranteed or PolicyHard
 }
 
 // Limits is an open limits file. The node side is its only writer.
@@ -34,6 +35,12 @@ func WriteLimits(path string, devs []DeviceLimit) error {
 		}
 		if d.CoreLimitPct > 100 {
 			return fmt.Errorf("limits %s: device %s: core limit %d%% exceeds 100", path, d.UUID, d.CoreLimitPct)
+		}
+		if d.Priority < 0 || d.Priority > 3 {
+			return fmt.Errorf("limits %s: device %s: priority %d outside 0..3", path, d.UUID, d.Priority)
+		}
+		if d.Policy != PolicyGuaranteed && d.Policy != PolicyHard {
+			return fmt.Errorf("limits %s: device %s: compute policy %d unknown", path, d.UUID, d.Policy)
 		}
 	}
 	m, fresh, err := mapFile(path, limitsSize, true)
@@ -89,6 +96,7 @@ func (l *Limits) initialise(devs []DeviceLimit) {
 		atomic.StoreUint64(&r.Devices[i].MemLimitBytes, d.MemLimitBytes)
 		atomic.StoreUint32(&r.Devices[i].CoreLimitPct, d.CoreLimitPct)
 		atomic.StoreInt32(&r.Devices[i].Priority, d.Priority)
+		atomic.StoreUint64(&r.Devices[i].ComputePolicy, d.Policy)
 	}
 	atomic.StoreUint64(&r.Generation, 1)
 	atomic.StoreUint64(&r.Magic, LimitsMagic)
@@ -108,6 +116,7 @@ func (l *Limits) update(devs []DeviceLimit) error {
 		atomic.StoreUint64(&r.Devices[i].MemLimitBytes, d.MemLimitBytes)
 		atomic.StoreUint32(&r.Devices[i].CoreLimitPct, d.CoreLimitPct)
 		atomic.StoreInt32(&r.Devices[i].Priority, d.Priority)
+		atomic.StoreUint64(&r.Devices[i].ComputePolicy, d.Policy)
 	}
 	atomic.AddUint64(&r.Generation, 1)
 	return nil
@@ -124,6 +133,7 @@ func (l *Limits) Devices() []DeviceLimit {
 			MemLimitBytes: atomic.LoadUint64(&d.MemLimitBytes),
 			CoreLimitPct:  atomic.LoadUint32(&d.CoreLimitPct),
 			Priority:      atomic.LoadInt32(&d.Priority),
+			Policy:        atomic.LoadUint64(&d.ComputePolicy),
 		}
 	}
 	return out

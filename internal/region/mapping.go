@@ -15,6 +15,13 @@ var (
 	regionSize = int(unsafe.Sizeof(rawRegion{}))
 )
 
+// FileSize is the size of a container's region file (RegionSize) and limits
+// file (LimitsSize): the space a new container's accounting takes.
+var (
+	RegionSize = regionSize
+	LimitsSize = limitsSize
+)
+
 // Errors that say what is wrong with a file; match them with errors.Is.
 var (
 	ErrTruncated  = errors.New("file is shorter than its layout")
@@ -32,11 +39,18 @@ type mapping struct {
 // mapFile maps path, which must be at least size bytes. create makes the file
 // (and grows an empty one) instead of failing.
 func mapFile(path string, size int, create bool) (*mapping, bool, error) {
-	flags := os.O_RDWR
+	var f *os.File
+	var err error
+	created := false // by this call: only then is a failure's file ours to remove
 	if create {
-		flags |= os.O_CREATE
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		created = err == nil
+		if errors.Is(err, os.ErrExist) {
+			f, err = os.OpenFile(path, os.O_RDWR, 0)
+		}
+	} else {
+		f, err = os.OpenFile(path, os.O_RDWR, 0)
 	}
-	f, err := os.OpenFile(path, flags, 0o644)
 	if err != nil {
 		return nil, false, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -48,7 +62,16 @@ func mapFile(path string, size int, create bool) (*mapping, bool, error) {
 	fresh := false
 	switch {
 	case st.Size() == 0 && create:
-		if err := f.Truncate(int64(size)); err != nil {
+		// Allocate every block now: a sparse file's holes are filled
+		// when a page is first written through the mapping, and on a
+		// full filesystem that write is a SIGBUS in whoever makes it
+		// (the plugin initialising the header, a hook claiming a slot).
+		// Allocated here, a full filesystem is an error at creation and
+		// never a fault later.
+		if err := allocate(f, size); err != nil {
+			if created {
+				os.Remove(path) // leave no partial file behind
+			}
 			return nil, false, fmt.Errorf("size %s to %d bytes: %w", path, size, err)
 		}
 		fresh = true
@@ -60,6 +83,16 @@ func mapFile(path string, size int, create bool) (*mapping, bool, error) {
 		return nil, false, fmt.Errorf("mmap %s: %w", path, err)
 	}
 	return &mapping{path: path, data: data}, fresh, nil
+}
+
+// allocate gives f size bytes of allocated blocks (posix_fallocate), or
+// where the filesystem cannot (EOPNOTSUPP) a plain size.
+func allocate(f *os.File, size int) error {
+	err := unix.Fallocate(int(f.Fd()), 0, 0, int64(size))
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		err = f.Truncate(int64(size))
+	}
+	return err
 }
 
 func (m *mapping) close() error {

@@ -23,6 +23,7 @@ const (
 	RegionFile     = "region"
 	LimitsFile     = "limits"
 	CoreLimitsFile = "core-limits"
+	CoreRegionFile = "core-region"
 )
 
 // Entry is one container allocation directory.
@@ -36,6 +37,9 @@ type Entry struct {
 func (e Entry) Region() string     { return filepath.Join(e.Dir, RegionFile) }
 func (e Entry) Limits() string     { return filepath.Join(e.Dir, LimitsFile) }
 func (e Entry) CoreLimits() string { return filepath.Join(e.Dir, CoreLimitsFile) }
+
+// CoreRegion is where a core allocation's hooks publish their GPU time.
+func (e Entry) CoreRegion() string { return filepath.Join(e.Dir, CoreRegionFile) }
 
 // Containers is the directory holding the entries.
 func Containers(stateDir string) string { return filepath.Join(stateDir, ContainersDir) }

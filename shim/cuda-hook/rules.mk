@@ -33,7 +33,7 @@ lint-hook:
 	@mkdir -p $(HOOK_BUILD)/lint
 	$(CC) $(HOOK_CFLAGS) -Werror -shared -o $(HOOK_BUILD)/lint/libtessera-hook.so $(HOOK_SRCS) -ldl -lpthread
 	$(CC) $(HOOK_CFLAGS) -Werror -I$(HOOK_DIR)/src -o $(HOOK_BUILD)/lint/unit $(HOOK_DIR)/test/unit_test.c \
-		$(filter-out %/interpose.c %/memapi.c %/views.c %/init.c %/charge.c %/devices.c %/pools.c,$(HOOK_SRCS)) -ldl -lpthread
+		$(filter-out %/interpose.c %/memapi.c %/views.c %/init.c %/charge.c %/devices.c %/pools.c %/launch.c %/compute.c,$(HOOK_SRCS)) -ldl -lpthread
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I$(HOOK_DIR)/include -fsyntax-only $(HOOK_DIR)/test/cudash.c
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I$(HOOK_DIR)/include -I$(HOOK_DIR)/test -fsyntax-only \
 		$(HOOK_DIR)/bench/bench_hook.c
@@ -44,7 +44,7 @@ lint-hook:
 test-hook-unit:
 	@mkdir -p $(HOOK_BUILD)
 	$(CC) $(HOOK_CFLAGS) -I$(HOOK_DIR)/src -o $(HOOK_BUILD)/unit_test $(HOOK_DIR)/test/unit_test.c \
-		$(filter-out %/interpose.c %/memapi.c %/views.c %/init.c %/charge.c %/devices.c %/pools.c,$(HOOK_SRCS)) -ldl -lpthread
+		$(filter-out %/interpose.c %/memapi.c %/views.c %/init.c %/charge.c %/devices.c %/pools.c %/launch.c %/compute.c,$(HOOK_SRCS)) -ldl -lpthread
 	$(HOOK_BUILD)/unit_test
 
 $(HOOK_BUILD)/cudash: $(HOOK_DIR)/test/cudash.c $(HOOK_HDRS) fakegpu
@@ -62,6 +62,8 @@ $(HOOK_BUILD)/libempty.so: $(HOOK_DIR)/bench/empty.c
 
 bench-hook: hook fakegpu $(HOOK_BUILD)/bench_hook $(HOOK_BUILD)/libempty.so
 	@LD_LIBRARY_PATH=$(LIB)/fakegpu $(HOOK_BUILD)/bench_hook $(HOOK_LIB) $(HOOK_BUILD)/libempty.so
+	@LD_LIBRARY_PATH=$(LIB)/fakegpu $(HOOK_BUILD)/bench_hook $(HOOK_LIB) $(HOOK_BUILD)/libempty.so shared
+	@TESSERA_LIB_DIR=$(LIB) TESSERA_BENCH=1 $(GO) test -count=1 -v -timeout 30m ./$(HOOK_DIR)/computetest/ | grep '^BENCH'
 
 demo-hook: hook fakegpu $(HOOK_BUILD)/cudash
 	@$(GO) run ./$(HOOK_DIR)/demo -lib $(LIB) -cudash $(HOOK_BUILD)/cudash

@@ -11,8 +11,20 @@ import (
 
 func TestStateLayoutMatchesC(t *testing.T) {
 	var s rawState
+	var snap rawSnap
 	got := map[string]uint64{
-		"state":              uint64(unsafe.Sizeof(s)),
+		"state":              StateSize,
+		"header.slice_ns":    uint64(unsafe.Offsetof(s.Header.SliceNs)),
+		"device.sched":       uint64(unsafe.Offsetof(s.Devices[0].Sched)),
+		"state.sched":        uint64(unsafe.Sizeof(s)),
+		"sched_slot":         SchedSlotSize,
+		"sched_slot.ring":    64,
+		"sched_slot.snap":    64 + RingEntries*RingEntrySize,
+		"ring_entry":         RingEntrySize,
+		"snap":               uint64(unsafe.Sizeof(snap)),
+		"snap.ctx":           uint64(unsafe.Offsetof(snap.Ctx)),
+		"snap.busy_ns":       uint64(unsafe.Offsetof(snap.BusyNs)),
+		"snap_ctx.busy_ns":   uint64(unsafe.Offsetof(snap.Ctx[0].BusyNs)),
 		"header":             uint64(unsafe.Sizeof(s.Header)),
 		"device":             uint64(unsafe.Sizeof(s.Devices[0])),
 		"slot":               uint64(unsafe.Sizeof(s.Slots[0])),

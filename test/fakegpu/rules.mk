@@ -10,7 +10,7 @@ FAKEGPU_NVML_INC  = $(shell $(GO) env GOMODCACHE)/github.com/!n!v!i!d!i!a/go-nvm
 FAKEGPU_CFLAGS    = -std=c11 -O2 -fPIC -Wall -Wextra -Werror -pthread -D_GNU_SOURCE -fvisibility=hidden \
                     -Ishim/cuda-hook/include -I$(FAKEGPU_NVML_INC) -I$(FAKEGPU_DIR)/src
 
-FAKEGPU_COMMON   := $(addprefix $(FAKEGPU_DIR)/src/,fg_config.c fg_state.c)
+FAKEGPU_COMMON   := $(addprefix $(FAKEGPU_DIR)/src/,fg_config.c fg_state.c fg_sched.c)
 FAKEGPU_CU_SRCS  := $(FAKEGPU_COMMON) $(FAKEGPU_DIR)/src/fg_table.c $(wildcard $(FAKEGPU_DIR)/src/cu_*.c)
 FAKEGPU_NV_SRCS  := $(FAKEGPU_COMMON) $(wildcard $(FAKEGPU_DIR)/src/nvml_*.c)
 FAKEGPU_HDRS     := $(wildcard $(FAKEGPU_DIR)/src/*.h) shim/cuda-hook/include/cuda_driver.h shim/cuda-hook/include/glibc_baseline.h

@@ -15,14 +15,23 @@ import (
 // to what the C compiler makes of that header.
 const (
 	StateMagic    = 0x3145544154534746 // "FGSTATE1"
-	StateVersion  = 1
+	StateVersion  = 2
 	MaxDevices    = 16
 	MaxSlots      = 256
 	HeaderSize    = 64
 	DeviceRecSize = 64
 	SlotSize      = 384
-	StateSize     = HeaderSize + MaxDevices*DeviceRecSize + MaxSlots*SlotSize
 	ownerReaping  = 1 << 63
+
+	// The timeline (fg_sched.h): per slot a launch ring and snapshot buffers.
+	RingEntries   = 512
+	RingEntrySize = 32
+	SnapBufs      = 4
+	SnapCtxSize   = 32
+	SnapSize      = 64 + MaxSlots*SnapCtxSize
+	SchedSlotSize = 64 + RingEntries*RingEntrySize + SnapBufs*SnapSize
+	schedOffset   = HeaderSize + MaxDevices*DeviceRecSize + MaxSlots*SlotSize
+	StateSize     = schedOffset + MaxSlots*SchedSlotSize
 )
 
 type rawHeader struct {
@@ -37,16 +46,17 @@ type rawHeader struct {
 	SlotHWM           uint32
 	ConfigFingerprint uint64
 	BootID            uint64
-	Reserved          uint64
+	SliceNs           uint64
 }
 
 type rawDevice struct {
 	MemBytes    uint64
-	TailNs      uint64
+	Reserved0   uint64
 	BusyTotalNs uint64
 	XidSeq      uint64
 	XidLast     uint64
-	Reserved    [3]uint64
+	Sched       uint64
+	Reserved    [2]uint64
 }
 
 type rawSlot struct {
@@ -58,17 +68,41 @@ type rawSlot struct {
 	Reserved  [6]uint64
 }
 
+// rawState is the file up to the timeline, which ReadState reads separately.
 type rawState struct {
 	Header  rawHeader
 	Devices [MaxDevices]rawDevice
 	Slots   [MaxSlots]rawSlot
 }
 
+type rawSnapCtx struct {
+	Tag     uint64
+	DonePos uint64
+	BusyNs  uint64
+	Next    uint64
+}
+
+type rawSnap struct {
+	Gen      uint64
+	SimNs    uint64
+	Dev      int32
+	Cur      int32
+	SliceEnd uint64
+	BusyNs   uint64
+	NCtx     uint64
+	Reserved [2]uint64
+	Ctx      [MaxSlots]rawSnapCtx
+}
+
 // Device is one simulated GPU's node-wide record.
 type Device struct {
 	MemBytes    uint64 // physical capacity
-	TailNs      uint64 // CLOCK_MONOTONIC ns when its queued kernels finish
 	BusyTotalNs uint64 // kernel time ever queued on it
+	// The committed timeline: at CLOCK_MONOTONIC SchedNs the device had run
+	// RunNs of kernels in all. Exact at that instant; a commit happens at most
+	// every 2 ms while processes synchronise or launch (0 before the first).
+	SchedNs uint64
+	RunNs   uint64
 }
 
 // Process is one claimed slot: a process that has initialised the simulated driver.
@@ -80,30 +114,43 @@ type Process struct {
 	ClaimedNs  uint64
 	Used       []uint64 // physical bytes per device
 	BusyNs     []uint64 // kernel time queued per device
+	RunNs      []uint64 // kernel time run per device, at that device's SchedNs
 	Contexts   []uint32 // live contexts per device
 }
 
 // State is a snapshot of the node state file. Memory used on a device is the sum
 // over Processes (dead ones count until a reaper zeroes their slot).
 type State struct {
+	SliceNs   uint64 // time slice of a context on a shared device
 	Devices   []Device
 	Processes []Process
 }
 
-// ReadState parses the state file at path (FAKEGPU_STATE of the processes).
+// ReadState parses the state file at path (FAKEGPU_STATE of the processes). It
+// reads only what is in use (the claimed slots, each device's committed
+// timeline up to its last context): tests sample it every few milliseconds.
 func ReadState(path string) (*State, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read fakegpu state: %w", err)
 	}
-	if len(b) != StateSize {
-		return nil, fmt.Errorf("fakegpu state %s: size %d, want %d", path, len(b), StateSize)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("read fakegpu state: %w", err)
 	}
-	var raw rawState
-	if err := binary.Read(bytes.NewReader(b), binary.LittleEndian, &raw); err != nil {
+	if fi.Size() != StateSize {
+		return nil, fmt.Errorf("fakegpu state %s: size %d, want %d", path, fi.Size(), StateSize)
+	}
+	b := make([]byte, schedOffset)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return nil, fmt.Errorf("read fakegpu state %s: %w", path, err)
+	}
+	var h rawHeader
+	var devs [MaxDevices]rawDevice
+	if err := binary.Read(bytes.NewReader(b), binary.LittleEndian, &h); err != nil {
 		return nil, fmt.Errorf("decode fakegpu state %s: %w", path, err)
 	}
-	h := raw.Header
 	if h.Magic != StateMagic || h.Version != StateVersion || h.SlotSize != SlotSize || h.MaxSlots != MaxSlots {
 		return nil, fmt.Errorf("fakegpu state %s: magic %#x version %d slot size %d: not a version %d state file",
 			path, h.Magic, h.Version, h.SlotSize, StateVersion)
@@ -111,18 +158,33 @@ func ReadState(path string) (*State, error) {
 	if h.DeviceCount > MaxDevices {
 		return nil, fmt.Errorf("fakegpu state %s: device count %d > %d", path, h.DeviceCount, MaxDevices)
 	}
-	st := &State{}
-	for d := 0; d < int(h.DeviceCount); d++ {
-		r := raw.Devices[d]
-		st.Devices = append(st.Devices, Device{MemBytes: r.MemBytes, TailNs: r.TailNs, BusyTotalNs: r.BusyTotalNs})
+	if err := binary.Read(bytes.NewReader(b[HeaderSize:]), binary.LittleEndian, &devs); err != nil {
+		return nil, fmt.Errorf("decode fakegpu state %s: %w", path, err)
 	}
+	st := &State{SliceNs: h.SliceNs}
+	snaps := make([]snapView, h.DeviceCount)
+	for d := 0; d < int(h.DeviceCount); d++ {
+		r := devs[d]
+		if err := readSnap(f, d, &snaps[d]); err != nil {
+			return nil, fmt.Errorf("fakegpu state %s: device %d timeline: %w", path, d, err)
+		}
+		st.Devices = append(st.Devices, Device{MemBytes: r.MemBytes, BusyTotalNs: r.BusyTotalNs,
+			SchedNs: snaps[d].simNs, RunNs: snaps[d].busyNs})
+	}
+	n := int(h.DeviceCount)
 	for i := 0; i < int(h.SlotHWM) && i < MaxSlots; i++ {
-		s := raw.Slots[i]
+		s := decodeSlot(b[HeaderSize+MaxDevices*DeviceRecSize+i*SlotSize:])
 		if s.Owner == 0 {
 			continue
 		}
-		n := int(h.DeviceCount)
+		run := make([]uint64, n)
+		for d := range run {
+			if i < len(snaps[d].ctx) && snaps[d].ctx[i].Tag == s.Owner {
+				run[d] = snaps[d].ctx[i].BusyNs
+			}
+		}
 		st.Processes = append(st.Processes, Process{
+			RunNs:      run,
 			Slot:       i,
 			Pid:        int(uint32(s.Owner)),
 			StartTicks: (s.Owner >> 32) & 0x7fffffff,
@@ -134,6 +196,78 @@ func ReadState(path string) (*State, error) {
 		})
 	}
 	return st, nil
+}
+
+var le = binary.LittleEndian
+
+// decodeSlot decodes one rawSlot from b (SlotSize bytes) field by field:
+// reflection-based decoding of every slot was most of a ReadState.
+func decodeSlot(b []byte) rawSlot {
+	var s rawSlot
+	used, busy, ctxs := unsafe.Offsetof(s.Used), unsafe.Offsetof(s.BusyNs), unsafe.Offsetof(s.Contexts)
+	s.Owner, s.ClaimedNs = le.Uint64(b), le.Uint64(b[unsafe.Offsetof(s.ClaimedNs):])
+	for d := uintptr(0); d < MaxDevices; d++ {
+		s.Used[d] = le.Uint64(b[used+8*d:])
+		s.BusyNs[d] = le.Uint64(b[busy+8*d:])
+		s.Contexts[d] = le.Uint32(b[ctxs+4*d:])
+	}
+	return s
+}
+
+// snapView is the part of a committed snapshot ReadState reports.
+type snapView struct {
+	simNs, busyNs uint64
+	ctx           []rawSnapCtx // records [0, nctx)
+}
+
+// readSnap decodes the snapshot device dev's sched word names (none yet: the
+// empty timeline). The file changes while we read: a copy whose generation is
+// not the word's, or read while the word moved, is read again.
+func readSnap(f *os.File, dev int, out *snapView) error {
+	wordAt := int64(HeaderSize + dev*DeviceRecSize + int(unsafe.Offsetof(rawDevice{}.Sched)))
+	var w [8]byte
+	buf := make([]byte, SnapSize)
+	for tries := 0; tries < 1000; tries++ {
+		if _, err := f.ReadAt(w[:], wordAt); err != nil {
+			return err
+		}
+		word := le.Uint64(w[:])
+		if word&0xffff == 0 {
+			*out = snapView{}
+			return nil
+		}
+		b := int64(word&0xffff) - 1
+		if b/SnapBufs >= MaxSlots {
+			return fmt.Errorf("sched word %#x names no buffer", word)
+		}
+		off := schedOffset + (b/SnapBufs)*SchedSlotSize + 64 + RingEntries*RingEntrySize + (b%SnapBufs)*SnapSize
+		if _, err := f.ReadAt(buf[:64], off); err != nil {
+			return err
+		}
+		nctx := le.Uint64(buf[unsafe.Offsetof(rawSnap{}.NCtx):])
+		if nctx > MaxSlots {
+			nctx = MaxSlots
+		}
+		if _, err := f.ReadAt(buf[64:64+nctx*SnapCtxSize], off+64); err != nil {
+			return err
+		}
+		var again [8]byte
+		if _, err := f.ReadAt(again[:], wordAt); err != nil {
+			return err
+		}
+		if le.Uint64(buf) != word>>16 || le.Uint64(again[:]) != word {
+			continue
+		}
+		out.simNs = le.Uint64(buf[unsafe.Offsetof(rawSnap{}.SimNs):])
+		out.busyNs = le.Uint64(buf[unsafe.Offsetof(rawSnap{}.BusyNs):])
+		out.ctx = make([]rawSnapCtx, nctx)
+		for i := range out.ctx {
+			c := buf[64+i*SnapCtxSize:]
+			out.ctx[i] = rawSnapCtx{Tag: le.Uint64(c), DonePos: le.Uint64(c[8:]), BusyNs: le.Uint64(c[16:]), Next: le.Uint64(c[24:])}
+		}
+		return nil
+	}
+	return fmt.Errorf("timeline snapshot kept changing while read")
 }
 
 // UsedBytes is the physical memory in use on device dev by all recorded processes.

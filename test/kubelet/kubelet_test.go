@@ -56,6 +56,8 @@ type cluster struct {
 	// reconcileEvery and gcGrace shorten the plugin's read-back period
 	// and state collection grace (default: an hour, 10 minutes).
 	reconcileEvery, gcGrace time.Duration
+	// deviceList is the plugin's deviceListStrategy (default envvar).
+	deviceList string
 
 	mu         sync.Mutex
 	pods       []*corev1.Pod
@@ -133,6 +135,9 @@ func (c *cluster) startPlugin() {
 	}
 	cfg.PodResourcesSocket = c.podResourcesSocket()
 	cfg.RediscoverInterval = configv1.Duration{} // tests call Rediscover
+	if c.deviceList != "" {
+		cfg.DeviceListStrategy = c.deviceList
+	}
 	cfg.ProcRoot = filepath.Join(c.dir, "proc")
 	if err := c.gpus.WriteMIGMinors(cfg.ProcRoot); err != nil {
 		t.Fatal(err)

@@ -134,6 +134,8 @@ func FuzzParseAssignment(f *testing.F) {
 	f.Add(`{"version":"v1","containers":[{"name":"a","gpus":[{"uuid":"GPU-a","corePercent":100}]}]}`)
 	f.Add(`{"version":"v1","containers":null}`)
 	f.Add(`[]`)
+	f.Add(`{"version":"v1","containers":[{"name":"a","gpus":null,"mig":[{"uuid":"MIG-1","profile":"1g.10gb","parent":"GPU-a"}]}]}`)
+	f.Add(`{"version":"v1","containers":[{"name":"a","gpus":[],"mig":[{"uuid":"MIG-1","profile":"1g.10gb","parent":"GPU-a"},{"uuid":"MIG-1","profile":"1g.10gb","parent":"GPU-a"}]}]}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		roundTrip[Assignment](t, s, ParseAssignment)
 	})
@@ -152,4 +154,38 @@ func FuzzParseNodeGPUs(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		roundTrip[NodeGPUs](t, s, ParseNodeGPUs)
 	})
+}
+
+// An assignment may name MIG devices (added within v1): one written before
+// them still parses the same, one with them round-trips, and a bad MIG
+// entry is refused with its field named.
+func TestAssignmentMIG(t *testing.T) {
+	old := `{"version":"v1","containers":[{"name":"a","gpus":[{"uuid":"GPU-a","memoryMiB":1024,"corePercent":50}]}]}`
+	a, err := ParseAssignment(old)
+	if err != nil || len(a.Containers[0].MIG) != 0 || a.Containers[0].GPUs[0].CorePercent != 50 {
+		t.Fatalf("pre-MIG assignment: %+v, %v", a, err)
+	}
+	if out, err := Marshal(a); err != nil || out != old {
+		t.Errorf("pre-MIG assignment re-encoded as %q, %v", out, err)
+	}
+	mig := `{"version":"v1","containers":[{"name":"a","gpus":null,"mig":[{"uuid":"MIG-4b1a","profile":"3g.40gb","parent":"GPU-a"}]}]}`
+	a, err = ParseAssignment(mig)
+	if err != nil || len(a.Containers[0].MIG) != 1 || a.Containers[0].MIG[0].Profile != "3g.40gb" || a.Containers[0].MIG[0].Parent != "GPU-a" {
+		t.Fatalf("MIG assignment: %+v, %v", a, err)
+	}
+	if out, err := Marshal(a); err != nil || out != mig {
+		t.Errorf("MIG assignment re-encoded as %q, %v", out, err)
+	}
+	for _, c := range []struct{ in, field string }{
+		{`{"version":"v1","containers":[{"name":"a","gpus":null}]}`, "containers[0].gpus: empty (and no mig devices)"},
+		{`{"version":"v1","containers":[{"name":"a","gpus":null,"mig":[{"uuid":"","profile":"1g.5gb","parent":"GPU-a"}]}]}`, "containers[0].mig[0].uuid"},
+		{`{"version":"v1","containers":[{"name":"a","gpus":null,"mig":[{"uuid":"MIG-1","profile":"1g.5gb","parent":""}]}]}`, "containers[0].mig[0].parent"},
+		{`{"version":"v1","containers":[{"name":"a","gpus":null,"mig":[{"uuid":"MIG-1","profile":"","parent":"GPU-a"}]}]}`, "containers[0].mig[0].profile"},
+		{`{"version":"v1","containers":[{"name":"a","gpus":null,"mig":[{"uuid":"MIG-1","profile":"1g.5gb","parent":"GPU-a"},{"uuid":"MIG-1","profile":"1g.5gb","parent":"GPU-a"}]}]}`, "containers[0].mig[1].uuid: duplicate"},
+		{`{"version":"v1","containers":[{"name":"a","gpus":null,"mig":[{"uuid":"MIG-1","profile":"1g.5gb","parent":"GPU-a","extra":1}]}]}`, "unknown field"},
+	} {
+		if _, err := ParseAssignment(c.in); err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: err = %v, want it to name %q", c.in, err, c.field)
+		}
+	}
 }

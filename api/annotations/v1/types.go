@@ -24,6 +24,13 @@ type ContainerAssignment struct {
 	// Name is the container's name in the pod spec.
 	Name string     `json:"name"`
 	GPUs []GPUShare `json:"gpus"`
+	// MIG names the MIG devices the container must get (a pod asking for
+	// tessera.io/mig-<profile>): the device, its profile and its parent
+	// GPU, as the node's inventory lists them. Added within v1: absent in
+	// annotations written before it, which parse as before; a reader that
+	// does not know it refuses the annotation (strict decoding) rather
+	// than allocate a whole GPU in its place.
+	MIG []MIGAllocation `json:"mig,omitempty"`
 }
 
 // GPUShare is the part of one physical GPU a container gets.
@@ -59,7 +66,8 @@ type GPUAllocation struct {
 	Slots uint32 `json:"slots,omitempty"`
 }
 
-// MIGAllocation is one MIG device given to a container.
+// MIGAllocation is one MIG device given (or, in an assignment, to be
+// given) to a container.
 type MIGAllocation struct {
 	UUID    string `json:"uuid"`
 	Profile string `json:"profile"`

@@ -72,10 +72,13 @@ func (a *Assignment) Validate() error {
 	}
 	for i, c := range a.Containers {
 		f := fmt.Sprintf("containers[%d].gpus", i)
-		if len(c.GPUs) == 0 {
-			return fmt.Errorf("%s: empty", f)
+		if len(c.GPUs) == 0 && len(c.MIG) == 0 {
+			return fmt.Errorf("%s: empty (and no mig devices)", f)
 		}
 		if err := checkGPUs(f, len(c.GPUs), func(j int) (string, uint32) { return c.GPUs[j].UUID, c.GPUs[j].CorePercent }); err != nil {
+			return err
+		}
+		if err := checkMIG(fmt.Sprintf("containers[%d].mig", i), c.MIG); err != nil {
 			return err
 		}
 	}
@@ -105,17 +108,31 @@ func (a *Allocated) Validate() error {
 		if err := checkGPUs(f+".gpus", len(c.GPUs), func(j int) (string, uint32) { return c.GPUs[j].UUID, c.GPUs[j].CorePercent }); err != nil {
 			return err
 		}
-		for j, m := range c.MIG {
-			mf := fmt.Sprintf("%s.mig[%d]", f, j)
-			if err := checkUUID(mf+".uuid", m.UUID); err != nil {
-				return err
-			}
-			if err := checkUUID(mf+".parent", m.Parent); err != nil {
-				return err
-			}
-			if m.Profile == "" {
-				return fmt.Errorf("%s.profile: empty", mf)
-			}
+		if err := checkMIG(f+".mig", c.MIG); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkMIG checks MIG devices under field f: UUID, parent GPU and profile
+// set, no device twice.
+func checkMIG(f string, ms []MIGAllocation) error {
+	seen := map[string]bool{}
+	for j, m := range ms {
+		mf := fmt.Sprintf("%s[%d]", f, j)
+		if err := checkUUID(mf+".uuid", m.UUID); err != nil {
+			return err
+		}
+		if seen[m.UUID] {
+			return fmt.Errorf("%s.uuid: duplicate MIG device %q", mf, m.UUID)
+		}
+		seen[m.UUID] = true
+		if err := checkUUID(mf+".parent", m.Parent); err != nil {
+			return err
+		}
+		if m.Profile == "" || strings.ContainsAny(m.Profile, " \t\n") {
+			return fmt.Errorf("%s.profile: %q is not a MIG profile", mf, m.Profile)
 		}
 	}
 	return nil

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
+	"tags.cncf.io/container-device-interface/pkg/parser"
 )
 
 // Version is the config schema version this package reads.
@@ -40,6 +41,28 @@ const (
 	MIGStrategyMixed  = "mixed"
 	MIGStrategySingle = "single"
 )
+
+// Device list strategies: how Allocate tells the container runtime which
+// GPUs a container gets.
+const (
+	// DeviceListEnvVar hands over the GPUs' device nodes and
+	// NVIDIA_VISIBLE_DEVICES (no CDI needed; an NVIDIA runtime honours the
+	// variable as well).
+	DeviceListEnvVar = "envvar"
+	// DeviceListCDIAnnotations names CDI devices in a cdi.k8s.io/ annotation
+	// of the response, which a CDI-enabled runtime (containerd >= 1.7,
+	// CRI-O >= 1.23) resolves against the spec of CDIKind.
+	DeviceListCDIAnnotations = "cdi-annotations"
+	// DeviceListCDICRI names CDI devices in ContainerAllocateResponse's
+	// CDIDevices, which kubelet passes to the runtime in the CRI's
+	// CDIDevices field (kubelet >= 1.29, DevicePluginCDIDevices).
+	DeviceListCDICRI = "cdi-cri"
+)
+
+// DefaultCDIKind is the kind of the NVIDIA Container Toolkit's spec
+// (nvidia-ctk cdi generate), whose devices are named by GPU or MIG UUID
+// (and "all").
+const DefaultCDIKind = "nvidia.com/gpu"
 
 // Config is the whole device plugin configuration.
 type Config struct {
@@ -65,6 +88,14 @@ type Config struct {
 	// error).
 	AllowGPUSpill bool   `json:"allowGPUSpill"`
 	MIGStrategy   string `json:"migStrategy"`
+	// DeviceListStrategy is how a container's GPUs reach the runtime:
+	// envvar (device nodes + NVIDIA_VISIBLE_DEVICES), cdi-annotations or
+	// cdi-cri (CDI device names of CDIKind, one per GPU or MIG UUID).
+	DeviceListStrategy string `json:"deviceListStrategy"`
+	// CDIKind is the vendor/class of the CDI spec the CDI strategies name
+	// devices in: the NVIDIA Container Toolkit's by default; any spec with
+	// one device per GPU UUID works (the simulated driver's in tests).
+	CDIKind string `json:"cdiKind"`
 	// RediscoverInterval is how often the GPUs' MIG layout is read again;
 	// a change is advertised without a restart. 0 disables it.
 	RediscoverInterval Duration `json:"rediscoverInterval"`
@@ -94,6 +125,48 @@ type Config struct {
 	MetricsAddress string       `json:"metricsAddress"`
 	Health         HealthConfig `json:"health"`
 	Log            LogConfig    `json:"log"`
+	// ComputePriority maps pods to the compute priority their gpu-core
+	// allocations get (docs/device-plugin.md "Compute policy and priority").
+	ComputePriority ComputePriorityConfig `json:"computePriority"`
+}
+
+// ComputePriorityConfig is the table from a pod to its priority class P0..P3:
+// the tessera.io/priority annotation (the class names P0..P3 and the aliases
+// listed here), else the pod's PriorityClass value against ClassValues. All
+// empty: the default table (aliases realtime, online, training, batch,
+// evaluation; values ≥ 1,000,000 P0, ≥ 100,000 P1, ≥ 1,000 P2, else P3).
+type ComputePriorityConfig struct {
+	Annotation   map[string]string `json:"annotation,omitempty"`
+	ClassValues  []ClassValue      `json:"classValues,omitempty"`
+	DefaultClass string            `json:"defaultClass,omitempty"`
+}
+
+// ClassValue maps PriorityClass values of at least AtLeast to Class.
+type ClassValue struct {
+	AtLeast int32  `json:"atLeast"`
+	Class   string `json:"class"`
+}
+
+// check reports malformed class names (the table's own rules, such as an
+// inverted ClassValues order, are checked when the plugin builds it).
+func (c ComputePriorityConfig) check(bad func(field, format string, args ...any)) {
+	valid := func(s string) bool {
+		t := strings.TrimSpace(s)
+		return len(t) == 2 && (t[0] == 'P' || t[0] == 'p') && t[1] >= '0' && t[1] <= '3'
+	}
+	for alias, v := range c.Annotation {
+		if !valid(v) {
+			bad("computePriority.annotation["+alias+"]", "%q is not P0..P3", v)
+		}
+	}
+	for i, row := range c.ClassValues {
+		if !valid(row.Class) {
+			bad(fmt.Sprintf("computePriority.classValues[%d].class", i), "%q is not P0..P3", row.Class)
+		}
+	}
+	if c.DefaultClass != "" && !valid(c.DefaultClass) {
+		bad("computePriority.defaultClass", "%q is not P0..P3", c.DefaultClass)
+	}
 }
 
 // HealthConfig controls NVML-event health checking.
@@ -158,6 +231,8 @@ func Default() *Config {
 		Placement:          PlacementBinpack,
 		AllowGPUSpill:      false,
 		MIGStrategy:        MIGStrategyMixed,
+		DeviceListStrategy: DeviceListEnvVar,
+		CDIKind:            DefaultCDIKind,
 		RediscoverInterval: Duration{time.Minute},
 		ProcRoot:           "/proc",
 		DevRoot:            "/dev",
@@ -249,6 +324,7 @@ func (c *Config) Validate() error {
 	var errs fieldErrors
 	bad := errs.add
 	errs.checkVersionAndNode(c.Version, c.NodeName)
+	c.ComputePriority.check(bad)
 	if c.SplitCount < 1 || c.SplitCount > 1000 {
 		bad("splitCount", "%d out of range [1, 1000]", c.SplitCount)
 	}
@@ -271,6 +347,14 @@ func (c *Config) Validate() error {
 		bad("migStrategy", "%q is not supported: tessera.io/gpu is a time-shared slot with gpu-mem/gpu-core units, not a MIG slice; use %q (tessera.io/mig-<profile>)", c.MIGStrategy, MIGStrategyMixed)
 	default:
 		bad("migStrategy", "%q (want %q or %q)", c.MIGStrategy, MIGStrategyNone, MIGStrategyMixed)
+	}
+	switch c.DeviceListStrategy {
+	case DeviceListEnvVar, DeviceListCDIAnnotations, DeviceListCDICRI:
+	default:
+		bad("deviceListStrategy", "%q (want %q, %q or %q)", c.DeviceListStrategy, DeviceListEnvVar, DeviceListCDIAnnotations, DeviceListCDICRI)
+	}
+	if err := ValidateCDIKind(c.CDIKind); err != nil {
+		bad("cdiKind", "%v", err)
 	}
 	if d := c.RediscoverInterval.Duration; d != 0 && d < time.Second {
 		bad("rediscoverInterval", "%s below 1s (0 disables)", d)
@@ -335,6 +419,22 @@ func (l LogConfig) check(e *fieldErrors) {
 	if l.Format != "json" && l.Format != "text" {
 		e.add("log.format", "%q (want json or text)", l.Format)
 	}
+}
+
+// ValidateCDIKind checks a CDI kind ("vendor/class", e.g. nvidia.com/gpu)
+// with the CDI library's own rules.
+func ValidateCDIKind(kind string) error {
+	vendor, class := parser.ParseQualifier(kind)
+	if vendor == "" || class == "" {
+		return fmt.Errorf("%q is not vendor/class (e.g. %s)", kind, DefaultCDIKind)
+	}
+	if err := parser.ValidateVendorName(vendor); err != nil {
+		return fmt.Errorf("%q: %w", kind, err)
+	}
+	if err := parser.ValidateClassName(class); err != nil {
+		return fmt.Errorf("%q: %w", kind, err)
+	}
+	return nil
 }
 
 // MemoryUnitBytes is the gpu-mem unit in bytes.

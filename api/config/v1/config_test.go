@@ -179,6 +179,10 @@ func TestFileValueErrorsNameTheField(t *testing.T) {
 		"splitCount: ten\n":              "splitCount",
 		"allowGPUSpill: maybe\n":         "allowGPUSpill",
 		"health:\n  ignoredXids: [-1]\n": "health.ignoredXids",
+		"deviceListStrategy: cdi\n":      "deviceListStrategy",
+		"cdiKind: gpu\n":                 "cdiKind",
+		"cdiKind: nvidia.com/g p u\n":    "cdiKind",
+		"cdiKind: /gpu\n":                "cdiKind",
 	} {
 		_, err := resolve(t, "version: v1\nnodeName: n\n"+body)
 		if err == nil || !strings.Contains(err.Error(), field) {
@@ -202,5 +206,21 @@ func TestGPUSpillIsOffUnlessChosen(t *testing.T) {
 	}
 	if c, err = resolve(t, "", "--node-name", "n", "--allow-gpu-spill", "true"); err != nil || !c.AllowGPUSpill {
 		t.Fatalf("--allow-gpu-spill true not applied (err %v)", err)
+	}
+}
+
+// TestDeviceListStrategy: envvar and the NVIDIA kind by default; the CDI
+// strategies and another kind from the file or flags.
+func TestDeviceListStrategy(t *testing.T) {
+	c, err := resolve(t, "", "--node-name", "n")
+	if err != nil || c.DeviceListStrategy != DeviceListEnvVar || c.CDIKind != "nvidia.com/gpu" {
+		t.Fatalf("defaults %q %q (err %v)", c.DeviceListStrategy, c.CDIKind, err)
+	}
+	c, err = resolve(t, "version: v1\nnodeName: n\ndeviceListStrategy: cdi-annotations\ncdiKind: sim.tessera.io/gpu\n")
+	if err != nil || c.DeviceListStrategy != DeviceListCDIAnnotations || c.CDIKind != "sim.tessera.io/gpu" {
+		t.Fatalf("file: %+v (err %v)", c, err)
+	}
+	if c, err = resolve(t, "", "--node-name", "n", "--device-list-strategy", "cdi-cri"); err != nil || c.DeviceListStrategy != DeviceListCDICRI {
+		t.Fatalf("flag: %v (err %v)", c, err)
 	}
 }

@@ -30,6 +30,8 @@ var flagFields = map[string]struct {
 	"placement":            {"binpack or spread (config placement)", func(c *Config, v string) error { c.Placement = v; return nil }},
 	"allow-gpu-spill":      {"true lets a container's gpu-mem/gpu-core span more GPUs than it requested (config allowGPUSpill)", func(c *Config, v string) error { return setBool(&c.AllowGPUSpill, v) }},
 	"mig-strategy":         {"none or mixed (config migStrategy)", func(c *Config, v string) error { c.MIGStrategy = v; return nil }},
+	"device-list-strategy": {"envvar, cdi-annotations or cdi-cri (config deviceListStrategy)", func(c *Config, v string) error { c.DeviceListStrategy = v; return nil }},
+	"cdi-kind":             {"CDI kind of the GPU devices, e.g. nvidia.com/gpu (config cdiKind)", func(c *Config, v string) error { c.CDIKind = v; return nil }},
 	"hook-library":         {"host path of the CUDA hook (config hookLibrary)", func(c *Config, v string) error { c.HookLibrary = v; return nil }},
 	"state-dir":            {"state directory (config stateDir)", func(c *Config, v string) error { c.StateDir = v; return nil }},
 	"kubelet-socket-dir":   {"kubelet device-plugin dir (config kubeletSocketDir)", func(c *Config, v string) error { c.KubeletSocketDir = v; return nil }},

@@ -56,6 +56,78 @@ type MonitorConfig struct {
 	Enforcement  EnforcementConfig `json:"enforcement"`
 	Health       HealthConfig      `json:"health"`
 	Log          LogConfig         `json:"log"`
+	// Balloon is the memory-balloon controller (docs/balloon.md).
+	Balloon BalloonConfig `json:"balloon,omitempty"`
+	// Containerd names the container and pod of a host process through
+	// containerd's API (task PIDs and the CRI's io.kubernetes.* labels).
+	Containerd ContainerdConfig `json:"containerd"`
+	// Kubernetes is the optional API access for Events.
+	Kubernetes KubernetesConfig `json:"kubernetes"`
+	// Arbiter hands out the GPUs' compute time between gpu-core tenants
+	// (docs/hook.md "Compute time slices").
+	Arbiter ArbiterConfig `json:"arbiter"`
+}
+
+// BalloonConfig tunes memory balloons. Only containers whose pod opted in
+// (tessera.io/balloon: "true") are ever lowered.
+type BalloonConfig struct {
+	// Enabled runs the controller (it needs the API server: pods' opt-in).
+	Enabled bool `json:"enabled"`
+	// Interval between passes; an owner waiting in the hook is served within one.
+	Interval Duration `json:"interval"`
+	// Window is how far back the observed peak that sets a floor looks.
+	Window Duration `json:"window"`
+	// Settle is how long usage must stay flat before a cap may be lowered.
+	Settle Duration `json:"settle"`
+	// MarginPercent of the ceiling is kept above the observed peak.
+	MarginPercent int `json:"marginPercent"`
+	// MinFloorMiB: no cap is lowered below it.
+	MinFloorMiB int `json:"minFloorMiB"`
+	// WaitMS is how long an owner's allocation waits in the hook for its memory
+	// (written into the limits file; the hook accepts up to 60000).
+	WaitMS int `json:"waitMs"`
+}
+
+// ContainerdConfig is the monitor's access to containerd.
+type ContainerdConfig struct {
+	// Socket is containerd's gRPC socket. Empty switches the lookup off;
+	// a socket that does not exist when the monitor starts (another
+	// runtime: CRI-O, or containerd elsewhere) switches it off with a log
+	// line, leaving /proc/<pid>/cgroup paths as the only identity.
+	Socket string `json:"socket"`
+	// Namespace is the containerd namespace kubelet's containers live in
+	// (the CRI plugin's "k8s.io").
+	Namespace string `json:"namespace"`
+}
+
+// KubernetesConfig is the optional API server access of a node agent.
+type KubernetesConfig struct {
+	// Kubeconfig is a kubeconfig file; empty uses the in-cluster
+	// configuration (service account) when the agent runs in a pod. With
+	// neither, Events are off (metrics and log lines still say everything).
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+}
+
+// ArbiterConfig is the compute-share arbiter's control loop.
+type ArbiterConfig struct {
+	// Enabled: without the arbiter, hooks fall back to the static share
+	// (hard: paced at it; guaranteed: unthrottled) and priorities are not
+	// enforced.
+	Enabled bool `json:"enabled"`
+	// Tick is how often tenants' measured time and demand are read and
+	// grants written.
+	Tick Duration `json:"tick"`
+	// Quantum is how long a tenant holds a GPU before the next in line.
+	Quantum Duration `json:"quantum"`
+	// IdleAfter: a tenant that neither launched nor waited to launch for
+	// this long is idle (killed, stopped, or done) and frees its turn.
+	IdleAfter Duration `json:"idleAfter"`
+	// PriorityHold keeps lower priorities throttled this long after a
+	// higher-priority tenant was last active.
+	PriorityHold Duration `json:"priorityHold"`
+	// PriorityFloorPercent is the share of the GPU (0..100) a throttled
+	// lower-priority tenant keeps.
+	PriorityFloorPercent int `json:"priorityFloorPercent"`
 }
 
 // EnforcementConfig is the out-of-band check of the driver's per-process truth.
@@ -107,6 +179,11 @@ func DefaultMonitor() *MonitorConfig {
 		},
 		Health: HealthConfig{Enabled: true, IgnoredXids: append([]uint64(nil), DefaultIgnoredXids...)},
 		Log:    LogConfig{Level: "info", Format: "json"},
+		Balloon: BalloonConfig{Interval: Duration{200 * time.Millisecond}, Window: Duration{30 * time.Minute},
+			Settle: Duration{10 * time.Minute}, MarginPercent: 10, MinFloorMiB: 1024, WaitMS: 3000},
+		Containerd: ContainerdConfig{Socket: "/run/containerd/containerd.sock", Namespace: "k8s.io"},
+		Arbiter: ArbiterConfig{Enabled: true, Tick: Duration{time.Millisecond}, Quantum: Duration{10 * time.Millisecond},
+			IdleAfter: Duration{5 * time.Millisecond}, PriorityHold: Duration{100 * time.Millisecond}},
 	}
 }
 
@@ -131,6 +208,14 @@ func (c *MonitorConfig) Validate() error {
 			bad(field, "%q is not an absolute path", p)
 		}
 	}
+	if c.Containerd.Socket != "" {
+		if !filepath.IsAbs(c.Containerd.Socket) {
+			bad("containerd.socket", "%q is not an absolute path", c.Containerd.Socket)
+		}
+		if c.Containerd.Namespace == "" {
+			bad("containerd.namespace", "empty (kubelet's containers are in the CRI plugin's %q)", "k8s.io")
+		}
+	}
 	if _, _, err := net.SplitHostPort(c.ListenAddress); err != nil {
 		bad("listenAddress", "%q is not host:port", c.ListenAddress)
 	}
@@ -142,6 +227,15 @@ func (c *MonitorConfig) Validate() error {
 	atLeast("identityInterval", c.IdentityInterval.Duration, 100*time.Millisecond)
 	atLeast("reapInterval", c.ReapInterval.Duration, 10*time.Millisecond)
 	atLeast("enforcement.interval", c.Enforcement.Interval.Duration, 10*time.Millisecond)
+	atLeast("arbiter.tick", c.Arbiter.Tick.Duration, 100*time.Microsecond)
+	atLeast("arbiter.quantum", c.Arbiter.Quantum.Duration, c.Arbiter.Tick.Duration)
+	atLeast("arbiter.idleAfter", c.Arbiter.IdleAfter.Duration, c.Arbiter.Tick.Duration)
+	if c.Arbiter.PriorityHold.Duration < 0 {
+		bad("arbiter.priorityHold", "negative %s", c.Arbiter.PriorityHold.Duration)
+	}
+	if c.Arbiter.PriorityFloorPercent < 0 || c.Arbiter.PriorityFloorPercent > 100 {
+		bad("arbiter.priorityFloorPercent", "%d outside 0..100", c.Arbiter.PriorityFloorPercent)
+	}
 	if c.Enforcement.Grace.Duration < 0 {
 		bad("enforcement.grace", "negative %s", c.Enforcement.Grace.Duration)
 	}
@@ -157,5 +251,28 @@ func (c *MonitorConfig) Validate() error {
 	}
 	c.Health.check(&errs)
 	c.Log.check(&errs)
+	c.Balloon.check(&errs)
 	return errors.Join(errs...)
+}
+
+func (b *BalloonConfig) check(errs *fieldErrors) {
+	bad := errs.add
+	if b.Interval.Duration < 10*time.Millisecond {
+		bad("balloon.interval", "%s below 10ms", b.Interval.Duration)
+	}
+	if b.Window.Duration <= 0 {
+		bad("balloon.window", "must be positive")
+	}
+	if b.Settle.Duration <= 0 || b.Settle.Duration > b.Window.Duration {
+		bad("balloon.settle", "%s must be positive and at most balloon.window", b.Settle.Duration)
+	}
+	if b.MarginPercent < 0 || b.MarginPercent > 99 {
+		bad("balloon.marginPercent", "%d outside 0..99", b.MarginPercent)
+	}
+	if b.MinFloorMiB < 0 || b.MinFloorMiB > 1<<30 {
+		bad("balloon.minFloorMiB", "%d outside 0..%d", b.MinFloorMiB, 1<<30)
+	}
+	if b.WaitMS < 0 || b.WaitMS > 60000 {
+		bad("balloon.waitMs", "%d outside 0..60000 (the hook's limit)", b.WaitMS)
+	}
 }

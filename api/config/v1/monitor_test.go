@@ -96,3 +96,50 @@ func TestKillNeedsAToleranceThatCoversAContext(t *testing.T) {
 		t.Errorf("allowLowTolerance not parsed: %+v %v", c.Enforcement, err)
 	}
 }
+
+func TestMonitorBalloonConfig(t *testing.T) {
+	c := DefaultMonitor()
+	c.NodeName = "node-1"
+	if err := ParseMonitor([]byte("version: v1\nballoon:\n  enabled: true\n  waitMs: 5000\n"), c); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Balloon.Enabled || c.Balloon.WaitMS != 5000 || c.Balloon.Settle.Duration != 10*time.Minute {
+		t.Fatalf("%+v", c.Balloon)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c.Balloon.WaitMS = 61000
+	c.Balloon.Settle = Duration{time.Hour}
+	c.Balloon.MarginPercent = 100
+	err := c.Validate()
+	for _, field := range []string{"balloon.waitMs", "balloon.settle", "balloon.marginPercent"} {
+		if err == nil || !strings.Contains(err.Error(), field+":") {
+			t.Errorf("Validate: %v, want %s named", err, field)
+		}
+	}
+}
+
+func TestMonitorContainerdAndKubernetesFields(t *testing.T) {
+	c := DefaultMonitor()
+	c.NodeName = "n"
+	if c.Containerd.Socket != "/run/containerd/containerd.sock" || c.Containerd.Namespace != "k8s.io" {
+		t.Fatalf("defaults: %+v", c.Containerd)
+	}
+	if err := ParseMonitor([]byte("version: v1\ncontainerd: {socket: \"\"}\nkubernetes: {kubeconfig: /etc/kc}\n"), c); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil || c.Containerd.Socket != "" || c.Kubernetes.Kubeconfig != "/etc/kc" {
+		t.Fatalf("containerd off: %v %+v", err, c)
+	}
+	c.Containerd = ContainerdConfig{Socket: "run/c.sock"}
+	err := c.Validate()
+	for _, field := range []string{"containerd.socket", "containerd.namespace"} {
+		if err == nil || !strings.Contains(err.Error(), field+":") {
+			t.Errorf("Validate: %v, want %s named", err, field)
+		}
+	}
+	if err := ParseMonitor([]byte("version: v1\ncontainerd: {sockett: /x}\n"), DefaultMonitor()); err == nil || !strings.Contains(err.Error(), "sockett") {
+		t.Errorf("unknown field: %v", err)
+	}
+}

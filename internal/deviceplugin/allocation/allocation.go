@@ -31,11 +31,13 @@ const (
 	RegionPath     = "/run/tessera/region"
 	LimitsPath     = "/run/tessera/limits"
 	CoreLimitsPath = "/run/tessera/core-limits"
+	CoreRegionPath = "/run/tessera/core-region"
 	PreloadPath    = "/etc/ld.so.preload"
 
 	EnvRegion      = "TESSERA_REGION"
 	EnvLimits      = "TESSERA_LIMITS"
 	EnvCoreLimits  = "TESSERA_CORE_LIMITS"
+	EnvCoreRegion  = "TESSERA_CORE_REGION"
 	EnvCtxReserve  = "TESSERA_CTX_RESERVE_MIB"
 	EnvLog         = "TESSERA_LOG"
 	EnvNVIDIA      = "NVIDIA_VISIBLE_DEVICES"
@@ -71,6 +73,12 @@ type Builder struct {
 	// DevRoot is the host side of device nodes as kubelet sees them
 	// (default /dev); containers always see them under /dev.
 	DevRoot string
+	// DeviceList is the config's deviceListStrategy: envvar (or empty)
+	// hands over device nodes and NVIDIA_VISIBLE_DEVICES; cdi-annotations
+	// and cdi-cri name CDI devices of CDIKind instead (see cdi.go).
+	DeviceList string
+	// CDIKind is the vendor/class of the CDI spec (config cdiKind).
+	CDIKind string
 	// LocateMIG reports where a MIG device is now (mig.Locate over NVML).
 	// Nil uses what discovery saw.
 	LocateMIG func(migUUID string) (mig.Location, error)
@@ -116,8 +124,15 @@ func Key(kind resource.Kind, ids []string) string {
 	return string(kind) + "-" + hex.EncodeToString(sum[:8])
 }
 
-// Container builds the response for one container's IDs of one resource.
+// Container builds the response for one container's IDs of one resource,
+// for a container whose pod is not known (Unattributed).
 func (b *Builder) Container(res string, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+	return b.ContainerFor(res, ids, Unattributed)
+}
+
+// ContainerFor builds the response with the pod's compute scheduling (used by
+// gpu-core allocations only).
+func (b *Builder) ContainerFor(res string, ids []string, sched Scheduling) (*pluginapi.ContainerAllocateResponse, error) {
 	kind, ok := resource.KindOf(res)
 	if !ok {
 		return nil, fmt.Errorf("unknown resource %q", res)
@@ -137,7 +152,7 @@ func (b *Builder) Container(res string, ids []string) (*pluginapi.ContainerAlloc
 			return nil, fmt.Errorf("%s: GPU %s is unhealthy", res, s.GPU)
 		}
 	}
-	return b.build(res, kind, ids, shares, false)
+	return b.build(res, kind, ids, shares, false, sched)
 }
 
 // Restore recreates a running container's files from its IDs when they are
@@ -152,13 +167,13 @@ func (b *Builder) Restore(res string, ids []string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", res, err)
 	}
-	_, err = b.build(res, kind, ids, shares, true)
+	_, err = b.build(res, kind, ids, shares, true, Unattributed)
 	return err
 }
 
 // build makes the response and writes the files; keep leaves valid
 // existing limits files untouched.
-func (b *Builder) build(res string, kind resource.Kind, ids []string, shares []resource.Share, keep bool) (*pluginapi.ContainerAllocateResponse, error) {
+func (b *Builder) build(res string, kind resource.Kind, ids []string, shares []resource.Share, keep bool, sched Scheduling) (*pluginapi.ContainerAllocateResponse, error) {
 	var err error
 	if kind == resource.KindMIG {
 		if keep {
@@ -171,14 +186,17 @@ func (b *Builder) build(res string, kind resource.Kind, ids []string, shares []r
 		}
 		return r, nil
 	}
-	r := b.common(shares)
+	r, err := b.common(shares)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", res, err)
+	}
 	b.dirs.RLock()
 	defer b.dirs.RUnlock()
 	switch kind {
 	case resource.KindMem:
 		err = b.addMemory(r, ids, shares, keep)
 	case resource.KindCore:
-		err = b.addCore(r, ids, shares, keep)
+		err = b.addCore(r, ids, shares, keep, sched)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", res, err)
@@ -188,26 +206,30 @@ func (b *Builder) build(res string, kind resource.Kind, ids []string, shares []r
 
 // common is what every tessera response of a container carries, identical
 // across its resources so kubelet merges them without conflict.
-func (b *Builder) common(shares []resource.Share) *pluginapi.ContainerAllocateResponse {
+func (b *Builder) common(shares []resource.Share) (*pluginapi.ContainerAllocateResponse, error) {
 	uuids := make([]string, 0, len(shares))
 	for _, s := range shares {
 		uuids = append(uuids, s.GPU)
 	}
-	devs := b.deviceSpecs(shares)
-	visible := strings.Join(uuids, ",")
-	env := map[string]string{EnvNVIDIA: visible, EnvCUDAVisible: visible, EnvLog: b.HookLogLevel}
+	env := map[string]string{EnvLog: b.HookLogLevel}
 	if b.ContextReserveMiB > 0 {
 		env[EnvCtxReserve] = strconv.Itoa(b.ContextReserveMiB)
 	}
-	return &pluginapi.ContainerAllocateResponse{
+	r := &pluginapi.ContainerAllocateResponse{
 		Envs: env,
 		Mounts: []*pluginapi.Mount{
 			{HostPath: b.HookLibrary, ContainerPath: b.HookLibrary, ReadOnly: true},
 			{HostPath: b.preloadHostPath(), ContainerPath: PreloadPath, ReadOnly: true},
 			{HostPath: b.hookConfHostPath(), ContainerPath: HookConfPath, ReadOnly: true},
 		},
-		Devices: devs,
 	}
+	if b.usesCDI() {
+		return r, b.addCDIDevices(r, uuids)
+	}
+	visible := strings.Join(uuids, ",")
+	r.Envs[EnvNVIDIA], r.Envs[EnvCUDAVisible] = visible, visible
+	r.Devices = b.deviceSpecs(shares)
+	return r, nil
 }
 
 // writeLimits writes one limits file per container allocation, in place
@@ -265,15 +287,27 @@ func (b *Builder) addMemory(r *pluginapi.ContainerAllocateResponse, ids []string
 	return nil
 }
 
-func (b *Builder) addCore(r *pluginapi.ContainerAllocateResponse, ids []string, shares []resource.Share, keep bool) error {
+func (b *Builder) addCore(r *pluginapi.ContainerAllocateResponse, ids []string, shares []resource.Share, keep bool, sched Scheduling) error {
 	dir, err := b.writeLimits(resource.KindCore, ids, "core-limits", keep, shares, func(s resource.Share) region.DeviceLimit {
-		return region.DeviceLimit{UUID: s.GPU, CoreLimitPct: uint32(s.CorePct)}
+		return region.DeviceLimit{UUID: s.GPU, CoreLimitPct: uint32(s.CorePct), Policy: sched.Policy, Priority: sched.Priority}
 	})
 	if err != nil {
 		return err
 	}
-	r.Mounts = append(r.Mounts, &pluginapi.Mount{HostPath: filepath.Join(dir, "core-limits"), ContainerPath: CoreLimitsPath, ReadOnly: true})
+	// The core region: where the container's hooks publish the GPU time
+	// they measured, for the node agent's arbiter (docs/hook.md).
+	regionPath := filepath.Join(dir, "core-region")
+	if err := recreateIfInvalid(regionPath, func() error { return region.CreateRegion(regionPath) }); err != nil {
+		return err
+	}
+	if err := os.Chmod(regionPath, writableByAll); err != nil {
+		return err
+	}
+	r.Mounts = append(r.Mounts,
+		&pluginapi.Mount{HostPath: filepath.Join(dir, "core-limits"), ContainerPath: CoreLimitsPath, ReadOnly: true},
+		&pluginapi.Mount{HostPath: regionPath, ContainerPath: CoreRegionPath})
 	r.Envs[EnvCoreLimits] = CoreLimitsPath
+	r.Envs[EnvCoreRegion] = CoreRegionPath
 	return nil
 }
 
@@ -285,6 +319,16 @@ func (b *Builder) addCore(r *pluginapi.ContainerAllocateResponse, ids []string, 
 // sees no device, so a missing or unreadable minors file refuses the
 // allocation instead of starting a container that cannot use its GPU.
 func (b *Builder) mig(shares []resource.Share) (*pluginapi.ContainerAllocateResponse, error) {
+	if b.usesCDI() {
+		// The CDI spec's MIG device (named by its UUID) carries the parent
+		// GPU's node and both capability nodes.
+		var migs []string
+		for _, s := range shares {
+			migs = append(migs, s.MIG...)
+		}
+		r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
+		return r, b.addCDIDevices(r, migs)
+	}
 	minors, err := mig.ReadMinors(b.procRoot())
 	if err != nil {
 		return nil, err

@@ -280,6 +280,7 @@ func TestFilesUsableByNonRootContainers(t *testing.T) {
 			filepath.Join(b.ContainerDir(resource.KindMem, memIDs), "region"):        0o666,
 			filepath.Join(b.ContainerDir(resource.KindMem, memIDs), "limits"):        0o644,
 			filepath.Join(b.ContainerDir(resource.KindCore, coreIDs), "core-limits"): 0o644,
+			filepath.Join(b.ContainerDir(resource.KindCore, coreIDs), "core-region"): 0o666,
 			filepath.Join(b.StateDir, "ld.so.preload"):                               0o644,
 		} {
 			st, err := os.Stat(path)

@@ -37,6 +37,7 @@ import (
 	"github.com/tessera-gpu/tessera/internal/gpu"
 	"github.com/tessera-gpu/tessera/internal/mig"
 	"github.com/tessera-gpu/tessera/internal/podresources"
+	"github.com/tessera-gpu/tessera/internal/priority"
 )
 
 // AwaitPod bounds how long a request waits for the pod informer to deliver
@@ -84,16 +85,21 @@ func New(cfg *configv1.Config, lib nvml.Interface, client kube.Client, podResour
 		AllowGPUSpill: cfg.AllowGPUSpill, AwaitPod: AwaitPod}
 	d.Builder = &allocation.Builder{Manager: mgr, HookLibrary: cfg.HookLibrary, StateDir: cfg.StateDir,
 		ContextReserveMiB: cfg.ContextReserveMiB, HookLogLevel: cfg.HookLogLevel, ProcRoot: cfg.ProcRoot, DevRoot: cfg.DevRoot,
-		AllowGPUSpill: cfg.AllowGPUSpill, LocateMIG: func(u string) (mig.Location, error) { return mig.Locate(lib, u) }}
+		AllowGPUSpill: cfg.AllowGPUSpill, DeviceList: cfg.DeviceListStrategy, CDIKind: cfg.CDIKind,
+		LocateMIG: func(u string) (mig.Location, error) { return mig.Locate(lib, u) }}
+	table, err := priority.ComputeTable(cfg.ComputePriority)
+	if err != nil {
+		return nil, err
+	}
 	d.Reconciler = &reconcile.Reconciler{PodResources: podResources, Pods: d.Pods, Client: client, Manager: mgr, Ledger: d.Ledger,
-		Builder: d.Builder, Metrics: reconcile.NewMetrics(d.Registry), Log: log, Warn: warn, GCGrace: 10 * time.Minute}
+		Builder: d.Builder, Metrics: reconcile.NewMetrics(d.Registry), Log: log, Warn: warn, GCGrace: 10 * time.Minute, Priority: table}
 	d.Inventory = &inventory.Publisher{Client: client, Node: cfg.NodeName, Manager: mgr, Log: log}
 	var uuids []string
 	for _, g := range gpus {
 		uuids = append(uuids, g.UUID)
 	}
 	d.Health = &health.Watcher{Lib: lib, GPUs: uuids, Target: mgr, IgnoredXids: cfg.Health.IgnoredXids, RecoverAfter: cfg.Health.RecoverAfter.Duration, Log: log}
-	d.deps = server.Deps{Manager: mgr, Chooser: d.Chooser, Builder: d.Builder, Ledger: d.Ledger, Log: log,
+	d.deps = server.Deps{Manager: mgr, Chooser: d.Chooser, Builder: d.Builder, Ledger: d.Ledger, Log: log, Priority: table,
 		OnAllocate: d.registerMetrics(gpus)}
 	d.Plugin = &plugin.Plugin{Dir: cfg.KubeletSocketDir, Log: log}
 	for _, res := range mgr.Resources() {

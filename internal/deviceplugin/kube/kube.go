@@ -141,6 +141,10 @@ func annotationPatch(annotations map[string]string) ([]byte, error) {
 	return json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 }
 
+// RESTClient is the underlying core/v1 client, for callers that need a call
+// Client does not name (the node monitor's event recorder sink).
+func (c *REST) RESTClient() rest.Interface { return c.rc }
+
 // CreateEvent implements Client.
 func (c *REST) CreateEvent(ctx context.Context, ev *corev1.Event) error {
 	return c.rc.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Do(ctx).Error()
@@ -153,4 +157,28 @@ func timeout(opts metav1.ListOptions) time.Duration {
 		return 0
 	}
 	return time.Duration(*opts.TimeoutSeconds) * time.Second
+}
+
+// GetPod reads one pod (the node agent learns a container's balloon opt-in and
+// priority from its pod).
+func (c *REST) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	var out corev1.Pod
+	err := c.rc.Get().Namespace(namespace).Resource("pods").Name(name).Do(ctx).Into(&out)
+	return &out, err
+}
+
+// EvictPod asks the API server to evict a pod through the Eviction API (policy/v1),
+// so PodDisruptionBudgets are honoured, and leaves the grace period to the pod's own
+// terminationGracePeriodSeconds. The body is written as JSON rather than as the
+// policy/v1 type: this client's scheme holds core/v1 only (see the package comment).
+func (c *REST) EvictPod(ctx context.Context, namespace, name string) error {
+	body, err := json.Marshal(map[string]any{
+		"apiVersion": "policy/v1", "kind": "Eviction",
+		"metadata": map[string]string{"name": name, "namespace": namespace},
+	})
+	if err != nil {
+		return err
+	}
+	return c.rc.Post().Namespace(namespace).Resource("pods").Name(name).SubResource("eviction").
+		SetHeader("Content-Type", runtime.ContentTypeJSON).Body(body).Do(ctx).Error()
 }

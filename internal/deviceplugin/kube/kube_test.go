@@ -51,8 +51,16 @@ func (s *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/api/v1/nodes/gone":
 		w.WriteHeader(http.StatusNotFound)
 		_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404,"message":"nodes \"gone\" not found"}`)
+	case r.URL.Path == "/api/v1/namespaces/ns/pods/p" && r.Method == http.MethodGet:
+		_, _ = io.WriteString(w, pod)
 	case r.URL.Path == "/api/v1/namespaces/ns/pods/p", r.URL.Path == "/api/v1/nodes/n":
 		_, _ = w.Write(b) // echo is enough: the client discards the result
+	case r.URL.Path == "/api/v1/namespaces/ns/pods/p/eviction":
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Success","code":201}`)
+	case r.URL.Path == "/api/v1/namespaces/ns/pods/pdb/eviction":
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"TooManyRequests","code":429,"message":"Cannot evict pod as it would violate the pod's disruption budget."}`)
 	case r.URL.Path == "/api/v1/namespaces/ns/events":
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write(b)
@@ -162,5 +170,32 @@ func TestCreateEvent(t *testing.T) {
 	if r.method != http.MethodPost || r.path != "/api/v1/namespaces/ns/events" || r.body["kind"] != "Event" ||
 		r.body["apiVersion"] != "v1" || r.body["reason"] != "R" {
 		t.Fatalf("event request = %+v", r)
+	}
+}
+
+func TestEvictPodPostsAnEvictionWithThePodsGrace(t *testing.T) {
+	c, s := newClient(t)
+	if err := c.EvictPod(context.Background(), "ns", "p"); err != nil {
+		t.Fatal(err)
+	}
+	r := s.last()
+	meta, _ := r.body["metadata"].(map[string]any)
+	if r.method != http.MethodPost || r.path != "/api/v1/namespaces/ns/pods/p/eviction" || r.body["kind"] != "Eviction" ||
+		r.body["apiVersion"] != "policy/v1" || meta["name"] != "p" || meta["namespace"] != "ns" {
+		t.Fatalf("eviction request = %+v", r)
+	}
+	if _, ok := r.body["deleteOptions"]; ok {
+		t.Errorf("the eviction overrides the pod's grace period: %+v", r.body)
+	}
+	if err := c.EvictPod(context.Background(), "ns", "pdb"); !apierrors.IsTooManyRequests(err) {
+		t.Errorf("an eviction a disruption budget refuses: err = %v, want TooManyRequests", err)
+	}
+}
+
+func TestGetPod(t *testing.T) {
+	c, _ := newClient(t)
+	p, err := c.GetPod(context.Background(), "ns", "p")
+	if err != nil || p.Name != "p" || p.Spec.NodeName != "n" {
+		t.Fatalf("GetPod = %+v, %v", p, err)
 	}
 }

@@ -7,7 +7,9 @@
 // answer comes from those GPUs. Otherwise the container's other tessera
 // resources pin it to their GPUs, and failing that a local policy places it
 // (binpack or spread; multi-GPU `gpu` requests by go-gpuallocator's
-// NVLink-aware best-effort policy).
+// NVLink-aware best-effort policy). A `mig-<profile>` request is answered
+// with the MIG devices the assignment's containers[].mig names (mig.go),
+// else by the local policy.
 package preferred
 
 import (
@@ -107,7 +109,10 @@ func keepMust(ids []string, must []resource.ID, size int) []string {
 }
 
 func (c *Chooser) choose(res string, kind resource.Kind, cand *Candidate, pool *pool, must []resource.ID, size int) []string {
-	if cand != nil && kind != resource.KindMIG {
+	if cand != nil && kind == resource.KindMIG {
+		return c.chooseMIG(res, cand, pool, must, size)
+	}
+	if cand != nil {
 		log := c.Log.With("pod", cand.Ref.Namespace+"/"+cand.Ref.Pod, "container", cand.Ref.Container, "resource", res, "size", size)
 		if ids, used, err := c.fromAssignment(cand, kind, pool.clone(), must, size); used {
 			if err == nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
 	"github.com/tessera-gpu/tessera/internal/hostproc"
 	"github.com/tessera-gpu/tessera/internal/podresources"
+	"github.com/tessera-gpu/tessera/internal/priority"
 	"github.com/tessera-gpu/tessera/internal/statedir"
 )
 
@@ -63,6 +64,8 @@ type Reconciler struct {
 	Metrics      *Metrics
 	Log          *slog.Logger
 	Warn         func(pod *corev1.Pod, reason, message string)
+	// Priority resolves pods' compute priority classes (nil: the default table).
+	Priority *priority.Table
 	// GCGrace keeps unreferenced state directories this long, covering the
 	// gap between Allocate and the container showing up in PodResources.
 	GCGrace time.Duration
@@ -182,7 +185,7 @@ func (r *Reconciler) keepUnlisted(listed []podresources.Pod, truth map[ledger.Co
 				continue
 			}
 			kept[res] = byRes[res]
-			r.restore(res, byRes[res], live)
+			r.restore(res, byRes[res], live, pod)
 		}
 		if len(kept) > 0 {
 			truth[ref] = kept
@@ -225,7 +228,7 @@ func (r *Reconciler) podTruth(pr *podresources.Pod, pod *corev1.Pod, truth map[l
 				truth[ref] = map[string][]string{}
 			}
 			truth[ref][res] = ids
-			r.restore(res, ids, live)
+			r.restore(res, ids, live, pod)
 			r.addShares(&ca, gpus, res, ids)
 		}
 		if len(gpus) > 0 || len(ca.MIG) > 0 {
@@ -275,7 +278,7 @@ func (r *Reconciler) addShares(ca *annotations.ContainerAllocation, gpus map[str
 
 // restore recreates a container's files from its IDs; after a plugin
 // restart or a wiped state dir the hook keeps working.
-func (r *Reconciler) restore(res string, ids []string, live map[string]bool) {
+func (r *Reconciler) restore(res string, ids []string, live map[string]bool, pod *corev1.Pod) {
 	kind, _ := resource.KindOf(res)
 	if kind != resource.KindMem && kind != resource.KindCore {
 		return
@@ -283,6 +286,27 @@ func (r *Reconciler) restore(res string, ids []string, live map[string]bool) {
 	live[allocation.Key(kind, ids)] = true
 	if err := r.Builder.Restore(res, ids); err != nil {
 		r.Log.Warn("restore container files", "resource", res, "err", err)
+		return
+	}
+	if kind == resource.KindCore && pod != nil {
+		r.correctScheduling(ids, pod)
+	}
+}
+
+// correctScheduling writes the pod's compute policy and priority into its
+// gpu-core allocation in place: Allocate may have attributed it to the wrong
+// pod, or to none, and annotations can change.
+func (r *Reconciler) correctScheduling(ids []string, pod *corev1.Pod) {
+	table := r.Priority
+	if table == nil {
+		table = priority.DefaultTable()
+	}
+	sched, err := allocation.SchedulingOf(pod, table)
+	if err != nil {
+		r.Log.Warn("compute scheduling of the pod unusable; guaranteed at the lowest priority", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
+	if err := r.Builder.SetScheduling(ids, sched); err != nil {
+		r.Log.Warn("correct compute scheduling", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 	}
 }
 

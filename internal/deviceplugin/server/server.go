@@ -27,6 +27,7 @@ import (
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/pods"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/preferred"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
+	"github.com/tessera-gpu/tessera/internal/priority"
 )
 
 // Deps are what a resource server delegates to.
@@ -38,6 +39,9 @@ type Deps struct {
 	Log     *slog.Logger
 	// OnAllocate is called after a successful Allocate (metrics, benchmarks).
 	OnAllocate func(resource string, ids []string)
+	// Priority resolves a pod's compute priority class (nil: the default
+	// table, priority.DefaultTable).
+	Priority *priority.Table
 }
 
 // Server serves one resource.
@@ -216,7 +220,7 @@ func (s *Server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 			s.log.Error("allocate refused", "ids", len(cr.DevicesIds), "pod", c.ref.Namespace+"/"+c.ref.Pod, "container", c.ref.Container, "err", err)
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
-		r, err := s.deps.Builder.Container(s.resource, cr.DevicesIds)
+		r, err := s.deps.Builder.ContainerFor(s.resource, cr.DevicesIds, s.scheduling(who))
 		if err != nil {
 			s.log.Error("allocate refused", "ids", len(cr.DevicesIds), "err", err)
 			return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -228,6 +232,32 @@ func (s *Server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		resp.ContainerResponses = append(resp.ContainerResponses, r)
 	}
 	return resp, nil
+}
+
+// scheduling is the compute policy and priority of a gpu-core allocation's
+// pod; other resources, and allocations whose pod is unknown, get
+// allocation.Unattributed (the reconciliation corrects them).
+func (s *Server) scheduling(who func() claimant) allocation.Scheduling {
+	if kind, _ := resource.KindOf(s.resource); kind != resource.KindCore || s.deps.Chooser.Pods == nil {
+		return allocation.Unattributed
+	}
+	c := who()
+	if !c.known {
+		return allocation.Unattributed
+	}
+	p := s.deps.Chooser.Pods.Get(c.ref.Namespace, c.ref.Pod)
+	if p == nil || string(p.UID) != c.ref.PodUID {
+		return allocation.Unattributed
+	}
+	table := s.deps.Priority
+	if table == nil {
+		table = priority.DefaultTable()
+	}
+	sched, err := allocation.SchedulingOf(p, table)
+	if err != nil {
+		s.log.Warn("compute scheduling of the pod unusable; guaranteed at the lowest priority", "pod", c.ref.Namespace+"/"+c.ref.Pod, "err", err)
+	}
+	return sched
 }
 
 // claimant is the container an Allocate of n IDs is believed to serve.

@@ -6,6 +6,7 @@ package bench
 import (
 	"fmt"
 	"math/rand/v2"
+	"syscall"
 	"time"
 
 	"github.com/tessera-gpu/tessera/internal/engine"
@@ -33,11 +34,27 @@ type CycleSetup struct {
 type CycleResult struct {
 	Attempts, Placed, Preempted int
 	Elapsed                     time.Duration
-	Running, Pending            int
+	// CPU is the process's CPU time over the timed cycles (garbage
+	// collection included): on a shared machine the wall time counts the
+	// other jobs too, the CPU time only this one.
+	CPU              time.Duration
+	Running, Pending int
 }
 
 // PerSecond is pods attempted per second.
 func (r CycleResult) PerSecond() float64 { return float64(r.Attempts) / r.Elapsed.Seconds() }
+
+// PerCPUSecond is pods attempted per second of CPU time.
+func (r CycleResult) PerCPUSecond() float64 { return float64(r.Attempts) / r.CPU.Seconds() }
+
+// processCPU is the CPU time the process used so far (user + system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 // CycleConfig is the cycle the throughput target names — pop, fit, place
 // or fail, requeue — with ageing, backoff and bounded reservations on and
@@ -117,9 +134,10 @@ func RunCycle(s CycleSetup) (CycleResult, error) {
 			running = running[:len(running)-1]
 		}
 		now = now.Add(10 * time.Second) // every backoff has ended
-		t := time.Now()
+		t, cpu := time.Now(), processCPU()
 		res.Attempts += e.Cycle(now)
 		res.Elapsed += time.Since(t)
+		res.CPU += processCPU() - cpu
 		for _, ev := range e.Events() {
 			switch ev.Kind {
 			case engine.Placed:

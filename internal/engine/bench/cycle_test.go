@@ -40,3 +40,16 @@ func BenchmarkCycle10000(b *testing.B) {
 		b.Logf("%+v", res)
 	}
 }
+
+func BenchmarkCycle10000WithPreemption(b *testing.B) {
+	syn := pbench.Synthetic{Nodes: 10000, GPUs: 8, Models: 2, CPU: 128000, MemMiB: 1 << 20}
+	pods := loadPods(b)
+	for i := 0; i < b.N; i++ {
+		res, err := RunCycle(CycleSetup{Nodes: syn.Specs(), Pods: pods, Pending: 10000, Rounds: 5, FreedPerRound: 500, Engine: FullConfig(), Seed: 42})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(res.PerSecond(), "pods/s")
+		b.Logf("%+v", res)
+	}
+}

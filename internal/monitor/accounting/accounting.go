@@ -55,6 +55,12 @@ type GPU struct {
 	HasCore      bool
 	CoreLimitPct uint32
 	Priority     int32
+	Hard         bool // compute policy hard (else guaranteed)
+	// From the core region, when the allocation has one (HasCompute): the
+	// GPU time its hooks measured and the time launches waited for a grant.
+	HasCompute  bool
+	BusyNs      uint64
+	ThrottledNs uint64
 }
 
 // Proc is one occupied slot of a region.
@@ -86,6 +92,9 @@ type Reader struct {
 	Log      *slog.Logger
 	// OnSkip is called for every skipped file (the metric).
 	OnSkip func(Skip)
+	// OnNewSkip is called when a file is first skipped for a reason (when
+	// it is logged): the Event on its pod.
+	OnNewSkip func(Skip)
 
 	mu     sync.Mutex
 	logged map[string]string // key/file → reason last logged
@@ -173,8 +182,31 @@ func (r *Reader) readCore(a *Allocation) error {
 	if err != nil {
 		return r.skip(a.Entry.Key, statedir.CoreLimitsFile, err)
 	}
-	for _, l := range limits {
-		a.GPUs = append(a.GPUs, GPU{UUID: l.UUID, HasCore: true, CoreLimitPct: l.CoreLimitPct, Priority: l.Priority})
+	var comp [region.MaxDevices]region.Compute
+	hasCompute := false
+	path := a.Entry.CoreRegion()
+	if reg, err := r.maps.region(path); err == nil {
+		// Optional: allocations from a plugin before compute time slices have
+		// none. A bad one is skipped like any region, the limits still count.
+		if gerr := region.Guard(path, func() {
+			if err = reg.Check(); err == nil {
+				for i := range limits {
+					comp[i] = reg.Compute(i)
+				}
+			}
+		}); gerr != nil {
+			r.maps.drop(path)
+			err = gerr
+		}
+		if err != nil {
+			r.skip(a.Entry.Key, statedir.CoreRegionFile, err)
+		} else {
+			hasCompute = true
+		}
+	}
+	for i, l := range limits {
+		a.GPUs = append(a.GPUs, GPU{UUID: l.UUID, HasCore: true, CoreLimitPct: l.CoreLimitPct, Priority: l.Priority,
+			Hard: l.Policy == region.PolicyHard, HasCompute: hasCompute, BusyNs: comp[i].BusyNs, ThrottledNs: comp[i].ThrottledNs})
 	}
 	return nil
 }
@@ -217,9 +249,13 @@ func (r *Reader) skip(key, file string, err error) error {
 		r.logged = map[string]string{}
 	}
 	id := key + "/" + file
-	if r.logged[id] != s.Reason {
-		r.logged[id] = s.Reason
-		r.Log.Warn("state file skipped", "key", key, "file", file, "reason", s.Reason, "err", err)
+	if r.logged[id] == s.Reason {
+		return err
+	}
+	r.logged[id] = s.Reason
+	r.Log.Warn("state file skipped", "key", key, "file", file, "reason", s.Reason, "err", err)
+	if r.OnNewSkip != nil {
+		r.OnNewSkip(s)
 	}
 	return err
 }
@@ -228,7 +264,7 @@ func (r *Reader) skip(key, file string, err error) error {
 func (r *Reader) clear(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, f := range []string{statedir.LimitsFile, statedir.RegionFile, statedir.CoreLimitsFile, statedir.ContainersDir} {
+	for _, f := range []string{statedir.LimitsFile, statedir.RegionFile, statedir.CoreLimitsFile, statedir.CoreRegionFile, statedir.ContainersDir} {
 		delete(r.logged, key+"/"+f)
 	}
 }

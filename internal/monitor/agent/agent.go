@@ -18,12 +18,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/arbiter"
+	"github.com/tessera-gpu/tessera/internal/balloon"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/health"
 	"github.com/tessera-gpu/tessera/internal/hostproc"
 	"github.com/tessera-gpu/tessera/internal/monitor/accounting"
+	"github.com/tessera-gpu/tessera/internal/monitor/balloons"
 	"github.com/tessera-gpu/tessera/internal/monitor/enforce"
 	"github.com/tessera-gpu/tessera/internal/monitor/gpus"
 	"github.com/tessera-gpu/tessera/internal/monitor/identity"
+	"github.com/tessera-gpu/tessera/internal/monitor/lease"
 	"github.com/tessera-gpu/tessera/internal/monitor/metrics"
 	"github.com/tessera-gpu/tessera/internal/monitor/reaper"
 )
@@ -40,6 +44,15 @@ type Agent struct {
 	Reaper   *reaper.Reaper
 	// Enforcer is the out-of-band check (nil without NVML).
 	Enforcer *enforce.Enforcer
+	// Balloons is the memory-balloon controller (nil unless balloon.enabled; the
+	// caller sets its Pods, Evictor and Publisher, which need the API server).
+	Balloons *balloons.Controller
+	// Lease makes one monitor per node the acting one (node.go).
+	Lease *lease.Lease
+	Node  *metrics.Node
+	// Arbiter hands out compute time between gpu-core tenants (nil when
+	// disabled).
+	Arbiter *arbiter.Arbiter
 }
 
 // New builds an agent from a validated configuration.
@@ -64,11 +77,25 @@ func New(cfg *configv1.MonitorConfig, log *slog.Logger, source identity.Source, 
 			OnSpare:  func(_ hostproc.Process, reason string) { counters.Spared.WithLabelValues(reason).Inc() },
 		}
 	}
+	if cfg.Balloon.Enabled {
+		a.Balloons = newBalloons(cfg, log, a.Identity, node, metrics.NewBalloon(reg, cfg.NodeName))
+	}
+	if ac := cfg.Arbiter; ac.Enabled {
+		a.Arbiter = &arbiter.Arbiter{StateDir: cfg.StateDir, Tick: ac.Tick.Duration, Rescan: 200 * time.Millisecond, Log: log,
+			Policy: arbiter.Policy{Quantum: ac.Quantum.Duration, IdleAfter: ac.IdleAfter.Duration,
+				PriorityHold: ac.PriorityHold.Duration, PriorityFloor: float64(ac.PriorityFloorPercent) / 100}}
+	}
 	c := &metrics.Collector{Node: cfg.NodeName, Reader: a.Reader, Owner: a.Identity.Owner, Processes: a.Reaper.Owners}
 	if node != nil {
 		c.GPUs = node
 	}
 	reg.MustRegister(c)
+	a.initNode()
+	if a.Arbiter != nil {
+		// Grants are written into limits files: only the monitor holding the
+		// node lease arbitrates (a DaemonSet surge runs two).
+		a.Arbiter.Active = a.Lease.Held
+	}
 	return a
 }
 
@@ -110,6 +137,7 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	// The loops call NVML: they must all have returned before the caller
 	// shuts NVML down.
 	var loops sync.WaitGroup
+	defer a.runLease(ctx, &loops)() // given back after the loops below have returned
 	defer loops.Wait()
 	defer cancel()
 	loops.Go(func() {
@@ -119,8 +147,14 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 		})
 	})
 	loops.Go(func() { a.Reaper.Run(ctx, a.Config.ReapInterval.Duration) })
+	if a.Arbiter != nil {
+		loops.Go(func() { a.Arbiter.Run(ctx) })
+	}
 	if a.Enforcer != nil {
 		loops.Go(func() { a.Enforcer.Run(ctx, a.Config.Enforcement.Interval.Duration) })
+	}
+	if a.Balloons != nil && a.Balloons.Pods != nil {
+		loops.Go(func() { a.runBalloons(ctx, a.Config.Balloon.Interval.Duration) })
 	}
 	if a.GPUs != nil && a.Config.Health.Enabled {
 		loops.Go(func() {
@@ -142,5 +176,43 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 			return nil
 		}
 		return fmt.Errorf("serve: %w", err)
+	}
+}
+
+// newBalloons builds the balloon controller from the configuration. GPU memory
+// comes from NVML; without NVML no GPU is known and the controller leaves every
+// cap alone.
+func newBalloons(cfg *configv1.MonitorConfig, log *slog.Logger, id *identity.Resolver, node *gpus.Node, m *metrics.Balloon) *balloons.Controller {
+	b := cfg.Balloon
+	physical := func(string) (uint64, bool) { return 0, false }
+	if node != nil {
+		physical = node.MemoryTotal
+	}
+	return &balloons.Controller{
+		StateDir: cfg.StateDir,
+		Policy: balloon.Policy{Window: b.Window.Duration, Settle: b.Settle.Duration, MarginFraction: float64(b.MarginPercent) / 100,
+			MinFloorBytes: uint64(b.MinFloorMiB) << 20, WaitMS: uint64(b.WaitMS)},
+		Owner: id.Owner, Physical: physical, Metrics: m, Log: log,
+	}
+}
+
+// runBalloons runs the balloon controller's passes while this monitor holds
+// the node lease: the controller writes caps into limits files and evicts
+// pods, which a standby monitor (a DaemonSet surge) must never do.
+func (a *Agent) runBalloons(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	defer a.Balloons.Close()
+	for {
+		if a.Lease.Held() {
+			if err := a.Balloons.Step(ctx); err != nil {
+				a.Log.Warn("balloon pass failed", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }

@@ -155,7 +155,7 @@ func TestUnderReportingRegionIsCaughtByTheDriversCount(t *testing.T) {
 	})
 	select {
 	case ev := <-events:
-		if !strings.HasPrefix(ev, "ns/sly/c TesseraGPUMemoryViolation: ") {
+		if !strings.HasPrefix(ev, "ns/sly/c TesseraGPUMemoryOverCap: ") {
 			t.Errorf("event %q", ev)
 		}
 	case <-time.After(5 * time.Second):

@@ -151,12 +151,19 @@ func TestRestartLosesNothingAndReapsNothingTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := n.agentFor(quietLog(), nil)
+	if ok, err := first.Lease.TryAcquire(); !ok || err != nil {
+		t.Fatalf("node lease: %v %v", ok, err)
+	}
 	procs, bytes, err := first.Reaper.Once()
 	if err != nil || procs != 2 || bytes != 50*MiB {
 		t.Fatalf("first monitor reaped %d slots, %d bytes (%v); want 2, 50 MiB", procs, bytes, err)
 	}
 	// Restart: a new monitor over the same files.
+	first.Lease.Release() // as the kernel does when a monitor exits
 	second := n.agentFor(quietLog(), nil)
+	if ok, err := second.Lease.TryAcquire(); !ok || err != nil {
+		t.Fatalf("node lease after restart: %v %v", ok, err)
+	}
 	if procs, bytes, _ := second.Reaper.Once(); procs != 0 || bytes != 0 {
 		t.Fatalf("restarted monitor reaped %d slots, %d bytes again", procs, bytes)
 	}

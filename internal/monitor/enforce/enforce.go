@@ -124,6 +124,14 @@ type Enforcer struct {
 	Killable func(hostproc.Process) bool
 	// Event posts a Warning Event on a pod (nil: none).
 	Event func(ctx context.Context, owner identity.Owner, reason, message string)
+	// ProcessOwner names the Kubernetes container of a host process from
+	// the runtime (containerd's task PIDs and CRI labels); nil or not
+	// found: the process is judged by its cgroup path alone.
+	ProcessOwner func(ctx context.Context, pid uint32) (identity.Owner, bool)
+	// Active says whether this monitor is the node's acting one (the
+	// node lock: during a rollout with surge two run at once, and only
+	// one may report, post Events and kill). Nil: always.
+	Active func() bool
 
 	since map[string]time.Time // violation id → first seen
 	acted map[string]bool
@@ -134,7 +142,12 @@ func (e *Enforcer) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if err := e.Once(ctx); err != nil {
+		if e.Active != nil && !e.Active() {
+			// Standby: the acting monitor checks. Forget what was
+			// seen, so a takeover starts the grace period afresh
+			// instead of acting at once on stale sightings.
+			e.since, e.acted = nil, nil
+		} else if err := e.Once(ctx); err != nil {
 			e.Log.Warn("enforcement check failed", "err", err)
 		}
 		select {
@@ -176,13 +189,45 @@ func (e *Enforcer) Once(ctx context.Context) error {
 	return err
 }
 
+// Event reasons, one per kind of finding and one for a kill.
+const (
+	ReasonNoRegion  = "TesseraGPUMemoryWithoutRegion"
+	ReasonOverCap   = "TesseraGPUMemoryOverCap"
+	ReasonContested = "TesseraGPUProcessContested"
+	ReasonKilled    = "TesseraGPUProcessKilled"
+)
+
+// EventReason is the Event reason of a violation kind.
+func EventReason(kind string) string {
+	switch kind {
+	case KindNoRegion:
+		return ReasonNoRegion
+	case KindOverCap:
+		return ReasonOverCap
+	default:
+		return ReasonContested
+	}
+}
+
+// ownerOf names the container of a violation: PodResources' owner of the
+// state directory (over_cap), else the runtime's owner of its first process.
+func (e *Enforcer) ownerOf(ctx context.Context, v Violation) identity.Owner {
+	if v.Owner != (identity.Owner{}) || e.ProcessOwner == nil || len(v.Processes) == 0 {
+		return v.Owner
+	}
+	o, _ := e.ProcessOwner(ctx, v.Processes[0].PID)
+	return o
+}
+
 func (e *Enforcer) act(ctx context.Context, v Violation) {
+	v.Owner = e.ownerOf(ctx, v)
 	if e.OnDetect != nil {
 		e.OnDetect(v)
 	}
-	e.Log.Warn("GPU memory used outside the accounting", "kind", v.Kind, "gpu", v.GPU, "policy", e.Config.Policy, "detail", v.String())
+	e.Log.Warn("GPU memory used outside the accounting", "kind", v.Kind, "gpu", v.GPU, "policy", e.Config.Policy,
+		"container", v.Owner.String(), "detail", v.String())
 	if e.Event != nil && v.Owner != (identity.Owner{}) {
-		e.Event(ctx, v.Owner, "TesseraGPUMemoryViolation", v.String()+"; policy "+e.Config.Policy)
+		e.Event(ctx, v.Owner, EventReason(v.Kind), v.String()+"; policy "+e.Config.Policy)
 	}
 	if e.Config.Policy != configv1.PolicyKill || v.Kind == KindContested {
 		return // a contested process may be a victim of a forged slot
@@ -199,7 +244,8 @@ func (e *Enforcer) act(ctx context.Context, v Violation) {
 			e.spare(p, SpareNotInProc)
 			continue
 		}
-		if !e.killable(p) {
+		owner, known := e.runtimeOwner(ctx, p)
+		if !known && !e.killable(p) {
 			// A host daemon holding memory on a shared GPU is the
 			// operator's to stop; killing Xorg or DCGM is no remedy.
 			e.Log.Warn("not killing a process outside any Kubernetes pod", "pid", p.PID, "cgroup", p.Cgroup, "kind", v.Kind)
@@ -210,9 +256,15 @@ func (e *Enforcer) act(ctx context.Context, v Violation) {
 			e.Log.Warn("kill failed", "pid", p.PID, "err", err)
 			continue
 		}
-		e.Log.Warn("killed a process that used GPU memory outside its accounting", "pid", p.PID, "kind", v.Kind)
+		if owner == (identity.Owner{}) {
+			owner = v.Owner
+		}
+		e.Log.Warn("killed a process that used GPU memory outside its accounting", "pid", p.PID, "kind", v.Kind, "container", owner.String())
 		if e.OnKill != nil {
 			e.OnKill(p)
+		}
+		if e.Event != nil && owner != (identity.Owner{}) {
+			e.Event(ctx, owner, ReasonKilled, fmt.Sprintf("process %d killed (SIGKILL) by tessera's node monitor: %s", p.PID, v.Kind))
 		}
 	}
 }
@@ -221,6 +273,16 @@ func (e *Enforcer) spare(p hostproc.Process, reason string) {
 	if e.OnSpare != nil {
 		e.OnSpare(p, reason)
 	}
+}
+
+// runtimeOwner is the container the runtime says p runs in. A process
+// containerd lists in a container that the CRI labelled for a pod is a
+// Kubernetes container's, whatever its cgroup path looks like.
+func (e *Enforcer) runtimeOwner(ctx context.Context, p hostproc.Process) (identity.Owner, bool) {
+	if e.ProcessOwner == nil || e.Killable != nil {
+		return identity.Owner{}, false
+	}
+	return e.ProcessOwner(ctx, p.PID)
 }
 
 func (e *Enforcer) killable(p hostproc.Process) bool {

@@ -208,3 +208,15 @@ func (n *Node) Xids(uuid string) map[uint64]uint64 {
 	}
 	return out
 }
+
+// MemoryTotal is a GPU's memory (NVML), for the balloon controller's bound on what
+// a GPU may be promised. It reads nothing else (Sample's per-process utilisation
+// is relative to the previous read and belongs to the scrape).
+func (n *Node) MemoryTotal(uuid string) (uint64, bool) {
+	d, ok := n.ByUUID(uuid)
+	if !ok {
+		return 0, false
+	}
+	m, ret := d.handle.GetMemoryInfo()
+	return m.Total, ret == nvml.SUCCESS
+}

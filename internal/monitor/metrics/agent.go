@@ -39,3 +39,40 @@ func NewAgent(reg prometheus.Registerer, node string) *Agent {
 	}
 	return a
 }
+
+// Balloon holds the balloon controller's series (docs/balloon.md).
+type Balloon struct {
+	Reclaimable *prometheus.GaugeVec // gpu
+	Lent        *prometheus.GaugeVec // gpu
+	Inflations  prometheus.Counter
+	Deflations  prometheus.Counter
+	Evictions   prometheus.Counter
+	OwnerWait   prometheus.Histogram
+	OwnerOOMs   prometheus.Counter
+}
+
+// NewBalloon creates the balloon series and registers them on reg.
+func NewBalloon(reg prometheus.Registerer, node string) *Balloon {
+	cl := prometheus.Labels{"node": node}
+	b := &Balloon{
+		Reclaimable: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tessera_balloon_reclaimable_bytes", ConstLabels: cl,
+			Help: "Memory of settled opted-in containers above their floors that is not lent yet, per GPU."}, []string{"gpu"}),
+		Lent: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tessera_balloon_lent_bytes", ConstLabels: cl,
+			Help: "Memory taken from owners (ceilings minus lowered caps), per GPU."}, []string{"gpu"}),
+		Inflations: prometheus.NewCounter(prometheus.CounterOpts{Name: "tessera_balloon_inflations_total", ConstLabels: cl,
+			Help: "Caps of opted-in containers lowered to their floors."}),
+		Deflations: prometheus.NewCounter(prometheus.CounterOpts{Name: "tessera_balloon_deflations_total", ConstLabels: cl,
+			Help: "Lowered caps raised back to their ceilings."}),
+		Evictions: prometheus.NewCounter(prometheus.CounterOpts{Name: "tessera_balloon_evictions_total", ConstLabels: cl,
+			Help: "Borrowers evicted so that owners get their memory back."}),
+		OwnerWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tessera_balloon_owner_wait_seconds", ConstLabels: cl,
+			Help:    "How long owner allocations waited in the hook for reclaimed memory (the mean of the waits that ended between two passes).",
+			Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30, 60}}),
+		OwnerOOMs: prometheus.NewCounter(prometheus.CounterOpts{Name: "tessera_balloon_owner_ooms_total", ConstLabels: cl,
+			Help: "Owner waits that ended in CUDA_ERROR_OUT_OF_MEMORY because the memory did not come back in time."}),
+	}
+	if reg != nil {
+		reg.MustRegister(b.Reclaimable, b.Lent, b.Inflations, b.Deflations, b.Evictions, b.OwnerWait, b.OwnerOOMs)
+	}
+	return b
+}

@@ -52,9 +52,15 @@ var (
 	descRefused = prometheus.NewDesc("tessera_container_gpu_allocations_refused_total",
 		"Allocations the hook refused because they would pass the cap.", containerGPULabels, nil)
 	descCore = prometheus.NewDesc("tessera_container_gpu_compute_limit_ratio",
-		"The container's compute share of the GPU (core-limits file, 0..1); absent when uncapped. Not enforced by the hook yet.", containerGPULabels, nil)
+		"The container's compute share of the GPU (core-limits file, 0..1); absent when uncapped.", containerGPULabels, nil)
 	descPriority = prometheus.NewDesc("tessera_container_gpu_priority",
-		"The container's priority on the GPU (limits files; reserved for compute arbitration).", containerGPULabels, nil)
+		"The container's compute priority on the GPU, 0 (highest) .. 3 (limits files).", containerGPULabels, nil)
+	descHard = prometheus.NewDesc("tessera_container_gpu_compute_hard",
+		"1 when the container's compute share is hard (never more, even on an idle GPU), 0 when guaranteed.", containerGPULabels, nil)
+	descBusy = prometheus.NewDesc("tessera_container_gpu_busy_seconds_total",
+		"GPU time of the container's kernels and graphs, measured by its hooks with events (core region).", containerGPULabels, nil)
+	descThrottled = prometheus.NewDesc("tessera_container_throttled_seconds_total",
+		"Wall time the container's launches waited for its compute grant (share or priority), summed over its threads.", containerGPULabels, nil)
 	descProcs = prometheus.NewDesc("tessera_container_gpu_processes",
 		"Processes of the container holding memory on the GPU (region slots with bytes on it).", containerGPULabels, nil)
 	descCUtil = prometheus.NewDesc("tessera_container_gpu_utilization_ratio",
@@ -89,7 +95,7 @@ var (
 
 // Describe sends every descriptor.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUsed, descLimit, descPeak, descRefused, descCore, descPriority, descProcs,
+	for _, d := range []*prometheus.Desc{descUsed, descLimit, descPeak, descRefused, descCore, descPriority, descProcs, descHard, descBusy, descThrottled,
 		descSlots, descCReaped, descCReapedBytes, descGPUTotal, descGPUUsed, descPromised, descUtil, descTenants,
 		descHealthy, descXid, descGPUProcs, descRegions, descScrape, descGPUInfo, descCUtil} {
 		ch <- d
@@ -151,6 +157,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if s.gpu.HasCore && s.gpu.CoreLimitPct > 0 {
 			emit(descCore, prometheus.GaugeValue, float64(s.gpu.CoreLimitPct)/100)
+			hard := 0.0
+			if s.gpu.Hard {
+				hard = 1
+			}
+			emit(descHard, prometheus.GaugeValue, hard)
+		}
+		if s.gpu.HasCompute {
+			emit(descBusy, prometheus.CounterValue, float64(s.gpu.BusyNs)/1e9)
+			emit(descThrottled, prometheus.CounterValue, float64(s.gpu.ThrottledNs)/1e9)
 		}
 		emit(descPriority, prometheus.GaugeValue, float64(s.gpu.Priority))
 	}
@@ -222,7 +237,8 @@ func merge(dst *accounting.GPU, g accounting.GPU) {
 	}
 	if g.HasCore {
 		dst.HasCore = true
-		dst.CoreLimitPct = g.CoreLimitPct
+		dst.CoreLimitPct, dst.Hard = g.CoreLimitPct, g.Hard
+		dst.HasCompute, dst.BusyNs, dst.ThrottledNs = g.HasCompute, g.BusyNs, g.ThrottledNs
 	}
 	dst.Priority = max(dst.Priority, g.Priority)
 }

@@ -50,14 +50,19 @@ var descVarLabels = regexp.MustCompile(`variableLabels: \{([^}]*)\}`)
 func TestDocumentedMetricsAreTheRegisteredOnes(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	NewAgent(reg, "n")
+	NewBalloon(reg, "n")
 	reg.MustRegister(&Collector{})
 	ch := make(chan *prometheus.Desc, 100)
 	go func() {
-		for _, c := range []prometheus.Collector{&Collector{}, NewAgent(nil, "n").Bypass, NewAgent(nil, "n").Skipped} {
+		for _, c := range []prometheus.Collector{&Collector{}, NewAgent(nil, "n").Bypass, NewAgent(nil, "n").Skipped, NewNode("n", "/", nil)} {
 			c.Describe(ch)
 		}
 		a := NewAgent(nil, "n")
 		for _, c := range []prometheus.Collector{a.ReapedSlots, a.ReapedBytes, a.Kills, a.Spared, a.IdentityErrors} {
+			c.Describe(ch)
+		}
+		b := NewBalloon(nil, "n")
+		for _, c := range []prometheus.Collector{b.Reclaimable, b.Lent, b.Inflations, b.Deflations, b.Evictions, b.OwnerWait, b.OwnerOOMs} {
 			c.Describe(ch)
 		}
 		close(ch)

@@ -27,6 +27,10 @@ type Reaper struct {
 	Log      *slog.Logger
 	// OnReap sees each region where slots were cleared (metrics, tests).
 	OnReap func(key string, procs int, bytes uint64)
+	// Active says whether this monitor holds the node lease (package
+	// lease); a standby reads the regions for Owners but clears nothing:
+	// the protocol has one TESSERA_REAPER_NODE. Nil: always active.
+	Active func() bool
 	// scan reads the process table (hostproc.Scan; replaced in tests).
 	scan func(procRoot string) (*hostproc.Table, error)
 	// owners maps the host pid of each live slot owner to its state
@@ -54,7 +58,11 @@ func (r *Reaper) Once() (procs int, bytes uint64, err error) {
 		if e.Kind != "mem" {
 			continue
 		}
-		p, b, left, err := reapRegion(e.Region(), table, r.rescan)
+		reap := reapRegion
+		if r.Active != nil && !r.Active() {
+			reap = readRegion
+		}
+		p, b, left, err := reap(e.Region(), table, r.rescan)
 		if err != nil {
 			continue // the reader reports unusable files
 		}
@@ -103,6 +111,18 @@ func (r *Reaper) Owners() map[uint32]string {
 	r.ownersMu.Lock()
 	defer r.ownersMu.Unlock()
 	return r.owners
+}
+
+// readRegion returns a region's slots and clears nothing (a standby's pass).
+func readRegion(path string, _ *hostproc.Table, _ func() *hostproc.Table) (int, uint64, []region.ProcUsage, error) {
+	reg, err := region.OpenRegion(path)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	defer reg.Close()
+	var slots []region.ProcUsage
+	err = region.Guard(path, func() { slots = reg.Usage().Procs })
+	return 0, 0, slots, err
 }
 
 // reapRegion clears a region's dead slots and returns the slots left.

@@ -24,6 +24,19 @@ func Constants() map[string]uint64 {
 		"RegionMagic":    uint64(C.TESSERA_REGION_MAGIC),
 		"SlotReclaimBit": uint64(C.TESSERA_SLOT_RECLAIM_BIT),
 		"ReaperNode":     uint64(C.TESSERA_REAPER_NODE),
+
+		"BalloonCeilingWord":   uint64(C.TESSERA_BALLOON_CEILING),
+		"BalloonWaitMSWord":    uint64(C.TESSERA_BALLOON_WAIT_MS),
+		"BalloonFloorWord":     uint64(C.TESSERA_BALLOON_FLOOR),
+		"BalloonDefaultWaitMS": uint64(C.TESSERA_BALLOON_DEFAULT_WAIT_MS),
+		"PolicyGuaranteed":     uint64(C.TESSERA_POLICY_GUARANTEED),
+		"PolicyHard":           uint64(C.TESSERA_POLICY_HARD),
+		"GrantRateMask":        uint64(C.TESSERA_GRANT_RATE_MASK),
+		"GrantUnpaced":         uint64(C.TESSERA_GRANT_UNPACED),
+		"GrantPPMMax":          uint64(C.TESSERA_GRANT_PPM_MAX),
+		"GrantArbitrated":      uint64(C.TESSERA_GRANT_ARBITRATED),
+		"GrantSolo":            uint64(C.TESSERA_GRANT_SOLO),
+		"HeartbeatStaleNs":     uint64(C.TESSERA_HEARTBEAT_STALE_NS),
 	}
 }
 
@@ -42,7 +55,9 @@ func Layout() map[string]uintptr {
 		"rawDeviceLimit.MemLimitBytes": unsafe.Offsetof(dl.mem_limit_bytes),
 		"rawDeviceLimit.CoreLimitPct":  unsafe.Offsetof(dl.core_limit_pct),
 		"rawDeviceLimit.Priority":      unsafe.Offsetof(dl.priority),
-		"rawDeviceLimit.ComputeWords":  unsafe.Offsetof(dl.compute_words),
+		"rawDeviceLimit.ComputePolicy": unsafe.Offsetof(dl.compute_policy),
+		"rawDeviceLimit.ComputeGrant":  unsafe.Offsetof(dl.compute_grant),
+		"rawDeviceLimit.ComputeBeat":   unsafe.Offsetof(dl.compute_heartbeat_ns),
 		"rawDeviceLimit.BalloonWords":  unsafe.Offsetof(dl.balloon_words),
 
 		"rawLimits":             unsafe.Sizeof(l),
@@ -79,9 +94,23 @@ func Layout() map[string]uintptr {
 		"rawRegion.Compute":     unsafe.Offsetof(r.compute),
 		"rawRegion.Balloon":     unsafe.Offsetof(r.balloon),
 
-		"rawDeviceCompute":          unsafe.Sizeof(dc),
-		"rawDeviceCompute.Reserved": unsafe.Offsetof(dc.reserved),
-		"rawDeviceBalloon":          unsafe.Sizeof(db),
-		"rawDeviceBalloon.Reserved": unsafe.Offsetof(db.reserved),
+		"rawDeviceBalloon":               unsafe.Sizeof(db),
+		"rawDeviceBalloon.WantBytes":     unsafe.Offsetof(db.want_bytes),
+		"rawDeviceBalloon.Waiters":       unsafe.Offsetof(db.waiters),
+		"rawDeviceBalloon.WaitSinceNs":   unsafe.Offsetof(db.wait_since_ns),
+		"rawDeviceBalloon.Waits":         unsafe.Offsetof(db.waits),
+		"rawDeviceBalloon.WaitsGranted":  unsafe.Offsetof(db.waits_granted),
+		"rawDeviceBalloon.WaitsExpired":  unsafe.Offsetof(db.waits_expired),
+		"rawDeviceBalloon.WaitNsTotal":   unsafe.Offsetof(db.wait_ns_total),
+		"rawDeviceBalloon.PollNs":        unsafe.Offsetof(db.poll_ns),
+		"rawDeviceCompute":               unsafe.Sizeof(dc),
+		"rawDeviceCompute.BusyNs":        unsafe.Offsetof(dc.busy_ns),
+		"rawDeviceCompute.Launches":      unsafe.Offsetof(dc.launches),
+		"rawDeviceCompute.DemandNs":      unsafe.Offsetof(dc.demand_ns),
+		"rawDeviceCompute.TokensNs":      unsafe.Offsetof(dc.tokens_ns),
+		"rawDeviceCompute.RefillNs":      unsafe.Offsetof(dc.refill_ns),
+		"rawDeviceCompute.ThrottledNs":   unsafe.Offsetof(dc.throttled_ns),
+		"rawDeviceCompute.ThrottleWaits": unsafe.Offsetof(dc.throttle_waits),
+		"rawDeviceCompute.Reserved":      unsafe.Offsetof(dc.reserved),
 	}
 }

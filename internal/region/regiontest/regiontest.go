@@ -79,3 +79,36 @@ func MarkReaping(path string, i int) error {
 	_, err = f.WriteAt(b[:], int64(offSlots+i*slotSize))
 	return err
 }
+
+// offBalloon is balloon[0] of the region: after the slots and the compute words.
+const offBalloon = offSlots + region.MaxProcs*slotSize + region.MaxDevices*64
+
+// WriteBalloonWait leaves device dev's wait-for-reclaim request as a waiting hook
+// does: waiters allocations need the container at want bytes, waiting since sinceNs
+// (CLOCK_MONOTONIC).
+// WriteBalloonPoll stamps device dev's latest waiter poll (balloon[dev].poll_ns).
+func WriteBalloonPoll(path string, dev int, pollNs uint64) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], pollNs)
+	_, err = f.WriteAt(b[:], int64(offBalloon+dev*64+56))
+	return err
+}
+
+func WriteBalloonWait(path string, dev int, want, waiters, sinceNs uint64) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var b [24]byte
+	binary.LittleEndian.PutUint64(b[0:], want)
+	binary.LittleEndian.PutUint64(b[8:], waiters)
+	binary.LittleEndian.PutUint64(b[16:], sinceNs)
+	_, err = f.WriteAt(b[:], int64(offBalloon+dev*64))
+	return err
+}

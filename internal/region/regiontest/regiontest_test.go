@@ -42,3 +42,44 @@ func TestWriteIsReadBackByRegion(t *testing.T) {
 		t.Fatalf("restarted node reaper finished %d slots, %d bytes; want 1, 2", p, b)
 	}
 }
+
+func TestWriteBalloonWaitReadsBack(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "region")
+	if err := region.CreateRegion(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteBalloonWait(path, 3, 5<<30, 2, 12345); err != nil {
+		t.Fatal(err)
+	}
+	r, err := region.OpenRegion(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w := r.BalloonWait(3)
+	if w.WantBytes != 5<<30 || w.Waiters != 2 || w.WaitSinceNs != 12345 || !w.Waiting() {
+		t.Fatalf("read back %+v", w)
+	}
+	if other := r.BalloonWait(2); other.Waiting() {
+		t.Fatalf("device 2 shows a wait: %+v", other)
+	}
+	if err := WriteBalloonPoll(path, 3, 777); err != nil {
+		t.Fatal(err)
+	}
+	seen := r.BalloonWait(3)
+	if seen.PollNs != 777 || seen.LastSignNs() != 12345 {
+		t.Fatalf("poll read back %+v", seen)
+	}
+	if err := WriteBalloonPoll(path, 3, 20000); err != nil { // a waiter polled since
+		t.Fatal(err)
+	}
+	if r.ClearBalloonWait(3, seen) || !r.BalloonWait(3).Waiting() {
+		t.Fatalf("cleared although a waiter polled after the reading: %+v", r.BalloonWait(3))
+	}
+	if !r.ClearBalloonWait(3, r.BalloonWait(3)) {
+		t.Fatal("not cleared on a current reading")
+	}
+	if w := r.BalloonWait(3); w.Waiting() || w.WantBytes != 0 || w.WaitSinceNs != 0 || w.PollNs != 0 {
+		t.Fatalf("after clearing: %+v", w)
+	}
+}

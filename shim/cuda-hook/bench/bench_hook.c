@@ -4,7 +4,10 @@
  * compared. Also the start-up cost LD_PRELOAD adds to a program that never uses
  * CUDA. Prints BENCH lines only.
  *
- * usage: bench_hook libtessera-hook.so libempty.so   (LD_LIBRARY_PATH finds libcuda.so.1)
+ * usage: bench_hook libtessera-hook.so libempty.so [shared]   (LD_LIBRARY_PATH finds libcuda.so.1)
+ * shared: only the launch overhead, with a 30 % compute share in force (core
+ * limits and core region, the arbiter's grant "run" with a fresh heartbeat):
+ * every launch goes through the burst bookkeeping and its events.
  * libempty.so is an empty shared object: preloading it is the dynamic loader's
  * share of the start-up cost, which any preloaded library pays. */
 #include <dlfcn.h>
@@ -83,6 +86,32 @@ static void make_container(const char *dir, const char *uuid)
     snprintf(path, sizeof path, "%s/region", dir);
     abi_write_region(path);
     setenv("TESSERA_REGION", path, 1);
+}
+
+/* A 30 % compute share on device 0, granted (unpaced, not solo) by an arbiter
+ * whose heartbeat stays fresh for the run. */
+static void make_core_share(const char *dir, const char *uuid)
+{
+    char path[256];
+    const char *uuids[] = {uuid};
+    const uint64_t caps[] = {0};
+    const uint32_t cores[] = {30};
+    snprintf(path, sizeof path, "%s/core-limits", dir);
+    abi_write_limits(path, 1, uuids, caps, cores);
+    setenv("TESSERA_CORE_LIMITS", path, 1);
+    int fd = open(path, O_RDWR);
+    tessera_limits *l = fd < 0 ? MAP_FAILED : mmap(NULL, sizeof *l, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (l == MAP_FAILED) {
+        fprintf(stderr, "bench_hook: cannot map %s\n", path);
+        exit(1);
+    }
+    l->devices[0].compute_grant = TESSERA_GRANT_ARBITRATED | TESSERA_GRANT_UNPACED;
+    l->devices[0].compute_heartbeat_ns = (uint64_t)now_ns() + 3600ull * 1000000000ull;
+    munmap(l, sizeof *l);
+    close(fd);
+    snprintf(path, sizeof path, "%s/core-region", dir);
+    abi_write_region(path);
+    setenv("TESSERA_CORE_REGION", path, 1);
 }
 
 /* Make 63 more slots of the region look owned by live processes (pid 1 with its real
@@ -164,10 +193,11 @@ static double spawn_overhead(const char *lib, const char *base, double *base_ns)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: bench_hook libtessera-hook.so libempty.so\n");
+    if (argc != 3 && !(argc == 4 && strcmp(argv[3], "shared") == 0)) {
+        fprintf(stderr, "usage: bench_hook libtessera-hook.so libempty.so [shared]\n");
         return 2;
     }
+    int shared = argc == 4;
     char dir[] = "/tmp/bench-hook-XXXXXX";
     if (mkdtemp(dir) == NULL)
         return 1;
@@ -205,6 +235,8 @@ int main(int argc, char **argv)
     snprintf(uuid_s, sizeof uuid_s, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
              b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
     make_container(dir, uuid_s);
+    if (shared)
+        make_core_share(dir, uuid_s);
 
     void *hook = must(dlopen(argv[1], RTLD_NOW | RTLD_LOCAL), "dlopen hook");
     launch_fn launch_hook = must(dlsym(hook, "cuLaunchKernel"), "hook cuLaunchKernel");
@@ -214,6 +246,18 @@ int main(int argc, char **argv)
     check(alloc_hook(&probe, 1), "hooked cuMemAlloc_v2"); /* initialises the hook outside the timing */
     check(free_hook(probe), "hooked cuMemFree_v2");
 
+    if (shared) {
+        double d[ROUNDS], o[ROUNDS];
+        for (int r = 0; r < ROUNDS; r++) {
+            d[r] = time_launches(launch_direct, fn);
+            o[r] = time_launches(launch_hook, fn) - d[r];
+        }
+        printf("BENCH hook.launch_overhead_shared_ns %.1f ns\n", median(o, ROUNDS));
+        printf("BENCH hook.launch_direct_shared_run_ns %.1f ns\n", median(d, ROUNDS));
+        char cmd[64];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        return system(cmd) == 0 ? 0 : 1;
+    }
     /* Each round times both sides back to back; the overhead is the median of the
      * per-round differences, so drift in machine load cancels out. */
     double ld[ROUNDS], dl[ROUNDS], ad[ROUNDS], da[ROUNDS];

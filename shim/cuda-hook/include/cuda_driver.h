@@ -31,6 +31,10 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUkern_st *CUkernel;
 
 typedef struct CUuuid_st {
     char bytes[16];
@@ -55,6 +59,9 @@ typedef enum cudaError_enum {
     CUDA_ERROR_LAUNCH_FAILED = 719,
     CUDA_ERROR_NOT_PERMITTED = 800,
     CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+    CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD = 908,
     CUDA_ERROR_UNKNOWN = 999
 } CUresult;
 
@@ -189,6 +196,86 @@ typedef enum CUmemPool_attribute_enum {
 } CUmemPool_attribute;
 
 /* cuGetProcAddress */
+/* Kernel launches beyond cuLaunchKernel: extended configuration (11.8+). */
+typedef enum CUlaunchAttributeID_enum {
+    CU_LAUNCH_ATTRIBUTE_IGNORE = 0,
+    CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW = 1,
+    CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2,
+    CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY = 3,
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 5,
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT = 7,
+    CU_LAUNCH_ATTRIBUTE_PRIORITY = 8
+} CUlaunchAttributeID;
+
+typedef union CUlaunchAttributeValue_union {
+    char pad[64];
+    int cooperative;
+    int priority;
+} CUlaunchAttributeValue;
+
+typedef struct CUlaunchAttribute_st {
+    CUlaunchAttributeID id;
+    char pad[8 - sizeof(CUlaunchAttributeID)];
+    CUlaunchAttributeValue value;
+} CUlaunchAttribute;
+
+typedef struct CUlaunchConfig_st {
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+
+/* CUDA graphs: kernel nodes and stream capture. cuda.h 12.x maps
+ * cuGraphAddKernelNode to the _v2 entry point and its _v2 parameters. */
+typedef struct CUDA_KERNEL_NODE_PARAMS_st {
+    CUfunction func;
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+} CUDA_KERNEL_NODE_PARAMS_v1;
+
+typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
+    CUfunction func;
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+    CUkernel kern;
+    CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS_v2;
+
+typedef enum CUstreamCaptureMode_enum {
+    CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+    CU_STREAM_CAPTURE_MODE_RELAXED = 2
+} CUstreamCaptureMode;
+
+typedef enum CUstreamCaptureStatus_enum {
+    CU_STREAM_CAPTURE_STATUS_NONE = 0,
+    CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+    CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
+} CUstreamCaptureStatus;
+
 typedef enum CUdriverProcAddress_flags_enum {
     CU_GET_PROC_ADDRESS_DEFAULT = 0,
     CU_GET_PROC_ADDRESS_LEGACY_STREAM = 1 << 0,
@@ -285,6 +372,36 @@ CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsign
                                      unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                                      unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                                      void **kernelParams, void **extra);
+
+CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
+CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                                       void **extra);
+CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                           unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                           unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                           void **kernelParams);
+CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                                unsigned int gridDimZ, unsigned int blockDimX,
+                                                unsigned int blockDimY, unsigned int blockDimZ,
+                                                unsigned int sharedMemBytes, CUstream hStream,
+                                                void **kernelParams);
+
+CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags);
+CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph);
+CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                      size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams);
+CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                         size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams);
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags);
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
+CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec);
+CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
+CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);
+CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
+CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
+CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus);
 
 CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags);
 CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream);

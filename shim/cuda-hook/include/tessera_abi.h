@@ -72,8 +72,13 @@ typedef struct tessera_device_limit {
     char uuid[TESSERA_UUID_LEN];                /* "GPU-…" as NVML and cuDeviceGetUuid report it */
     TESSERA_ATOMIC(uint64_t) mem_limit_bytes;   /* 0 = no memory cap on this device */
     TESSERA_ATOMIC(uint32_t) core_limit_pct;    /* 0 = no compute cap; 1..100 = share of one GPU */
-    TESSERA_ATOMIC(int32_t) priority;           /* reserved for compute arbitration */
-    uint64_t compute_words[3];                  /* reserved for compute time slices (policy, grants) */
+    TESSERA_ATOMIC(int32_t) priority;           /* 0 (highest) .. 3; compute arbitration */
+    /* Compute time slices (docs/hook.md "Compute time slices"). Written by the node
+     * side only: the policy by the device plugin (Allocate, reconciliation), the
+     * grant and heartbeat by the node agent's arbiter. */
+    TESSERA_ATOMIC(uint64_t) compute_policy;       /* TESSERA_POLICY_* */
+    TESSERA_ATOMIC(uint64_t) compute_grant;        /* TESSERA_GRANT_*: what the container may use now */
+    TESSERA_ATOMIC(uint64_t) compute_heartbeat_ns; /* CLOCK_MONOTONIC of the arbiter's last pass */
     uint64_t balloon_words[3];                  /* reserved for memory balloons (ceiling, state) */
 } tessera_device_limit;
 
@@ -88,6 +93,22 @@ typedef struct tessera_limits {
     tessera_device_limit devices[TESSERA_MAX_DEVICES];
 } tessera_limits;
 
+/* compute_policy */
+#define TESSERA_POLICY_GUARANTEED 0u /* at least the share under contention; more when the GPU is idle */
+#define TESSERA_POLICY_HARD 1u       /* never more than the share */
+
+/* compute_grant: low 32 bits a rate in parts per million of the device's time
+ * (0..1000000) or TESSERA_GRANT_UNPACED; bit 32 set once the arbiter owns the
+ * word. A word without TESSERA_GRANT_ARBITRATED (no arbiter yet) or whose
+ * heartbeat is older than TESSERA_HEARTBEAT_STALE_NS makes the hook fall back to
+ * the static share: hard = paced at core_limit_pct, guaranteed = unpaced. */
+#define TESSERA_GRANT_RATE_MASK 0xffffffffull
+#define TESSERA_GRANT_UNPACED 0xffffffffull
+#define TESSERA_GRANT_PPM_MAX 1000000ull
+#define TESSERA_GRANT_ARBITRATED (1ull << 32)
+#define TESSERA_GRANT_SOLO (1ull << 33) /* no other tenant is active on the GPU: a deeper queue is allowed */
+#define TESSERA_HEARTBEAT_STALE_NS 1000000000ull
+
 /* ---- usage region ---- */
 
 typedef struct tessera_proc_slot {
@@ -98,16 +119,58 @@ typedef struct tessera_proc_slot {
     uint64_t reserved[6];
 } tessera_proc_slot;
 
-/* Per-device words of the region for compute time slices (written by the hook,
- * read by the node agent's arbiter). Reserved until that feature defines them. */
+/* Per-device words of the region for compute time slices, summed over all processes
+ * of the container (fork/exec children included): written by the hook, read by the
+ * node agent's arbiter. Times are CLOCK_MONOTONIC nanoseconds. */
 typedef struct tessera_device_compute {
-    uint64_t reserved[8];
+    TESSERA_ATOMIC(uint64_t) busy_ns;        /* GPU time of completed launch bursts, by events */
+    TESSERA_ATOMIC(uint64_t) launches;       /* kernel and graph launches seen */
+    TESSERA_ATOMIC(uint64_t) demand_ns;      /* last time a process launched or waited to */
+    TESSERA_ATOMIC(uint64_t) tokens_ns;      /* token bucket (int64 two's complement), paced tenants */
+    TESSERA_ATOMIC(uint64_t) refill_ns;      /* last refill of tokens_ns */
+    TESSERA_ATOMIC(uint64_t) throttled_ns;   /* wall time launches waited for the grant */
+    TESSERA_ATOMIC(uint64_t) throttle_waits; /* launches that had to wait */
+    uint64_t reserved;
 } tessera_device_compute;
 
-/* Per-device words of the region for memory balloons (the hook's wait-for-reclaim
- * request, seen by the node agent). Reserved until that feature defines them. */
+/*
+ * Memory balloons (docs/balloon.md).
+ *
+ * Limits file, balloon_words[] of a device entry, written only by the node side (read
+ * by the hook with atomic loads):
+ *   [TESSERA_BALLOON_CEILING]  the cap the container was given and may grow back to;
+ *                              0 = the cap is not lowered (no balloon, nothing to wait for)
+ *   [TESSERA_BALLOON_WAIT_MS]  how long an allocation above the lowered cap but within
+ *                              the ceiling waits for the node to reclaim; 0 = the default
+ *                              (TESSERA_BALLOON_DEFAULT_WAIT_MS)
+ *   [TESSERA_BALLOON_FLOOR]    the floor the cap was lowered to (the node agent's state)
+ * Inflating stores the ceiling before lowering mem_limit_bytes; deflating raises
+ * mem_limit_bytes before clearing the ceiling, so a hook never waits on a cap that is
+ * not lowered and never misses one that is.
+ *
+ * Region, balloon[d]: the hook's wait-for-reclaim request on device d, seen by the node
+ * agent. A waiting allocation counts itself in `waiters`, raises `want_bytes` to the
+ * container usage it needs (re-asserted on every poll, so a racing clear by the last
+ * leaver loses nothing), stamps `poll_ns` on every poll (at most 5 ms apart: a
+ * request whose poll_ns is seconds old has no live waiter, and only then does the
+ * node agent clear it), and leaves when the cap admits it or its wait bound passes.
+ * A live waiter that finds `waiters` cleared counts itself again; leaving never
+ * takes `waiters` below zero.
+ */
+#define TESSERA_BALLOON_CEILING 0
+#define TESSERA_BALLOON_WAIT_MS 1
+#define TESSERA_BALLOON_FLOOR 2
+#define TESSERA_BALLOON_DEFAULT_WAIT_MS 3000u
+
 typedef struct tessera_device_balloon {
-    uint64_t reserved[8];
+    TESSERA_ATOMIC(uint64_t) want_bytes;     /* usage the waiting allocations need; 0 = no request */
+    TESSERA_ATOMIC(uint64_t) waiters;        /* allocations waiting now */
+    TESSERA_ATOMIC(uint64_t) wait_since_ns;  /* CLOCK_MONOTONIC start of the current waits; 0 = none */
+    TESSERA_ATOMIC(uint64_t) waits;          /* waits started */
+    TESSERA_ATOMIC(uint64_t) waits_granted;  /* waits that ended with the allocation admitted */
+    TESSERA_ATOMIC(uint64_t) waits_expired;  /* waits that ended in CUDA_ERROR_OUT_OF_MEMORY */
+    TESSERA_ATOMIC(uint64_t) wait_ns_total;  /* nanoseconds spent in ended waits */
+    TESSERA_ATOMIC(uint64_t) poll_ns;        /* CLOCK_MONOTONIC of the latest poll by any waiter */
 } tessera_device_balloon;
 
 typedef struct tessera_region {

@@ -1,6 +1,7 @@
 /* charge.c — admit / remember / settle, shared by every allocation wrapper. */
 #include "charge.h"
 
+#include "balloon.h"
 #include "devices.h"
 #include "limiter.h"
 #include "log.h"
@@ -17,9 +18,15 @@ CUresult charge_admit(const char *api, int idx, uint64_t n)
                                 "the current GPU", api, (unsigned long long)n);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    int rc = limiter_charge(idx, n);
+    int rc = limiter_try(idx, n);
+    if (__builtin_expect(rc == LIMITER_OK, 1))
+        return CUDA_SUCCESS;
+    if (rc == LIMITER_OVER_CAP)
+        rc = balloon_wait(api, idx, n); /* a lowered cap: wait for the node to reclaim */
     if (rc == LIMITER_OK)
         return CUDA_SUCCESS;
+    if (rc == LIMITER_OVER_CAP)
+        limiter_note_refused(idx);
     if (rc == LIMITER_OVER_CAP)
         hook_log(HOOK_LOG_INFO, "%s: %llu bytes refused on device %d: container uses %llu of its %llu-byte cap", api,
                  (unsigned long long)n, idx, (unsigned long long)limiter_usage(idx),

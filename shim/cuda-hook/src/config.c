@@ -81,6 +81,8 @@ int config_parse(struct hook_config *cfg, const char *(*getenv_fn)(const char *)
                    errlen) ||
         parse_path("TESSERA_CORE_LIMITS", getenv_fn("TESSERA_CORE_LIMITS"), cfg->core_limits_path,
                    &cfg->has_core_limits, err, errlen) ||
+        parse_path("TESSERA_CORE_REGION", getenv_fn("TESSERA_CORE_REGION"), cfg->core_region_path,
+                   &cfg->has_core_region, err, errlen) ||
         parse_mib("TESSERA_CTX_RESERVE_MIB", getenv_fn("TESSERA_CTX_RESERVE_MIB"), &cfg->ctx_reserve_bytes, err,
                   errlen))
         return -1;

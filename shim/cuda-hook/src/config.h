@@ -11,10 +11,11 @@
 #define HOOK_MAX_CTX_RESERVE_MIB (1u << 20) /* 1 TiB: anything larger is a typo */
 
 struct hook_config {
-    bool has_region, has_limits, has_core_limits;
+    bool has_region, has_limits, has_core_limits, has_core_region;
     char region_path[PATH_MAX];      /* TESSERA_REGION */
     char limits_path[PATH_MAX];      /* TESSERA_LIMITS */
     char core_limits_path[PATH_MAX]; /* TESSERA_CORE_LIMITS */
+    char core_region_path[PATH_MAX]; /* TESSERA_CORE_REGION */
     uint64_t ctx_reserve_bytes;      /* TESSERA_CTX_RESERVE_MIB, in bytes */
     int log_level;                   /* TESSERA_LOG */
 };

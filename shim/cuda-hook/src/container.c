@@ -20,7 +20,7 @@
 #define HOOK_CONF_MAX 4096
 
 static const char *const plugin_paths[] = {HOOK_PRELOAD_PATH, HOOK_CONF_PATH, HOOK_REGION_PATH, HOOK_LIMITS_PATH,
-                                           HOOK_CORE_LIMITS_PATH};
+                                           HOOK_CORE_LIMITS_PATH, HOOK_CORE_REGION_PATH};
 
 static struct mount_entry g_anchor, g_entry;
 static char g_dir[PATH_MAX];
@@ -223,6 +223,8 @@ static int check_mounts(const char *text, struct hook_config *cfg, char *err, si
     if (plugin_file(text, HOOK_REGION_PATH, true, cfg->region_path, &cfg->has_region, err, errlen) != 0 ||
         plugin_file(text, HOOK_LIMITS_PATH, false, cfg->limits_path, &cfg->has_limits, err, errlen) != 0 ||
         plugin_file(text, HOOK_CORE_LIMITS_PATH, false, cfg->core_limits_path, &cfg->has_core_limits, err,
+                    errlen) != 0 ||
+        plugin_file(text, HOOK_CORE_REGION_PATH, true, cfg->core_region_path, &cfg->has_core_region, err,
                     errlen) != 0)
         return -1;
     if (cfg->has_limits && !cfg->has_region) {
@@ -230,7 +232,7 @@ static int check_mounts(const char *text, struct hook_config *cfg, char *err, si
                  HOOK_REGION_PATH);
         return -1;
     }
-    return conf || cfg->has_region || cfg->has_limits || cfg->has_core_limits ? 1 : 0;
+    return conf || cfg->has_region || cfg->has_limits || cfg->has_core_limits || cfg->has_core_region ? 1 : 0;
 }
 
 int container_config(struct hook_config *cfg, char *err, size_t errlen)

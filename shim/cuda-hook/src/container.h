@@ -15,6 +15,7 @@
 #define HOOK_REGION_PATH "/run/tessera/region"
 #define HOOK_LIMITS_PATH "/run/tessera/limits"
 #define HOOK_CORE_LIMITS_PATH "/run/tessera/core-limits"
+#define HOOK_CORE_REGION_PATH "/run/tessera/core-region"
 
 /* Returns 0 when this process sees none of the plugin's mounts (outside Kubernetes,
  * tests: the caller reads the environment); 1 when it does and they check out (cfg

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "accounting.h"
+#include "compute.h"
 #include "container.h"
 #include "glibc_baseline.h"
 #include "hook.h"
@@ -49,6 +50,7 @@ static void warn_ignored_env(void)
     const char *const vars[][2] = {{"TESSERA_REGION", HOOK_REGION_PATH},
                                    {"TESSERA_LIMITS", HOOK_LIMITS_PATH},
                                    {"TESSERA_CORE_LIMITS", HOOK_CORE_LIMITS_PATH},
+                                   {"TESSERA_CORE_REGION", HOOK_CORE_REGION_PATH},
                                    {"TESSERA_CTX_RESERVE_MIB", reserve}};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i][0]);
@@ -89,6 +91,30 @@ static void atfork_child(void)
     pools_atfork_child();
     views_atfork_child();
     limiter_atfork_child();
+    compute_atfork_child();
+}
+
+/* Compute shares need both core files and the driver's timing events. */
+static void open_compute(void)
+{
+    const tessera_limits *core_limits;
+    tessera_region *core_region;
+    limiter_core_files(&core_limits, &core_region);
+    if (core_limits == NULL)
+        return;
+    if (core_region == NULL) {
+        hook_log(HOOK_LOG_WARN, "compute shares are not enforced: core limits without a core region (an "
+                                "Allocate response from a device plugin before compute time slices)");
+        return;
+    }
+    if (REAL.cuEventCreate == NULL || REAL.cuEventRecord == NULL || REAL.cuEventQuery == NULL ||
+        REAL.cuEventElapsedTime == NULL || REAL.cuEventDestroy_v2 == NULL || REAL.cuCtxGetCurrent == NULL ||
+        REAL.cuCtxGetDevice == NULL) {
+        hook_log(HOOK_LOG_WARN, "compute shares are not enforced: the driver lacks timing events");
+        return;
+    }
+    if (compute_open(core_limits, core_region))
+        hook_log(HOOK_LOG_INFO, "compute shares in force (%s)", hook_cfg.core_limits_path);
 }
 
 static void init_once(void)
@@ -116,6 +142,8 @@ static void init_once(void)
     if (cuda == NULL)
         hook_log(HOOK_LOG_WARN, "dlopen libcuda.so.1: %s", dlerror());
     interpose_resolve_cuda(cuda); /* without a driver every wrapper fails cleanly */
+    if (!hook_failed_closed)
+        open_compute();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     if (!hook_failed_closed)
         hook_log(HOOK_LOG_INFO, "initialised: limits %s, region %s, context reserve %llu MiB",

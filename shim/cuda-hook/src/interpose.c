@@ -13,6 +13,7 @@
 
 #include "glibc_baseline.h"
 #include "hook.h"
+#include "launch_types.h"
 #include "log.h"
 #include "real.h"
 
@@ -70,6 +71,12 @@ static const struct entry g_entries[] = {
     E(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 5000, 0, NO_STREAM),
     E(cuLaunchKernel, "cuLaunchKernel", 4000, 0, LEGACY_STREAM),
     E(cuLaunchKernel_ptsz, "cuLaunchKernel", 7000, 0, PER_THREAD_STREAM),
+    E(cuLaunchKernelEx, "cuLaunchKernelEx", 11060, 0, LEGACY_STREAM),
+    E(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx", 11060, 0, PER_THREAD_STREAM),
+    E(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 9000, 0, LEGACY_STREAM),
+    E(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 9000, 0, PER_THREAD_STREAM),
+    E(cuGraphLaunch, "cuGraphLaunch", 10000, 0, LEGACY_STREAM),
+    E(cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, 0, PER_THREAD_STREAM),
     E(cuStreamSynchronize, "cuStreamSynchronize", 2000, 0, LEGACY_STREAM),
     E(cuStreamSynchronize_ptsz, "cuStreamSynchronize", 7000, 0, PER_THREAD_STREAM),
     E(cuEventSynchronize, "cuEventSynchronize", 2000, 0, NO_STREAM),
@@ -87,7 +94,14 @@ static const struct {
     {"cuDeviceGetUuid_v2", (void **)&REAL.cuDeviceGetUuid_v2},
     {"cuCtxGetDevice", (void **)&REAL.cuCtxGetDevice},
     {"cuCtxGetCurrent", (void **)&REAL.cuCtxGetCurrent},
+    {"cuCtxSetCurrent", (void **)&REAL.cuCtxSetCurrent},
     {"cuMemPoolGetAttribute", (void **)&REAL.cuMemPoolGetAttribute},
+    {"cuEventCreate", (void **)&REAL.cuEventCreate},
+    {"cuEventRecord", (void **)&REAL.cuEventRecord},
+    {"cuEventQuery", (void **)&REAL.cuEventQuery},
+    {"cuEventElapsedTime", (void **)&REAL.cuEventElapsedTime},
+    {"cuEventDestroy_v2", (void **)&REAL.cuEventDestroy_v2},
+    {"cuStreamIsCapturing", (void **)&REAL.cuStreamIsCapturing},
     {"nvmlDeviceGetUUID", (void **)&REAL_NVML.nvmlDeviceGetUUID},
 };
 
@@ -154,6 +168,12 @@ void interpose_resolve_cuda(void *handle)
         REAL.cuMemFreeAsync_ptsz = REAL.cuMemFreeAsync;
     if (REAL.cuLaunchKernel_ptsz == NULL)
         REAL.cuLaunchKernel_ptsz = REAL.cuLaunchKernel;
+    if (REAL.cuLaunchKernelEx_ptsz == NULL)
+        REAL.cuLaunchKernelEx_ptsz = REAL.cuLaunchKernelEx;
+    if (REAL.cuLaunchCooperativeKernel_ptsz == NULL)
+        REAL.cuLaunchCooperativeKernel_ptsz = REAL.cuLaunchCooperativeKernel;
+    if (REAL.cuGraphLaunch_ptsz == NULL)
+        REAL.cuGraphLaunch_ptsz = REAL.cuGraphLaunch;
     if (REAL.cuStreamSynchronize_ptsz == NULL)
         REAL.cuStreamSynchronize_ptsz = REAL.cuStreamSynchronize;
     for (size_t i = 0; i < N_ENTRIES; i++) {

@@ -17,6 +17,7 @@
 static tessera_region *g_region;
 static const tessera_limits *g_limits;
 static const tessera_limits *g_core_limits;
+static tessera_region *g_core_region;
 static _Atomic int g_slot = -1;
 static uint32_t g_pid;
 static uint64_t g_start;
@@ -30,7 +31,15 @@ int limiter_open(const struct hook_config *cfg, char *err, size_t errlen)
         return -1;
     if (cfg->has_core_limits && limits_map(cfg->core_limits_path, &g_core_limits, err, errlen) != 0)
         return -1;
+    if (cfg->has_core_region && region_map(cfg->core_region_path, &g_core_region, err, errlen) != 0)
+        return -1;
     return 0;
+}
+
+void limiter_core_files(const tessera_limits **core_limits, tessera_region **core_region)
+{
+    *core_limits = g_core_limits;
+    *core_region = g_core_region;
 }
 
 bool limiter_active(void) { return g_limits != NULL && g_region != NULL; }
@@ -100,14 +109,30 @@ static void note_peak(int idx, uint64_t total)
         ;
 }
 
+const tessera_limits *limiter_limits(void) { return limiter_active() ? g_limits : NULL; }
+tessera_region *limiter_region(void) { return limiter_active() ? g_region : NULL; }
+
+void limiter_note_refused(int idx)
+{
+    if (idx >= 0 && limiter_active())
+        atomic_fetch_add(&g_region->refused[idx], 1);
+}
+
 int limiter_charge(int idx, uint64_t n)
+{
+    int rc = limiter_try(idx, n);
+    if (rc == LIMITER_OVER_CAP)
+        limiter_note_refused(idx);
+    return rc;
+}
+
+int limiter_try(int idx, uint64_t n)
 {
     if (idx < 0 || n == 0 || !limiter_active())
         return LIMITER_OK; /* taking nothing fits even under a cap lowered below usage */
     if (n > LIMITER_MAX_BYTES) {
         /* No GPU has this much (the driver would refuse too); adding it could wrap the
          * slot's counter and corrupt everyone's sum. */
-        atomic_fetch_add(&g_region->refused[idx], 1);
         return LIMITER_OVER_CAP;
     }
     tessera_proc_slot *s = my_slot();
@@ -130,7 +155,6 @@ int limiter_charge(int idx, uint64_t n)
          * have retracted by now. Look once more. */
         region_reap(g_region, g_pid, g_start);
     }
-    atomic_fetch_add(&g_region->refused[idx], 1);
     return LIMITER_OVER_CAP;
 }
 

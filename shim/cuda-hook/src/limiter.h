@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "tessera_abi.h"
 
 enum { LIMITER_OK = 0, LIMITER_OVER_CAP = -1, LIMITER_NO_SLOT = -2 };
 
@@ -25,6 +26,10 @@ int limiter_index(const char *uuid);
 /* Take n bytes on device idx for this process: LIMITER_OK, LIMITER_OVER_CAP (nothing
  * taken; counted in the region's refused[]) or LIMITER_NO_SLOT. idx < 0: no-op. */
 int limiter_charge(int idx, uint64_t n);
+/* limiter_charge without counting a refusal (the caller may still wait for a
+ * balloon to deflate, balloon.c); limiter_note_refused counts one. */
+int limiter_try(int idx, uint64_t n);
+void limiter_note_refused(int idx);
 /* Take n bytes whatever the cap (memory the driver already holds for us). */
 void limiter_force(int idx, uint64_t n);
 /* Give n bytes back (saturating at zero). */
@@ -33,6 +38,12 @@ void limiter_uncharge(int idx, uint64_t n);
 uint64_t limiter_cap(int idx);   /* current cap in bytes, 0 = uncapped */
 uint64_t limiter_usage(int idx); /* the container's usage on idx, all processes */
 uint32_t limiter_core_pct(const char *uuid); /* TESSERA_CORE_LIMITS entry, 0 = none */
+/* The mapped core-limits file and core region (NULL when not configured). */
+void limiter_core_files(const tessera_limits **core_limits, tessera_region **core_region);
+
+/* The mapped files while limits are in force, else NULL (balloon.c reads its words). */
+const tessera_limits *limiter_limits(void);
+tessera_region *limiter_region(void);
 
 /* Process lifecycle: the child of fork() claims its own slot on first charge; at
  * exit the slot is handed back (the driver frees the memory with the process). */

@@ -4,6 +4,7 @@
 #define HOOK_REAL_H
 
 #include "cuda_driver.h"
+#include "launch_types.h"
 #include "nvml_types.h"
 
 struct cuda_real {
@@ -15,6 +16,7 @@ struct cuda_real {
     CUresult (*cuDeviceTotalMem_v2)(size_t *, CUdevice);
     CUresult (*cuCtxGetDevice)(CUdevice *);
     CUresult (*cuCtxGetCurrent)(CUcontext *);
+    CUresult (*cuCtxSetCurrent)(CUcontext);
     CUresult (*cuCtxCreate_v2)(CUcontext *, unsigned int, CUdevice);
     CUresult (*cuCtxDestroy_v2)(CUcontext);
     CUresult (*cuCtxSynchronize)(void);
@@ -52,6 +54,20 @@ struct cuda_real {
                                unsigned int, unsigned int, CUstream, void **, void **);
     CUresult (*cuLaunchKernel_ptsz)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
                                     unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
+    CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
+    CUresult (*cuLaunchKernelEx_ptsz)(const CUlaunchConfig *, CUfunction, void **, void **);
+    CUresult (*cuLaunchCooperativeKernel)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
+                                          unsigned int, unsigned int, unsigned int, CUstream, void **);
+    CUresult (*cuLaunchCooperativeKernel_ptsz)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
+                                               unsigned int, unsigned int, unsigned int, CUstream, void **);
+    CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+    CUresult (*cuGraphLaunch_ptsz)(CUgraphExec, CUstream);
+    CUresult (*cuEventCreate)(CUevent *, unsigned int);
+    CUresult (*cuEventRecord)(CUevent, CUstream);
+    CUresult (*cuEventQuery)(CUevent);
+    CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+    CUresult (*cuEventDestroy_v2)(CUevent);
+    CUresult (*cuStreamIsCapturing)(CUstream, int *);
     CUresult (*cuStreamSynchronize)(CUstream);
     CUresult (*cuStreamSynchronize_ptsz)(CUstream);
     CUresult (*cuEventSynchronize)(CUevent);

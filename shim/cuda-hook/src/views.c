@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 
 #include "charge.h"
+#include "compute.h"
 #include "devices.h"
 #include "limiter.h"
 #include "pools.h"
@@ -100,8 +101,10 @@ TESSERA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
     struct acct_rec rec;
     int known = acct_take(ACCT_CTX, (uint64_t)(uintptr_t)ctx, &rec);
     CUresult r = charge_freed(REAL.cuCtxDestroy_v2(ctx), known, &rec);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         charge_context_gone((uint64_t)(uintptr_t)ctx);
+        compute_context_gone(ctx);
+    }
     return r;
 }
 
@@ -115,6 +118,7 @@ static void primary_gone(CUdevice dev)
     uint64_t ctx = atomic_load(&p->ctx);
     if (ctx != 0)
         charge_context_gone(ctx);
+    compute_context_gone((CUcontext)(uintptr_t)ctx); /* its events are gone even if the handle stays */
 }
 
 TESSERA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
@@ -187,28 +191,11 @@ void views_atfork_child(void)
     }
 }
 
-/* ---- launches: no compute limit yet, so nothing but the call (no lock, no syscall) ---- */
-
-TESSERA_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                                       unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
-                                       CUstream s, void **params, void **extra)
-{
-    hook_ensure();
-    return REAL.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
-}
-
-TESSERA_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                                            unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
-                                            CUstream s, void **params, void **extra)
-{
-    hook_ensure();
-    return REAL.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
-}
-
 /* ---- synchronisation: where pools release what they keep above their threshold ---- */
 
 static CUresult after_sync(CUresult r)
 {
+    compute_after_sync();
     if (atomic_load_explicit(&pools_known, memory_order_relaxed))
         pool_reconcile_all();
     return r;
@@ -217,24 +204,28 @@ static CUresult after_sync(CUresult r)
 TESSERA_EXPORT CUresult cuCtxSynchronize(void)
 {
     hook_ensure();
+    compute_before_sync();
     return after_sync(REAL.cuCtxSynchronize());
 }
 
 TESSERA_EXPORT CUresult cuStreamSynchronize(CUstream s)
 {
     hook_ensure();
+    compute_before_sync();
     return after_sync(REAL.cuStreamSynchronize(s));
 }
 
 TESSERA_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s)
 {
     hook_ensure();
+    compute_before_sync();
     return after_sync(REAL.cuStreamSynchronize_ptsz(s));
 }
 
 TESSERA_EXPORT CUresult cuEventSynchronize(CUevent e)
 {
     hook_ensure();
+    compute_before_sync();
     return after_sync(REAL.cuEventSynchronize(e));
 }
 

@@ -10,8 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "pacing.h"
 #include "abi_files.h"
 #include "accounting.h"
+#include "balloon.h"
 #include "config.h"
 #include "limiter.h"
 #include "log.h"
@@ -342,6 +344,54 @@ static void test_sizes(void)
     CHECK(strcmp(s, "GPU-00112233-4455-6677-8899-aabbccddeeff") == 0);
 }
 
+/* The grant rule and the container's token bucket (pacing.c). */
+static void test_pacing(void)
+{
+    const uint64_t now = 10000000000ull, arb = TESSERA_GRANT_ARBITRATED;
+    /* The arbiter's grant while its heartbeat is fresh. */
+    CHECK(pacing_rate(arb | TESSERA_GRANT_UNPACED, now - 1000, TESSERA_POLICY_HARD, 30, now) == PACING_UNPACED);
+    CHECK(pacing_rate(arb | 0, now, TESSERA_POLICY_GUARANTEED, 30, now) == 0);
+    CHECK(pacing_rate(arb | 250000, now, TESSERA_POLICY_HARD, 30, now) == 250000);
+    CHECK(pacing_rate(arb | 5000000, now, TESSERA_POLICY_HARD, 30, now) == TESSERA_GRANT_PPM_MAX);
+    /* No arbiter, or a stale one: the static share. */
+    CHECK(pacing_rate(0, 0, TESSERA_POLICY_HARD, 30, now) == 300000);
+    CHECK(pacing_rate(0, 0, TESSERA_POLICY_GUARANTEED, 30, now) == PACING_UNPACED);
+    CHECK(pacing_rate(arb | 0, now - TESSERA_HEARTBEAT_STALE_NS, TESSERA_POLICY_HARD, 30, now) == 300000);
+    CHECK(pacing_rate(0, 0, TESSERA_POLICY_HARD, 100, now) == PACING_UNPACED);
+    /* The bucket: starts empty, earns rate × time, at most PACING_BUCKET_NS. */
+    tessera_device_compute c;
+    memset(&c, 0, sizeof c);
+    pacing_refill(&c, 500000, now);
+    CHECK(pacing_tokens(&c) == 0);
+    pacing_refill(&c, 500000, now + 1000000); /* 1 ms at 50 % */
+    CHECK(pacing_tokens(&c) == 500000);
+    pacing_refill(&c, 500000, now + 1000000); /* the same instant earns nothing twice */
+    CHECK(pacing_tokens(&c) == 500000);
+    pacing_refill(&c, 500000, now + 60000000000ull);
+    CHECK(pacing_tokens(&c) == PACING_BUCKET_NS);
+    pacing_charge(&c, 3000000);
+    CHECK(pacing_tokens(&c) == PACING_BUCKET_NS - 3000000);
+    pacing_charge(&c, 10000000000ull); /* debt is bounded */
+    CHECK(pacing_tokens(&c) == -PACING_DEBT_NS);
+    /* Waits: none with tokens, the poll when stopped, bounded otherwise. */
+    CHECK(pacing_wait_ns(1, 300000) == 0);
+    CHECK(pacing_wait_ns(-1000, 0) == PACING_POLL_NS);
+    CHECK(pacing_wait_ns(-300000, 300000) == 1000000);
+    CHECK(pacing_wait_ns(-1, 300000) == 50000);
+    CHECK(pacing_wait_ns(-PACING_DEBT_NS, 1) == 2000000);
+}
+
+/* A limits file's wait word, however corrupt, bounds the wait: 0 is the default,
+ * anything past a minute is a minute. */
+static void test_balloon_wait_bound(void)
+{
+    CHECK(balloon_wait_ms(0) == TESSERA_BALLOON_DEFAULT_WAIT_MS);
+    CHECK(balloon_wait_ms(1) == 1);
+    CHECK(balloon_wait_ms(60000) == 60000);
+    CHECK(balloon_wait_ms(60001) == 60000);
+    CHECK(balloon_wait_ms(UINT64_MAX) == 60000);
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "/tmp/hook-unit-XXXXXX");
@@ -357,6 +407,8 @@ int main(void)
     test_table();
     test_table_ranges_owners_and_vmm();
     test_sizes();
+    test_pacing();
+    test_balloon_wait_bound();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0)

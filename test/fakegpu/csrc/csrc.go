@@ -25,6 +25,17 @@ static size_t off_slot_busy(void) { return offsetof(struct fg_state_slot, busy_n
 static size_t off_slot_contexts(void) { return offsetof(struct fg_state_slot, contexts); }
 static size_t off_slots(void) { return offsetof(struct fg_state, slot); }
 static unsigned long long state_magic(void) { return FG_STATE_MAGIC; }
+static size_t off_slice(void) { return offsetof(struct fg_state_header, slice_ns); }
+static size_t off_dev_sched(void) { return offsetof(struct fg_state_device, sched); }
+static size_t off_sched(void) { return offsetof(struct fg_state, sched); }
+static size_t sched_slot_size(void) { return sizeof(struct fg_sched_slot); }
+static size_t off_sched_ring(void) { return offsetof(struct fg_sched_slot, ring); }
+static size_t off_sched_snap(void) { return offsetof(struct fg_sched_slot, snap); }
+static size_t entry_size(void) { return sizeof(struct fg_sched_entry); }
+static size_t snap_size(void) { return sizeof(struct fg_sched_snap); }
+static size_t off_snap_ctx(void) { return offsetof(struct fg_sched_snap, ctx); }
+static size_t off_snap_busy(void) { return offsetof(struct fg_sched_snap, busy_ns); }
+static size_t off_snapctx_busy(void) { return offsetof(struct fg_sched_ctx, busy_ns); }
 
 static struct fg_config *new_config(void) { return calloc(1, sizeof(struct fg_config)); }
 static const struct fg_device_cfg *config_dev(const struct fg_config *c, int i) { return &c->dev[i]; }
@@ -88,5 +99,16 @@ func Layout() map[string]uint64 {
 		"slot.contexts":      uint64(C.off_slot_contexts()),
 		"state.slots":        uint64(C.off_slots()),
 		"magic":              uint64(C.state_magic()),
+		"header.slice_ns":    uint64(C.off_slice()),
+		"device.sched":       uint64(C.off_dev_sched()),
+		"state.sched":        uint64(C.off_sched()),
+		"sched_slot":         uint64(C.sched_slot_size()),
+		"sched_slot.ring":    uint64(C.off_sched_ring()),
+		"sched_slot.snap":    uint64(C.off_sched_snap()),
+		"ring_entry":         uint64(C.entry_size()),
+		"snap":               uint64(C.snap_size()),
+		"snap.ctx":           uint64(C.off_snap_ctx()),
+		"snap.busy_ns":       uint64(C.off_snap_busy()),
+		"snap_ctx.busy_ns":   uint64(C.off_snapctx_busy()),
 	}
 }

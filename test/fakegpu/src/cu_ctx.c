@@ -109,6 +109,7 @@ FG_API CUresult cuCtxDestroy_v2(CUcontext ctx)
     int expect = 1;
     if (!atomic_compare_exchange_strong(&ctx->alive, &expect, 0))
         return CUDA_ERROR_INVALID_CONTEXT;
+    atomic_fetch_add(&ctx->epoch, 1);
     fg_ctx_release_resources(ctx);
     context_down(ctx->dev);
     struct fg_tls *t = tls();
@@ -211,6 +212,7 @@ FG_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 static void primary_deactivate(CUdevice dev)
 {
     atomic_store(&fg.primary[dev].alive, 0);
+    atomic_fetch_add(&fg.primary[dev].epoch, 1);
     fg_ctx_release_resources(&fg.primary[dev]);
     context_down(dev);
 }

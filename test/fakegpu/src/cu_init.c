@@ -22,7 +22,12 @@ static CUresult init_locked(void)
         fprintf(stderr, "fakegpu: %s\n", err);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    fg.st = fg_state_open(&fg.cfg, err, sizeof err);
+    uint64_t slice_ns;
+    if (fg_config_slice_ns(&slice_ns, err, sizeof err) != 0) {
+        fprintf(stderr, "fakegpu: %s\n", err);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    fg.st = fg_state_open(&fg.cfg, slice_ns, err, sizeof err);
     if (!fg.st) {
         fprintf(stderr, "fakegpu: %s\n", err);
         return CUDA_ERROR_OPERATING_SYSTEM;
@@ -41,6 +46,7 @@ static CUresult init_locked(void)
         fg.primary[d].null_stream.magic = FG_MAGIC_STREAM;
         fg.primary[d].null_stream.ctx = &fg.primary[d];
     }
+    fg_time_reset();
     fg_pools_init();
     return CUDA_SUCCESS;
 }
@@ -74,9 +80,13 @@ static void atfork_child(void)
     for (int d = 0; d < FG_MAX_DEVICES; d++) {
         fg.primary_refs[d] = 0;
         atomic_store(&fg.primary[d].alive, 0);
-        atomic_store(&fg.primary[d].tail_ns, 0);
+        atomic_store(&fg.primary[d].tail.pos, 0);
+        atomic_store(&fg.primary[d].tail.seq, 0);
+        atomic_store(&fg.primary[d].null_stream.tail.pos, 0);
+        atomic_store(&fg.primary[d].null_stream.tail.seq, 0);
     }
     fg_table_reset();
+    fg_time_reset();
     fg_pools_reset();
     fg_vmm_reset();
     fg.init_err = CUDA_SUCCESS;

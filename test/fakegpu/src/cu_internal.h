@@ -33,11 +33,21 @@ CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
 #define FG_MAGIC_POOL 0x9001u
 #define FG_MAGIC_DEAD 0xdeadu
 
+/* Where queued work ends in this process's queue on a device (fg_sched.h):
+ * pos = cumulative kernel ns, seq = 1 + ring sequence of that launch (0: none). */
+struct fg_mark {
+    _Atomic uint64_t pos;
+    _Atomic uint64_t seq;
+};
+
+struct fg_capture; /* cu_graph.c */
+
 struct fg_stream {
     uint32_t magic;
     unsigned flags;
     struct CUctx_st *ctx;
-    _Atomic uint64_t tail_ns; /* when the work queued on it finishes */
+    struct fg_mark tail; /* its latest timed launch */
+    struct fg_capture *capture; /* non-NULL while it is being captured into a graph */
     struct fg_stream *next_free;
 };
 
@@ -46,7 +56,8 @@ struct CUctx_st {
     int dev;
     int primary;
     _Atomic int alive;
-    _Atomic uint64_t tail_ns; /* max over its streams: what cuCtxSynchronize waits for */
+    _Atomic uint32_t epoch; /* bumped when it is destroyed or reset: its events die with it */
+    struct fg_mark tail; /* latest timed launch on any of its streams: cuCtxSynchronize */
     struct fg_stream null_stream;
 };
 
@@ -58,8 +69,15 @@ struct CUevent_st {
     uint32_t magic;
     unsigned flags;
     struct CUctx_st *ctx; /* where it was created: its device's pools release on sync */
+    uint32_t epoch;       /* ctx->epoch at creation: a destroyed or reset context's events are invalid */
     int recorded;
-    uint64_t ts_ns; /* when the work before the record point finishes */
+    int dev;          /* device of the stream it was recorded on */
+    uint64_t pos;     /* queue position it waits for */
+    uint64_t seq;     /* 1 + ring sequence of the launch ending at pos; 0: none */
+    uint64_t record_ns;
+    int resolved;     /* ts_ns known */
+    uint64_t ts_ns;   /* when the work before the record point finished */
+    struct CUevent_st *pend_prev, *pend_next; /* unresolved events (fg.pending) */
     struct CUevent_st *next_free;
 };
 
@@ -89,6 +107,12 @@ struct fg_driver {
     pthread_mutex_t mu; /* contexts, primary contexts, modules, free lists */
     struct CUctx_st primary[FG_MAX_DEVICES];
     int primary_refs[FG_MAX_DEVICES];
+    /* Simulated time (cu_time.c): this process's queue on each device. */
+    int slot_index;
+    pthread_mutex_t tmu;                 /* ring, positions, pending events */
+    uint64_t queued_pos[FG_MAX_DEVICES]; /* kernel ns ever queued (the positions) */
+    uint32_t devs_used;                  /* devices it queued timed work on */
+    struct CUevent_st *pending;          /* recorded events not yet resolved */
 };
 
 extern struct fg_driver fg;
@@ -122,6 +146,7 @@ static inline struct CUctx_st *fg_current(void)
 
 /* Not in the hook's cuda_driver.h; the value of NVIDIA's cuda.h. */
 #define FG_ERROR_CONTEXT_IS_DESTROYED ((CUresult)709)
+#define FG_ERROR_ILLEGAL_STATE ((CUresult)401)
 
 /* init + current context, the preamble of most calls. No context at all is
  * INVALID_CONTEXT; a current one that was destroyed (or an inactive primary) is
@@ -160,6 +185,27 @@ void fg_ctx_release_resources(struct CUctx_st *ctx);
 
 /* Sleeps until CLOCK_MONOTONIC reaches t. */
 void fg_wait_until(uint64_t t);
+
+/* Simulated GPU time (cu_time.c, model in fg_sched.h). */
+void fg_time_reset(void);                             /* fork child / init */
+CUresult fg_submit(struct fg_stream *s, uint64_t ns); /* queue ns of kernel time on s */
+int fg_mark_done(int dev, const struct fg_mark *m);   /* completed by now? */
+void fg_mark_wait(int dev, const struct fg_mark *m);  /* waits until completed */
+void fg_event_record(struct CUevent_st *e, struct fg_stream *s);
+int fg_event_done(struct CUevent_st *e); /* resolves ts_ns when complete */
+void fg_event_wait(struct CUevent_st *e);
+void fg_event_forget(struct CUevent_st *e);
+/* The mark a stream's synchronisation waits for (the legacy default stream: its context's). */
+const struct fg_mark *fg_stream_mark(struct fg_stream *s);
+
+/* Kernel duration of a launch of f with params: 0 for any kernel but fakegpu_sleep;
+ * -1 if fakegpu_sleep lacks its argument. */
+int64_t fg_kernel_ns(CUfunction f, void **kernelParams);
+/* Validates a launch (context, function, dimensions, stream); resolves the stream. */
+CUresult fg_launch_check(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                         CUstream hStream, struct fg_stream **out);
+/* Queues a launch on s, or records it into s's capture graph. */
+CUresult fg_launch_enqueue(struct fg_stream *s, CUfunction f, uint64_t ns);
 
 /* VMM (cu_vmm.c): forget the parent's reservations in a fork child. */
 void fg_vmm_reset(void);

@@ -1,10 +1,11 @@
-/* cu_launch.c — modules, functions and kernel launches on the simulated timeline.
+/* cu_launch.c — modules, functions and kernel launches.
  *
  * A function named "fakegpu_sleep" occupies its device for *(uint64_t *)params[0]
- * nanoseconds; every other function takes no time. Kernels of all streams and
- * processes on one device run one after another: a launch starts at
- * max(now, device tail) and moves the device, stream and context tails to its end.
- * A zero-duration launch changes nothing and costs only its argument checks. */
+ * nanoseconds of GPU time; every other function takes no time. Every launch entry
+ * point (cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel, their _ptsz
+ * variants, and cuGraphLaunch in cu_graph.c) queues that time on the shared
+ * device timeline (cu_time.c, fg_sched.h). A zero-duration launch changes nothing
+ * and costs only its argument checks. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,32 +102,18 @@ FG_API CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char
     return CUDA_SUCCESS;
 }
 
-static void atomic_max(_Atomic uint64_t *w, uint64_t v)
+int64_t fg_kernel_ns(CUfunction f, void **kernelParams)
 {
-    uint64_t cur = atomic_load_explicit(w, memory_order_relaxed);
-    while (cur < v && !atomic_compare_exchange_weak(w, &cur, v))
-        ;
+    if (!f->sleep)
+        return 0;
+    if (!kernelParams || !kernelParams[0])
+        return -1;
+    uint64_t ns = *(const uint64_t *)kernelParams[0];
+    return ns > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)ns;
 }
 
-/* Queues dur ns of work on s: after everything already on the device. */
-static void run_for(struct fg_stream *s, uint64_t dur)
-{
-    int dev = s->ctx->dev;
-    _Atomic uint64_t *dtail = &fg.st->dev[dev].tail_ns;
-    uint64_t now = fg_now_ns();
-    uint64_t cur = atomic_load(dtail), end;
-    do {
-        uint64_t start = cur > now ? cur : now;
-        end = start + dur;
-    } while (!atomic_compare_exchange_weak(dtail, &cur, end));
-    atomic_max(&s->tail_ns, end);
-    atomic_max(&s->ctx->tail_ns, end);
-    atomic_fetch_add_explicit(&fg.slot->busy_ns[dev], dur, memory_order_relaxed);
-    atomic_fetch_add_explicit(&fg.st->dev[dev].busy_total_ns, dur, memory_order_relaxed);
-}
-
-static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                       unsigned bz, CUstream hStream, void **kernelParams)
+CUresult fg_launch_check(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                         CUstream hStream, struct fg_stream **out)
 {
     struct CUctx_st *ctx;
     CUresult r = fg_enter(&ctx);
@@ -137,15 +124,24 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 ||
         (uint64_t)bx * by * bz > 1024)
         return CUDA_ERROR_INVALID_VALUE;
-    struct fg_stream *s = fg_stream_resolve(hStream, ctx);
-    if (!s)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (!f->sleep)
-        return CUDA_SUCCESS;
-    if (!kernelParams || !kernelParams[0])
+    *out = fg_stream_resolve(hStream, ctx);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* A zero-duration launch outside a capture changes nothing: no lock, no syscall. */
+static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                       unsigned bz, CUstream hStream, void **kernelParams)
+{
+    struct fg_stream *s;
+    CUresult r = fg_launch_check(f, gx, gy, gz, bx, by, bz, hStream, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    int64_t ns = fg_kernel_ns(f, kernelParams);
+    if (ns < 0)
         return CUDA_ERROR_INVALID_VALUE;
-    run_for(s, *(const uint64_t *)kernelParams[0]);
-    return CUDA_SUCCESS;
+    if (ns == 0 && !s->capture)
+        return CUDA_SUCCESS;
+    return fg_launch_enqueue(s, f, (uint64_t)ns);
 }
 
 FG_API CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
@@ -164,5 +160,48 @@ FG_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigne
 {
     (void)sharedMemBytes;
     (void)extra;
+    return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, kernelParams);
+}
+
+/* Attributes are accepted and ignored (cooperative, priority, clusters…): the
+ * simulated device runs one kernel at a time anyway. */
+static CUresult launch_ex(const CUlaunchConfig *config, CUfunction f, void **kernelParams)
+{
+    if (!fg_ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!config || (config->numAttrs > 0 && !config->attrs))
+        return CUDA_ERROR_INVALID_VALUE;
+    return launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+                  config->blockDimZ, config->hStream, kernelParams);
+}
+
+FG_API CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
+{
+    (void)extra;
+    return launch_ex(config, f, kernelParams);
+}
+
+FG_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                                      void **extra)
+{
+    (void)extra;
+    return launch_ex(config, f, kernelParams);
+}
+
+FG_API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                          unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                          unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                          void **kernelParams)
+{
+    (void)sharedMemBytes;
+    return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, kernelParams);
+}
+
+FG_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                               unsigned int gridDimZ, unsigned int blockDimX,
+                                               unsigned int blockDimY, unsigned int blockDimZ,
+                                               unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
+{
+    (void)sharedMemBytes;
     return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, kernelParams);
 }

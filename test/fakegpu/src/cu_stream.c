@@ -1,9 +1,9 @@
 /* cu_stream.c — streams, events and synchronisation on the simulated timeline.
  *
  * Time is CLOCK_MONOTONIC, which every process on the node shares. Each stream
- * records when its queued work finishes (tail_ns); the context records the max
- * over its streams; the device's timeline in the node state serialises kernels
- * of all streams and processes (cu_launch.c). */
+ * remembers where its latest timed launch ends in the process's queue on the
+ * device, the context the latest of its streams; waiting means waiting until the
+ * shared device timeline has run the queue that far (cu_time.c, fg_sched.h). */
 #include <errno.h>
 #include <stdlib.h>
 #include <time.h>
@@ -31,14 +31,6 @@ struct fg_stream *fg_stream_resolve(CUstream h, struct CUctx_st *ctx)
     return s->magic == FG_MAGIC_STREAM && atomic_load(&s->ctx->alive) ? s : NULL;
 }
 
-/* The legacy default stream waits for every stream of its context. */
-static uint64_t stream_done_at(struct fg_stream *s)
-{
-    if (s == &s->ctx->null_stream)
-        return atomic_load(&s->ctx->tail_ns);
-    return atomic_load(&s->tail_ns);
-}
-
 FG_API CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
     struct CUctx_st *ctx;
@@ -56,7 +48,9 @@ FG_API CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
         return CUDA_ERROR_OUT_OF_MEMORY;
     s->flags = Flags;
     s->ctx = ctx;
-    atomic_store(&s->tail_ns, 0);
+    atomic_store(&s->tail.pos, 0);
+    atomic_store(&s->tail.seq, 0);
+    s->capture = NULL;
     s->next_free = NULL;
     s->magic = FG_MAGIC_STREAM;
     *phStream = (CUstream)s;
@@ -95,7 +89,9 @@ FG_API CUresult cuStreamSynchronize(CUstream hStream)
     CUresult r = stream_of(hStream, &s);
     if (r != CUDA_SUCCESS)
         return r;
-    fg_wait_until(stream_done_at(s));
+    if (s->capture)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    fg_mark_wait(s->ctx->dev, fg_stream_mark(s));
     fg_pools_sync(s->ctx->dev);
     return CUDA_SUCCESS;
 }
@@ -106,7 +102,9 @@ FG_API CUresult cuStreamQuery(CUstream hStream)
     CUresult r = stream_of(hStream, &s);
     if (r != CUDA_SUCCESS)
         return r;
-    return fg_now_ns() >= stream_done_at(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    if (s->capture)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    return fg_mark_done(s->ctx->dev, fg_stream_mark(s)) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 FG_API CUresult cuCtxSynchronize(void)
@@ -115,7 +113,7 @@ FG_API CUresult cuCtxSynchronize(void)
     CUresult r = fg_enter(&ctx);
     if (r != CUDA_SUCCESS)
         return r;
-    fg_wait_until(atomic_load(&ctx->tail_ns));
+    fg_mark_wait(ctx->dev, &ctx->tail);
     fg_pools_sync(ctx->dev);
     return CUDA_SUCCESS;
 }
@@ -137,17 +135,22 @@ FG_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
         return CUDA_ERROR_OUT_OF_MEMORY;
     e->flags = Flags;
     e->ctx = ctx;
+    e->epoch = atomic_load(&ctx->epoch);
     e->recorded = 0;
+    e->resolved = 0;
     e->ts_ns = 0;
+    e->pend_prev = e->pend_next = NULL;
     e->next_free = NULL;
     e->magic = FG_MAGIC_EVENT;
     *phEvent = e;
     return CUDA_SUCCESS;
 }
 
+/* As the real driver: destroying or resetting a context destroys its events,
+ * even when the context's handle stays the same (a reset primary context). */
 static int event_ok(CUevent e)
 {
-    return e && e->magic == FG_MAGIC_EVENT;
+    return e && e->magic == FG_MAGIC_EVENT && e->epoch == atomic_load(&e->ctx->epoch);
 }
 
 FG_API CUresult cuEventDestroy_v2(CUevent hEvent)
@@ -156,6 +159,7 @@ FG_API CUresult cuEventDestroy_v2(CUevent hEvent)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!event_ok(hEvent))
         return CUDA_ERROR_INVALID_HANDLE;
+    fg_event_forget(hEvent);
     hEvent->magic = FG_MAGIC_DEAD;
     pthread_mutex_lock(&fg.mu);
     hEvent->next_free = free_events;
@@ -172,9 +176,9 @@ FG_API CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
         return r;
     if (!event_ok(hEvent))
         return CUDA_ERROR_INVALID_HANDLE;
-    uint64_t now = fg_now_ns(), done = stream_done_at(s);
-    hEvent->ts_ns = done > now ? done : now;
-    hEvent->recorded = 1;
+    if (s->capture)
+        return CUDA_SUCCESS; /* an event node of the graph: not modelled */
+    fg_event_record(hEvent, s);
     return CUDA_SUCCESS;
 }
 
@@ -184,8 +188,7 @@ FG_API CUresult cuEventSynchronize(CUevent hEvent)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!event_ok(hEvent))
         return CUDA_ERROR_INVALID_HANDLE;
-    if (hEvent->recorded)
-        fg_wait_until(hEvent->ts_ns);
+    fg_event_wait(hEvent);
     fg_pools_sync(hEvent->ctx->dev);
     return CUDA_SUCCESS;
 }
@@ -196,7 +199,7 @@ FG_API CUresult cuEventQuery(CUevent hEvent)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!event_ok(hEvent))
         return CUDA_ERROR_INVALID_HANDLE;
-    return !hEvent->recorded || fg_now_ns() >= hEvent->ts_ns ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    return fg_event_done(hEvent) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 FG_API CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
@@ -208,8 +211,7 @@ FG_API CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent
     if (!event_ok(hStart) || !event_ok(hEnd) || !hStart->recorded || !hEnd->recorded ||
         ((hStart->flags | hEnd->flags) & CU_EVENT_DISABLE_TIMING))
         return CUDA_ERROR_INVALID_HANDLE;
-    uint64_t now = fg_now_ns();
-    if (now < hStart->ts_ns || now < hEnd->ts_ns)
+    if (!fg_event_done(hStart) || !fg_event_done(hEnd))
         return CUDA_ERROR_NOT_READY;
     *pMilliseconds = (float)((double)((int64_t)(hEnd->ts_ns - hStart->ts_ns)) / 1e6);
     return CUDA_SUCCESS;

@@ -262,3 +262,17 @@ int fg_config_context_mib(uint64_t *bytes, char *err, unsigned errlen)
     *bytes = mib << 20;
     return 0;
 }
+
+#define FG_MAX_SLICE_US 1000000ull
+
+int fg_config_slice_ns(uint64_t *ns, char *err, unsigned errlen)
+{
+    const char *v = getenv("FAKEGPU_SLICE_US");
+    unsigned long long us = 1024;
+    if (v && *v && (parse_uint(v, FG_MAX_SLICE_US, &us) != 0 || us == 0)) {
+        snprintf(err, errlen, "FAKEGPU_SLICE_US: \"%s\" is not an integer in 1..%llu", v, FG_MAX_SLICE_US);
+        return -1;
+    }
+    *ns = us * 1000ull;
+    return 0;
+}

@@ -43,6 +43,10 @@ int fg_config_parse_list(struct fg_config *cfg, const char *text, char sep, cons
 /* FAKEGPU_CONTEXT_MIB (default 0) in bytes; -1 with a message if malformed. */
 int fg_config_context_mib(uint64_t *bytes, char *err, unsigned errlen);
 
+/* FAKEGPU_SLICE_US (default 1024) in ns: the time slice of a context on a
+ * shared device; -1 with a message if malformed. */
+int fg_config_slice_ns(uint64_t *ns, char *err, unsigned errlen);
+
 /* UUID of device index under seed: see docs/fakegpu.md for the formula. */
 void fg_uuid_derive(const char *seed, int index, unsigned char out[16]);
 

@@ -87,8 +87,11 @@ static uint64_t boot_id_hash(void)
     return h;
 }
 
-static void zero_slot(struct fg_state_slot *s)
+static void zero_slot(struct fg_state *st, struct fg_state_slot *s)
 {
+    struct fg_sched_slot *ss = &st->sched[s - st->slot];
+    atomic_store(&ss->head, 0);
+    atomic_store(&ss->tail, 0);
     for (int d = 0; d < FG_MAX_DEVICES; d++) {
         atomic_store(&s->used[d], 0);
         atomic_store(&s->busy_ns[d], 0);
@@ -106,9 +109,10 @@ static int any_live_slot(struct fg_state *st)
 }
 
 /* Writes a fresh header, device table and empty slots. Caller holds the flock. */
-static void format_state(struct fg_state *st, const struct fg_config *cfg, uint64_t boot)
+static void format_state(struct fg_state *st, const struct fg_config *cfg, uint64_t slice_ns, uint64_t boot)
 {
     memset(st, 0, sizeof *st);
+    st->hdr.slice_ns = slice_ns;
     st->hdr.version = FG_STATE_VERSION;
     st->hdr.header_size = sizeof st->hdr;
     st->hdr.device_size = sizeof st->dev[0];
@@ -125,13 +129,13 @@ static void format_state(struct fg_state *st, const struct fg_config *cfg, uint6
 }
 
 /* Checks an existing mapping against cfg; reformats it when nobody uses it. */
-static int adopt_state(struct fg_state *st, const struct fg_config *cfg, const char *path, char *err,
-                       unsigned errlen)
+static int adopt_state(struct fg_state *st, const struct fg_config *cfg, uint64_t slice_ns, const char *path,
+                       char *err, unsigned errlen)
 {
     uint64_t boot = boot_id_hash();
     uint64_t magic = __atomic_load_n(&st->hdr.magic, __ATOMIC_ACQUIRE);
     if (magic == 0) {
-        format_state(st, cfg, boot);
+        format_state(st, cfg, slice_ns, boot);
         return 0;
     }
     if (magic != FG_STATE_MAGIC || st->hdr.version != FG_STATE_VERSION ||
@@ -145,7 +149,7 @@ static int adopt_state(struct fg_state *st, const struct fg_config *cfg, const c
         return -1;
     }
     if (st->hdr.boot_id != boot) {
-        format_state(st, cfg, boot); /* every process it records died with the last boot */
+        format_state(st, cfg, slice_ns, boot); /* every process it records died with the last boot */
         return 0;
     }
     if (st->hdr.config_fingerprint == fg_config_fingerprint(cfg) && st->hdr.device_count == (uint32_t)cfg->count)
@@ -157,11 +161,35 @@ static int adopt_state(struct fg_state *st, const struct fg_config *cfg, const c
                  path);
         return -1;
     }
-    format_state(st, cfg, boot);
+    format_state(st, cfg, slice_ns, boot);
     return 0;
 }
 
-struct fg_state *fg_state_open(const struct fg_config *cfg, char *err, unsigned errlen)
+/* A version 1 file (same header and slots, no timeline) left by an older build:
+ * replaced, unless a live process still uses it. Caller holds the flock. */
+static int upgrade_v1(int fd, const char *path, char *err, unsigned errlen)
+{
+    void *m = mmap(NULL, FG_STATE_V1_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+        snprintf(err, errlen, "FAKEGPU_STATE=%s: mmap: %s", path, strerror(errno));
+        return -1;
+    }
+    struct fg_state *old = m;
+    int live = old->hdr.magic == FG_STATE_MAGIC && old->hdr.version == 1 && any_live_slot(old);
+    munmap(m, FG_STATE_V1_SIZE);
+    if (live) {
+        snprintf(err, errlen, "FAKEGPU_STATE=%s: in use by live processes of an older fakegpu (state version 1)",
+                 path);
+        return -1;
+    }
+    if (ftruncate(fd, 0) != 0) {
+        snprintf(err, errlen, "FAKEGPU_STATE=%s: ftruncate: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+struct fg_state *fg_state_open(const struct fg_config *cfg, uint64_t slice_ns, char *err, unsigned errlen)
 {
     char defpath[64];
     const char *path = getenv("FAKEGPU_STATE");
@@ -187,6 +215,10 @@ struct fg_state *fg_state_open(const struct fg_config *cfg, char *err, unsigned 
         snprintf(err, errlen, "FAKEGPU_STATE=%s: stat: %s", path, strerror(errno));
         goto out;
     }
+    if (sb.st_size == FG_STATE_V1_SIZE && upgrade_v1(fd, path, err, errlen) != 0)
+        goto out;
+    if (sb.st_size == FG_STATE_V1_SIZE)
+        sb.st_size = 0;
     if (sb.st_size != 0 && sb.st_size != (off_t)sizeof *st) {
         snprintf(err, errlen, "FAKEGPU_STATE=%s: size %lld, expected %zu: not a fakegpu state file; remove it",
                  path, (long long)sb.st_size, sizeof *st);
@@ -202,7 +234,7 @@ struct fg_state *fg_state_open(const struct fg_config *cfg, char *err, unsigned 
         goto out;
     }
     st = m;
-    if (adopt_state(st, cfg, path, err, errlen) != 0) {
+    if (adopt_state(st, cfg, slice_ns, path, err, errlen) != 0) {
         munmap(m, sizeof *st);
         st = NULL;
     }
@@ -233,7 +265,7 @@ struct fg_state_slot *fg_state_claim(struct fg_state *st)
             struct fg_state_slot *s = &st->slot[i];
             uint64_t expect = 0;
             if (atomic_load(&s->owner) == 0 && atomic_compare_exchange_strong(&s->owner, &expect, me)) {
-                zero_slot(s);
+                zero_slot(st, s);
                 atomic_store(&s->claimed_ns, fg_now_ns());
                 raise_hwm(st, i + 1);
                 return s;
@@ -273,12 +305,12 @@ uint64_t fg_state_used(const struct fg_state *st, int dev)
 
 /* Zeroes one dead slot. The REAPING mark keeps a new owner out while its words are
  * cleared; a reaper that dies midway is itself detected and taken over. */
-static int reap_slot(struct fg_state_slot *s, uint64_t owner)
+static int reap_slot(struct fg_state *st, struct fg_state_slot *s, uint64_t owner)
 {
     uint64_t mark = FG_OWNER_REAPING | (uint32_t)getpid();
     if (!atomic_compare_exchange_strong(&s->owner, &owner, mark))
         return 0;
-    zero_slot(s);
+    zero_slot(st, s);
     atomic_store(&s->claimed_ns, 0);
     atomic_store(&s->owner, 0);
     return 1;
@@ -291,7 +323,7 @@ int fg_state_reap(struct fg_state *st)
     for (uint32_t i = 0; i < hwm && i < FG_MAX_SLOTS; i++) {
         uint64_t o = atomic_load(&st->slot[i].owner);
         if (o != 0 && !fg_owner_alive(o))
-            n += reap_slot(&st->slot[i], o);
+            n += reap_slot(st, &st->slot[i], o);
     }
     return n;
 }

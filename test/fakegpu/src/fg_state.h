@@ -21,9 +21,10 @@
 #include <stdint.h>
 
 #include "fg_config.h"
+#include "fg_sched.h"
 
 #define FG_STATE_MAGIC 0x3145544154534746ull /* "FGSTATE1" little-endian */
-#define FG_STATE_VERSION 1u
+#define FG_STATE_VERSION 2u
 #define FG_MAX_SLOTS 256
 #define FG_OWNER_REAPING (1ull << 63)
 
@@ -39,16 +40,17 @@ struct fg_state_header {
     _Atomic uint32_t slot_hwm; /* slots [0, slot_hwm) have ever been claimed */
     uint64_t config_fingerprint;
     uint64_t boot_id;         /* hash of /proc/sys/kernel/random/boot_id */
-    uint64_t reserved;
+    uint64_t slice_ns;        /* time slice of a context (FAKEGPU_SLICE_US of the formatter) */
 };
 
 struct fg_state_device {
     uint64_t mem_bytes;              /* physical capacity */
-    _Atomic uint64_t tail_ns;        /* CLOCK_MONOTONIC ns when queued kernels finish */
+    uint64_t reserved0;              /* version 1: tail of the serial timeline */
     _Atomic uint64_t busy_total_ns;  /* kernel time ever queued on the device */
     _Atomic uint64_t xid_seq;        /* Xid errors injected by tests (NVML events) */
     _Atomic uint64_t xid_last;       /* code of the latest one (written before xid_seq) */
-    uint64_t reserved[3];
+    _Atomic uint64_t sched;          /* committed timeline snapshot (fg_sched.h) */
+    uint64_t reserved[2];
 };
 
 struct fg_state_slot {
@@ -66,7 +68,11 @@ struct fg_state {
     struct fg_state_header hdr;
     struct fg_state_device dev[FG_MAX_DEVICES];
     struct fg_state_slot slot[FG_MAX_SLOTS];
+    struct fg_sched_slot sched[FG_MAX_SLOTS]; /* launch rings and snapshot buffers */
 };
+
+/* Size of a version 1 file (no timeline): replaced when no live process uses it. */
+#define FG_STATE_V1_SIZE (64 + 64 * FG_MAX_DEVICES + 384 * FG_MAX_SLOTS)
 
 _Static_assert(sizeof(struct fg_state_header) == 64, "header layout");
 _Static_assert(sizeof(struct fg_state_device) == 64, "device layout");
@@ -74,7 +80,7 @@ _Static_assert(sizeof(struct fg_state_slot) == 384, "slot layout");
 
 /* Maps (creating or validating) the state file for cfg. Returns the mapping or
  * NULL with a message in err. */
-struct fg_state *fg_state_open(const struct fg_config *cfg, char *err, unsigned errlen);
+struct fg_state *fg_state_open(const struct fg_config *cfg, uint64_t slice_ns, char *err, unsigned errlen);
 
 void fg_state_close(struct fg_state *st);
 

@@ -16,7 +16,12 @@ static nvmlReturn_t init_locked(void)
         fprintf(stderr, "fakegpu: %s\n", err);
         return NVML_ERROR_UNKNOWN;
     }
-    nv.st = fg_state_open(&nv.cfg, err, sizeof err);
+    uint64_t slice_ns;
+    if (fg_config_slice_ns(&slice_ns, err, sizeof err) != 0) {
+        fprintf(stderr, "fakegpu: %s\n", err);
+        return NVML_ERROR_UNKNOWN;
+    }
+    nv.st = fg_state_open(&nv.cfg, slice_ns, err, sizeof err);
     if (!nv.st) {
         fprintf(stderr, "fakegpu: %s\n", err);
         return NVML_ERROR_UNKNOWN;

@@ -4,14 +4,17 @@
 
 #include "nvml_internal.h"
 
-/* Kernels on a device run back to back from the latest launch on, so the work not
- * yet done at `now` is exactly tail - now. */
+/* The device's timeline replayed to `now` (fg_sched.h): exact, whenever asked. */
+static struct fg_sched_snap *timeline(int dev, uint64_t now)
+{
+    static __thread struct fg_sched_snap s;
+    fg_sched_now(nv.st, dev, -1, now, &s);
+    return &s;
+}
+
 uint64_t nvml_busy_done(int dev, uint64_t now)
 {
-    uint64_t total = atomic_load(&nv.st->dev[dev].busy_total_ns);
-    uint64_t tail = atomic_load(&nv.st->dev[dev].tail_ns);
-    uint64_t pending = tail > now ? tail - now : 0;
-    return pending > total ? 0 : total - pending;
+    return timeline(dev, now)->busy_ns;
 }
 
 static void mem_view(int dev, unsigned long long *total, unsigned long long *used, unsigned long long *free_b)
@@ -164,8 +167,8 @@ static uint64_t realtime_us(void)
 }
 
 /* One sample per live process with a context on the device: smUtil is the share
- * of wall time its kernels took since this process last sampled it (or since it
- * first used the device). Kernel time counts when it is queued. */
+ * of wall time its kernels ran on the device since this process last sampled it
+ * (or since it first used the device). */
 FG_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
                                                     unsigned int *processSamplesCount,
                                                     unsigned long long lastSeenTimeStamp)
@@ -183,6 +186,7 @@ FG_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlPro
         return need ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_ERROR_NOT_FOUND;
     }
     uint64_t now = fg_now_ns(), stamp = realtime_us();
+    const struct fg_sched_snap *tl = timeline(d->index, now);
     unsigned n = 0;
     uint32_t hwm = atomic_load(&nv.st->hdr.slot_hwm);
     for (uint32_t i = 0; i < hwm && i < FG_MAX_SLOTS && n < *processSamplesCount; i++) {
@@ -191,7 +195,7 @@ FG_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlPro
         uint32_t pid = fg_owner_pid(owner);
         if (pid == 0 || (atomic_load(&s->contexts[d->index]) == 0 && atomic_load(&s->used[d->index]) == 0))
             continue;
-        uint64_t busy = atomic_load(&s->busy_ns[d->index]);
+        uint64_t busy = tl->ctx[i].tag == owner ? tl->ctx[i].busy_ns : 0;
         uint64_t since = atomic_load(&s->claimed_ns), base = 0;
         if (d->proc_prev[i].owner == owner) {
             since = d->proc_prev[i].ns;

@@ -56,5 +56,12 @@ int scenario_busy(int argc, char **argv);
 int scenario_info(int argc, char **argv);
 int scenario_resolve(int argc, char **argv);
 int scenario_fill(int argc, char **argv);
+int scenario_saturate(int argc, char **argv);
+int scenario_forksat(int argc, char **argv);
+int scenario_queue(int argc, char **argv);
+int scenario_probe(int argc, char **argv);
+int scenario_latency(int argc, char **argv);
+int scenario_order(int argc, char **argv);
+int scenario_churn(int argc, char **argv);
 
 #endif

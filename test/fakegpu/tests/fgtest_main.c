@@ -47,7 +47,9 @@ static const struct {
     {"procaddr", scenario_procaddr}, {"dlopen", scenario_dlopen}, {"timing", scenario_timing},
     {"threads", scenario_threads}, {"fork", scenario_fork},       {"hold", scenario_hold},
     {"allocloop", scenario_allocloop}, {"busy", scenario_busy},   {"info", scenario_info},
-    {"resolve", scenario_resolve}, {"fill", scenario_fill},
+    {"resolve", scenario_resolve}, {"fill", scenario_fill},       {"saturate", scenario_saturate},
+    {"forksat", scenario_forksat}, {"queue", scenario_queue},     {"probe", scenario_probe},
+    {"latency", scenario_latency}, {"order", scenario_order},     {"churn", scenario_churn},
 };
 
 int main(int argc, char **argv)

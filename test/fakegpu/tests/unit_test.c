@@ -1,10 +1,13 @@
-/* unit_test.c — tests of the simulated GPU's internals: the device-list parser and
- * the resource hash table. The driver API is tested end to end from Go. */
+/* unit_test.c — tests of the simulated GPU's internals: the device-list parser,
+ * the resource hash table and the shared device timeline (exact schedules from
+ * synthetic launch rings). The driver API is tested end to end from Go. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fg_config.h"
+#include "fg_sched.h"
+#include "fg_state.h"
 #include "fg_table.h"
 
 static int failures;
@@ -120,6 +123,124 @@ static void test_drain(void)
     EXPECT(left == 1666);
 }
 
+/* A state with `live` slots owned by this (live) process, one by a dead pid,
+ * slice 1000 ns. */
+static struct fg_state *sched_state(int live)
+{
+    struct fg_state *st = calloc(1, sizeof *st);
+    st->hdr.device_count = 1;
+    st->hdr.slice_ns = 1000;
+    for (int i = 0; i < live; i++)
+        EXPECT(fg_state_claim(st) == &st->slot[i]);
+    atomic_store(&st->slot[live].owner, 0x7ffffff0ull); /* no such pid */
+    atomic_store(&st->hdr.slot_hwm, (uint32_t)live + 1);
+    return st;
+}
+
+static uint64_t queued[FG_MAX_SLOTS];
+
+static void push(struct fg_state *st, int c, uint64_t arrive, uint64_t dur)
+{
+    struct fg_sched_slot *ss = &st->sched[c];
+    uint64_t seq = atomic_load(&ss->head);
+    struct fg_sched_entry *e = &ss->ring[seq % FG_RING];
+    e->arrive_ns = arrive;
+    e->end_pos = queued[c] += dur;
+    e->dev = 0;
+    atomic_store(&e->done_ns, 0);
+    atomic_store(&ss->head, seq + 1);
+}
+
+#define T0 1000000ull
+
+static void test_sched_alone_and_order(void)
+{
+    memset(queued, 0, sizeof queued);
+    struct fg_state *st = sched_state(1);
+    static struct fg_sched_snap s;
+    push(st, 0, T0, 2500);
+    push(st, 0, T0, 500);
+    push(st, 0, T0 + 100, 1000);
+    fg_sched_load(st, 0, &s);
+    EXPECT(fg_sched_advance(st, &s, T0 + 10000, FG_NO_CTX, 0, 1) == 0);
+    EXPECT(s.ctx[0].done_pos == 4000 && s.ctx[0].busy_ns == 4000 && s.busy_ns == 4000);
+    /* Alone, the context renews its slice: kernels back to back, each ends in order. */
+    EXPECT(atomic_load(&st->sched[0].ring[0].done_ns) == T0 + 2500);
+    EXPECT(atomic_load(&st->sched[0].ring[1].done_ns) == T0 + 3000);
+    EXPECT(atomic_load(&st->sched[0].ring[2].done_ns) == T0 + 4000);
+    /* Idle gap, then more work: it starts at its arrival. */
+    push(st, 0, T0 + 20000, 300);
+    EXPECT(fg_sched_advance(st, &s, UINT64_MAX, 0, 4300, 0) == T0 + 20300);
+    free(st);
+}
+
+static void test_sched_slices(void)
+{
+    memset(queued, 0, sizeof queued);
+    struct fg_state *st = sched_state(2);
+    static struct fg_sched_snap s, whole;
+    push(st, 0, T0, 3000);       /* longer than a slice */
+    push(st, 1, T0 + 100, 500);  /* arrives during ctx 0's slice */
+    fg_sched_load(st, 0, &s);
+    /* ctx 0 [T0, +1000), ctx 1 [+1000, +1500) and yields, ctx 0 [+1500, +3500). */
+    EXPECT(fg_sched_advance(st, &s, UINT64_MAX, 1, 500, 0) == T0 + 1500);
+    fg_sched_load(st, 0, &s);
+    EXPECT(fg_sched_advance(st, &s, UINT64_MAX, 0, 3000, 0) == T0 + 3500);
+    /* Stepwise replays give the same timeline as one. */
+    fg_sched_load(st, 0, &s);
+    fg_sched_advance(st, &s, T0 + 1200, FG_NO_CTX, 0, 1);
+    EXPECT(s.ctx[0].done_pos == 1000 && s.ctx[1].done_pos == 200 && s.cur == 1);
+    fg_sched_advance(st, &s, T0 + 3000, FG_NO_CTX, 0, 1);
+    fg_sched_load(st, 0, &whole);
+    fg_sched_advance(st, &whole, T0 + 3000, FG_NO_CTX, 0, 1);
+    EXPECT(s.ctx[0].done_pos == 2500 && whole.ctx[0].done_pos == 2500 && s.ctx[1].busy_ns == 500);
+    EXPECT(atomic_load(&st->sched[1].ring[0].done_ns) == T0 + 1500);
+    /* Commit: the snapshot is what later loads see; the next commit uses another buffer. */
+    uint64_t w0 = atomic_load(&st->dev[0].sched);
+    EXPECT(fg_sched_commit(st, 0, w0, &s) == 0);
+    uint64_t w1 = atomic_load(&st->dev[0].sched);
+    EXPECT(FG_SCHED_GEN(w1) == 1 && FG_SCHED_BUF(w1) != 0);
+    EXPECT(fg_sched_commit(st, 0, w0, &s) == -1); /* stale: someone committed since */
+    fg_sched_load(st, 0, &whole);
+    EXPECT(whole.sim_ns == T0 + 3000 && whole.ctx[0].done_pos == 2500 && whole.busy_ns == 3000);
+    fg_sched_advance(st, &whole, T0 + 3200, FG_NO_CTX, 0, 1);
+    EXPECT(fg_sched_commit(st, 0, w1, &whole) == 0);
+    EXPECT(FG_SCHED_BUF(atomic_load(&st->dev[0].sched)) != FG_SCHED_BUF(w1));
+    /* A launch published after the snapshot's instant, stamped before it, counts
+     * from the snapshot on (it reached the device then). */
+    push(st, 1, T0 + 100, 400);
+    fg_sched_load(st, 0, &s);
+    EXPECT(fg_sched_advance(st, &s, UINT64_MAX, 1, 900, 0) == T0 + 3500 + 400);
+    free(st);
+}
+
+static void test_sched_round_robin_and_dead(void)
+{
+    memset(queued, 0, sizeof queued);
+    struct fg_state *st = sched_state(3); /* slot 3: a dead owner */
+    static struct fg_sched_snap s;
+    for (int c = 0; c < 4; c++)
+        for (int k = 0; k < 10; k++)
+            push(st, c, T0, 700); /* kernels shorter than the slice: the slice spans them */
+    fg_sched_load(st, 0, &s);
+    fg_sched_advance(st, &s, T0 + 3000, FG_NO_CTX, 0, 1);
+    for (int c = 0; c < 3; c++)
+        EXPECT(s.ctx[c].busy_ns == 1000);
+    EXPECT(s.ctx[3].busy_ns == 0 && s.ctx[3].done_pos == 7000); /* dropped, never ran */
+    fg_sched_advance(st, &s, T0 + 30000, FG_NO_CTX, 0, 1);
+    EXPECT(s.busy_ns == 21000 && s.ctx[2].done_pos == 7000 && s.cur == FG_NO_CTX);
+    /* The last of three equal contexts ends last. */
+    EXPECT(atomic_load(&st->sched[2].ring[9].done_ns) == T0 + 21000);
+    /* A new owner in a slot starts a fresh record. */
+    atomic_store(&st->slot[3].owner, atomic_load(&st->slot[0].owner));
+    atomic_store(&st->sched[3].head, 0);
+    queued[3] = 0;
+    push(st, 3, T0 + 40000, 100);
+    fg_sched_advance(st, &s, T0 + 50000, FG_NO_CTX, 0, 1);
+    EXPECT(s.ctx[3].busy_ns == 100 && s.ctx[3].done_pos == 100);
+    free(st);
+}
+
 int main(void)
 {
     test_parse_ok();
@@ -127,6 +248,9 @@ int main(void)
     test_uuid_deterministic();
     test_table();
     test_drain();
+    test_sched_alone_and_order();
+    test_sched_slices();
+    test_sched_round_robin_and_dead();
     if (failures) {
         fprintf(stderr, "fakegpu unit tests: %d failure(s)\n", failures);
         return 1;

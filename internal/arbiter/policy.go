@@ -1,0 +1,300 @@
+package arbiter
+
+import (
+	"math"
+	"sort"
+	"time"
+)
+
+// Policy is the arbiter's configuration (api/config/v1 ArbiterConfig).
+type Policy struct {
+	// Quantum is how long a tenant holds the GPU before the next in line
+	// (by the least GPU time per share) takes over.
+	Quantum time.Duration
+	// IdleAfter: a tenant whose hook has neither launched nor waited to for
+	// this long is idle, and its turn passes on (a SIGKILLed or SIGSTOPped
+	// process stops refreshing its demand).
+	IdleAfter time.Duration
+	// PriorityHold is how long after a higher-priority tenant was last active
+	// lower priorities stay throttled to PriorityFloor.
+	PriorityHold time.Duration
+	// PriorityFloor is the share of the GPU (0..1) a throttled lower-priority
+	// tenant keeps.
+	PriorityFloor float64
+}
+
+// Tenant is one container's standing on one GPU, as its files say now.
+type Tenant struct {
+	Key      string
+	Share    float64 // 0..1 of the GPU
+	Hard     bool    // never more than Share, even alone
+	Priority int     // 0 (highest) .. 3
+	BusyNs   uint64  // cumulative GPU time measured by its hook
+	DemandNs uint64  // CLOCK_MONOTONIC of its last launch or wait to launch
+}
+
+// soloAfter is how long the other tenants of a GPU must have been idle before
+// the holder may queue deeper.
+const soloAfter = 100 * time.Millisecond
+
+// Verdict is the scheduler's answer for one tenant.
+type Verdict struct {
+	Key string
+	Go  bool // may launch now (unpaced); otherwise stopped
+	// Throttled: stopped although it has demand (for the metric).
+	Throttled bool
+	// Suppressed: stopped for a higher priority.
+	Suppressed bool
+	// Solo: no other tenant of the GPU is active (its hook may queue deeper).
+	Solo bool
+}
+
+// tenantState is what the scheduler remembers about a tenant between steps.
+type tenantState struct {
+	lastBusy  uint64
+	seen      bool
+	vtime     float64 // GPU time received / share, seconds
+	tokens    float64 // seconds of GPU time a capped tenant may still use
+	active    bool
+	lastFresh time.Time
+}
+
+// Scheduler is the policy of one GPU: an exclusive turn (the GPU's time
+// slices are not preemptible by the hook, so exclusivity is what makes the
+// events measure a tenant's own time), handed to the active, eligible
+// tenant with the least GPU time per share, priorities first.
+type Scheduler struct {
+	Policy  Policy
+	tenants map[string]*tenantState
+	holder  string
+	since   time.Time // holder's turn began
+	// lastPrio[p]: when a tenant of priority p was last active.
+	lastPrio [4]time.Time
+	last     time.Time
+	// Decaying sums of measured GPU time and wall time (overlapFactor).
+	winMeasured, winWall float64
+}
+
+// Step decides the grants at now (mono: the same instant on the hooks'
+// CLOCK_MONOTONIC, to judge their demand stamps).
+func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
+	if s.tenants == nil {
+		s.tenants = map[string]*tenantState{}
+	}
+	dt := 0.0
+	if !s.last.IsZero() {
+		dt = now.Sub(s.last).Seconds()
+	}
+	s.last = now
+	present := make(map[string]bool, len(ts))
+	minV, anyActive := 0.0, false
+	factor := s.overlapFactor(ts, dt)
+	for i := range ts {
+		t := &ts[i]
+		present[t.Key] = true
+		st := s.state(t)
+		measured := 0.0
+		if t.BusyNs > st.lastBusy {
+			measured = float64(t.BusyNs-st.lastBusy) / 1e9
+		}
+		st.lastBusy = t.BusyNs
+		wasActive := st.active
+		st.active = measured > 0 || s.demanding(t, mono)
+		used := measured * factor
+		if st.active {
+			st.lastFresh = now
+			if t.Priority >= 0 && t.Priority < len(s.lastPrio) {
+				s.lastPrio[t.Priority] = now
+			}
+		}
+		if t.Share > 0 {
+			st.vtime += used / t.Share
+		}
+		if !wasActive && st.active {
+			st.tokens = 0 // a capped tenant banks nothing while idle
+		}
+		if cap := s.capOf(now, t); cap < 1 {
+			st.tokens += cap*dt - used
+			if max := cap * s.Policy.Quantum.Seconds(); st.tokens > max {
+				st.tokens = max
+			}
+		}
+	}
+	// Idle tenants bank no credit: one that wakes up starts level with the
+	// least-served active one (work conservation without later starvation).
+	for i := range ts {
+		st := s.tenants[ts[i].Key]
+		if st.active && (!anyActive || st.vtime < minV) {
+			minV, anyActive = st.vtime, true
+		}
+	}
+	for i := range ts {
+		if st := s.tenants[ts[i].Key]; !st.active && anyActive && st.vtime < minV {
+			st.vtime = minV
+		}
+	}
+	for k := range s.tenants {
+		if !present[k] {
+			delete(s.tenants, k)
+		}
+	}
+	s.pick(now, ts)
+	// Solo (a deeper queue for the holder) only once every other tenant has
+	// been idle for soloAfter: a tenant that waits on a long kernel may look
+	// idle for a moment, and a deep queue granted then would run beside it.
+	others := 0
+	for i := range ts {
+		st := s.tenants[ts[i].Key]
+		if ts[i].Key != s.holder && !st.lastFresh.IsZero() && now.Sub(st.lastFresh) < soloAfter {
+			others++
+		}
+	}
+	out := make([]Verdict, 0, len(ts))
+	for i := range ts {
+		t := &ts[i]
+		st := s.tenants[t.Key]
+		v := Verdict{Key: t.Key, Go: t.Key == s.holder}
+		v.Solo = v.Go && others == 0
+		if !v.Go && st.active {
+			v.Throttled = true
+			v.Suppressed = s.suppressed(now, t)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// overlapFactor scales what the hooks measured so that, over the last
+// ~50 ms, the GPU is not billed for more time than passed. Turns are
+// exclusive, but at each hand-over the previous holder's last bursts (bounded
+// by the hook) still run; on a time-sliced GPU both tenants' events then
+// include the other's slices, and both would be billed for the overlap. Hard
+// caps are absolute, so that double count would keep hard tenants below their
+// share. (Billing the holder the wall time of its turn instead was tried: it
+// bills a holder whose process the OS did not run, which on a loaded node was
+// worse.)
+func (s *Scheduler) overlapFactor(ts []Tenant, dt float64) float64 {
+	total := 0.0
+	for i := range ts {
+		if st := s.tenants[ts[i].Key]; st != nil && ts[i].BusyNs > st.lastBusy {
+			total += float64(ts[i].BusyNs-st.lastBusy) / 1e9
+		}
+	}
+	decay := math.Exp(-dt / 0.05)
+	s.winMeasured = s.winMeasured*decay + total
+	s.winWall = s.winWall*decay + dt
+	if s.winMeasured <= s.winWall || s.winMeasured == 0 {
+		return 1
+	}
+	return s.winWall / s.winMeasured
+}
+
+// demanding: the tenant's hook launched or waited to within IdleAfter. A hook
+// blocked on its own work in flight stamps when that wait should end, which
+// may lie ahead; no stamp counts for more than a second ahead.
+func (s *Scheduler) demanding(t *Tenant, mono uint64) bool {
+	if t.DemandNs == 0 {
+		return false
+	}
+	if t.DemandNs > mono {
+		return t.DemandNs-mono <= uint64(time.Second)
+	}
+	return mono-t.DemandNs < uint64(s.Policy.IdleAfter)
+}
+
+func (s *Scheduler) state(t *Tenant) *tenantState {
+	st := s.tenants[t.Key]
+	if st == nil {
+		st = &tenantState{lastBusy: t.BusyNs}
+		s.tenants[t.Key] = st
+	}
+	return st
+}
+
+// suppressed: a higher priority was active within the hold time.
+func (s *Scheduler) suppressed(now time.Time, t *Tenant) bool {
+	for q := 0; q < t.Priority && q < len(s.lastPrio); q++ {
+		if !s.lastPrio[q].IsZero() && now.Sub(s.lastPrio[q]) < s.Policy.PriorityHold {
+			return true
+		}
+	}
+	return false
+}
+
+// capOf is the most of the GPU a tenant may take now (1 = uncapped).
+func (s *Scheduler) capOf(now time.Time, t *Tenant) float64 {
+	c := 1.0
+	if t.Hard {
+		c = t.Share
+	}
+	if s.suppressed(now, t) && s.Policy.PriorityFloor < c {
+		c = s.Policy.PriorityFloor
+	}
+	return c
+}
+
+// eligible: active, and within its cap.
+func (s *Scheduler) eligible(now time.Time, t *Tenant) bool {
+	st := s.tenants[t.Key]
+	if !st.active {
+		return false
+	}
+	if s.capOf(now, t) < 1 {
+		return st.tokens > 0
+	}
+	return true
+}
+
+// rank orders candidates: a suppressed tenant that is eligible has floor
+// time left and is served first (its tokens bound it), then priorities.
+func (s *Scheduler) rank(now time.Time, t *Tenant) int {
+	if s.suppressed(now, t) {
+		return -1
+	}
+	return t.Priority
+}
+
+// pick hands the turn on when the holder's quantum is over, it went idle or
+// ineligible, or a tenant of a higher priority than the holder's wants it.
+func (s *Scheduler) pick(now time.Time, ts []Tenant) {
+	var holder *Tenant
+	cands := make([]*Tenant, 0, len(ts))
+	for i := range ts {
+		t := &ts[i]
+		if t.Key == s.holder {
+			holder = t
+		}
+		if s.eligible(now, t) {
+			cands = append(cands, t)
+		}
+	}
+	if len(cands) == 0 {
+		// Nobody wants the GPU: an uncapped holder keeps its turn while idle,
+		// so that its next burst starts at once (a P0 tenant between
+		// bursts); a capped or vanished one loses it.
+		if holder == nil || s.capOf(now, holder) < 1 {
+			s.holder = ""
+		}
+		return
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		a, b := cands[i], cands[j]
+		if ra, rb := s.rank(now, a), s.rank(now, b); ra != rb {
+			return ra < rb
+		}
+		return s.tenants[a.Key].vtime < s.tenants[b.Key].vtime
+	})
+	best := cands[0]
+	keep := holder != nil && s.eligible(now, holder) && now.Sub(s.since) < s.Policy.Quantum &&
+		s.rank(now, holder) <= s.rank(now, best)
+	if keep || (holder != nil && best.Key == holder.Key) {
+		if !keep {
+			s.since = now // a new quantum for the same holder
+		}
+		return
+	}
+	s.holder, s.since = best.Key, now
+}
+
+// Holder is the tenant holding the turn ("" none).
+func (s *Scheduler) Holder() string { return s.holder }

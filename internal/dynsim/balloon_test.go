@@ -1,0 +1,75 @@
+package dynsim
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/tessera-gpu/tessera/internal/partition"
+	"github.com/tessera-gpu/tessera/internal/placement"
+	"github.com/tessera-gpu/tessera/internal/priority"
+)
+
+// syntheticJobs: pods asking for whole or half GPUs, arriving faster than the
+// cluster serves them on reserved memory alone.
+func syntheticJobs(n int, seed uint64) []Job {
+	r := rand.New(rand.NewPCG(seed, 1))
+	var jobs []Job
+	for i := range n {
+		milli := []int32{250, 500, 1000}[r.IntN(3)]
+		jobs = append(jobs, Job{Name: "p" + string(rune('a'+i%26)) + string(rune('0'+i/26%10)), Class: priority.Class(r.IntN(4)),
+			Arrive: time.Duration(i) * 90 * time.Second, Run: time.Duration(30+r.IntN(90)) * time.Minute,
+			Request: placement.Request{NumGPU: 1, GPUMilli: milli}})
+	}
+	return jobs
+}
+
+func TestBalloonComparisonKeepsTheRules(t *testing.T) {
+	nodes := []partition.NodeSpec{{Name: "n0", GPUs: 4, GPUMemMiB: 40960}, {Name: "n1", GPUs: 4, GPUMemMiB: 81920}}
+	jobs := syntheticJobs(400, 3)
+	cfg := DefaultBalloonConfig()
+	r, err := CompareBalloons(nodes, jobs, time.Hour, 10*time.Hour, 12*time.Hour, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, on := r[0], r[1]
+	t.Logf("off %+v", off)
+	t.Logf("on  %+v", on)
+	if off.PromiseBreaches != 0 || on.PromiseBreaches != 0 {
+		t.Fatalf("a GPU was promised beyond its memory: off %d, on %d", off.PromiseBreaches, on.PromiseBreaches)
+	}
+	if off.Borrowers != 0 || off.OwnerWaits != 0 || off.OwnerAllocs != 0 || off.Evictions != 0 {
+		t.Fatalf("balloons off borrowed or waited: %+v", off)
+	}
+	if on.Borrowers == 0 || on.OwnerAllocs == 0 {
+		t.Fatalf("balloons on never lent: %+v", on)
+	}
+	if on.Arrived != off.Arrived || off.Arrived != len(jobs) {
+		t.Fatalf("arrivals differ: %d vs %d of %d", off.Arrived, on.Arrived, len(jobs))
+	}
+	if on.CompletedAll < on.Completed || off.CompletedAll < off.Completed {
+		t.Fatalf("completions: by the horizon %d, in all %d (off: %d of %d)", on.Completed, on.CompletedAll, off.CompletedAll, len(jobs))
+	}
+	again, _ := CompareBalloons(nodes, jobs, time.Hour, 10*time.Hour, 12*time.Hour, cfg)
+	if again != r {
+		t.Fatal("the same seed gave different results")
+	}
+	// A grace period past the wait bound turns owner waits into OOMs.
+	cfg.Grace = 10 * time.Second
+	slow, _ := CompareBalloons(nodes, jobs, time.Hour, 10*time.Hour, 12*time.Hour, cfg)
+	if slow[1].OwnerWaits > 0 && slow[1].OwnerOOMs == 0 {
+		t.Errorf("borrowers taking 10 s to leave, a 3 s bound, and no owner OOM: %+v", slow[1])
+	}
+}
+
+func TestUsageDistributionMean(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	var sum float64
+	const n = 20000
+	for range n {
+		sum += betaDraw(r, 6, 4)
+	}
+	if m := sum / n; m < 0.58 || m > 0.62 {
+		t.Errorf("Beta(6, 4) mean %.3f, want 0.6", m)
+	}
+}

@@ -1,0 +1,169 @@
+package engine
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/tessera-gpu/tessera/internal/placement"
+	"github.com/tessera-gpu/tessera/internal/priority"
+)
+
+func memPod(key string, class priority.Class, milli, memMiB int32, sub int) *Pod {
+	return &Pod{Key: key, Class: class, Submitted: at(sub),
+		Request: placement.Request{Name: key, CPUMilli: 1000, MemMiB: 1024, NumGPU: 1, GPUMilli: milli, GPUMemMiB: memMiB}}
+}
+
+func freeMem(e *Engine) int32 { return e.cluster.Nodes[0].GPUs[0].FreeMemMiB }
+
+// TestBorrowReclaimableBeforePreempting: a pod that fits nowhere rides on an owner's
+// reclaimable memory instead of preempting; it is preemptible, borrows only what it
+// needs from an owner it does not outrank, never from one already lent, and the
+// owner gets its memory back when the borrower ends or is reclaimed.
+func TestBorrowReclaimableBeforePreempting(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Preemption = true
+	e := newEngine(t, cfg, gpuNode("n0", 1))
+	owner := memPod("owner", priority.P1, 500, 30000, 0)
+	if err := e.Submit(owner); err != nil {
+		t.Fatal(err)
+	}
+	e.Cycle(at(1))
+	placed(e)
+	victim := memPod("low", priority.P3, 100, 4000, 1)
+	victim.Preemptible = true
+	_ = e.Submit(victim)
+	e.Cycle(at(2))
+	placed(e)
+	if free := freeMem(e); free != 40960-34000 {
+		t.Fatalf("free %d MiB", free)
+	}
+	b := memPod("borrower", priority.P2, 300, 20000, 3)
+	_ = e.Submit(b)
+	e.Cycle(at(4))
+	if ev := placed(e); len(ev) != 0 {
+		t.Fatalf("without reclaimable memory: %v (a P2 pod may preempt the P3 one only if that makes room; it does not)", ev)
+	}
+	if err := e.SetReclaimable("owner", 16000); err != nil {
+		t.Fatal(err)
+	}
+	e.Cycle(at(5))
+	if ev := placed(e); !slices.Equal(ev, []string{"borrower@n0"}) {
+		t.Fatalf("events %v, want the borrower placed and nobody preempted", ev)
+	}
+	loans := e.Loans("borrower")
+	// The GPU lacked 20000 − 6960 = 13040 MiB: exactly that is lent, no more.
+	if len(loans) != 1 || loans[0].Owner != "owner" || loans[0].Lent.Grant.Shares[0].MemMiB != 30000-13040 || loans[0].Original.Grant.Shares[0].MemMiB != 30000 {
+		t.Fatalf("loans %+v", loans)
+	}
+	if !b.Preemptible {
+		t.Error("a borrower is not preemptible")
+	}
+	if free := freeMem(e); free != 0 {
+		t.Fatalf("free %d MiB after lending", free)
+	}
+	// Lent once: another pod cannot borrow the same owner's memory.
+	_ = e.Submit(memPod("second", priority.P2, 100, 8000, 6)) // more than preempting the P3 pod frees
+	e.Cycle(at(7))
+	if ev := placed(e); len(ev) != 0 {
+		t.Fatalf("lent twice: %v", ev)
+	}
+	// The borrower ends: the owner is raised back.
+	if err := e.Complete("borrower"); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := e.Running("owner"); r.Decision.Grant.Shares[0].MemMiB != 30000 || e.Loans("borrower") != nil {
+		t.Fatalf("owner not raised back: %+v", r.Decision)
+	}
+	e.Cycle(at(8)) // the waiting pod now borrows the 1040 MiB it lacks
+	if ev := placed(e); !slices.Equal(ev, []string{"second@n0"}) {
+		t.Fatalf("after the borrower ended: %v", ev)
+	}
+	if l := e.Loans("second"); len(l) != 1 || l[0].Lent.Grant.Shares[0].MemMiB != 30000-1040 {
+		t.Fatalf("loans of second: %+v", l)
+	}
+	if err := e.Complete("second"); err != nil {
+		t.Fatal(err)
+	}
+	// Borrow again, then the owner grows: the borrower is reclaimed.
+	b2 := memPod("b2", priority.P2, 300, 20000, 9)
+	_ = e.Submit(b2)
+	e.Cycle(at(10))
+	if ev := placed(e); !slices.Contains(ev, "b2@n0") {
+		t.Fatalf("second borrow: %v", ev)
+	}
+	who, ok := e.ReclaimFor("owner", at(11))
+	if !ok || who != "b2" {
+		t.Fatalf("reclaim: %q %v", who, ok)
+	}
+	evs := e.Events()
+	if len(evs) != 1 || evs[0].Kind != Preempted || evs[0].Reason != "balloon reclaim" || evs[0].Pod.Key != "b2" {
+		t.Fatalf("reclaim events %+v", evs)
+	}
+	if r, _ := e.Running("owner"); r.Decision.Grant.Shares[0].MemMiB != 30000 {
+		t.Fatalf("owner not raised after the reclaim: %+v", r.Decision)
+	}
+}
+
+// TestBorrowerNeverOutranksOwner: a pod more urgent than every owner borrows
+// nothing (it may preempt instead, by the usual rules).
+func TestBorrowerNeverOutranksOwner(t *testing.T) {
+	e := newEngine(t, baseConfig(), gpuNode("n0", 1))
+	_ = e.Submit(memPod("owner", priority.P2, 500, 30000, 0))
+	e.Cycle(at(1))
+	placed(e)
+	if err := e.SetReclaimable("owner", 10000); err != nil {
+		t.Fatal(err)
+	}
+	_ = e.Submit(memPod("urgent", priority.P0, 300, 20000, 2))
+	e.Cycle(at(3))
+	if ev := placed(e); len(ev) != 0 {
+		t.Fatalf("a P0 pod borrowed from a P2 owner: %v", ev)
+	}
+	if err := e.SetReclaimable("ghost", 1); err == nil {
+		t.Error("a pod that does not run accepted as an owner")
+	}
+}
+
+// TestOwnerThatEndsWhileLent: the owner completes while its memory is lent. A
+// later ReclaimFor for it finds nothing to reclaim (no panic), a new pod reusing its
+// key does not evict the old owner's borrower, and when the borrower ends, a new pod that reuses the owner's key is not "raised back" into
+// the old owner's decision (the cluster's books would release memory it never
+// held).
+func TestOwnerThatEndsWhileLent(t *testing.T) {
+	e := newEngine(t, baseConfig(), gpuNode("n0", 1))
+	_ = e.Submit(memPod("owner", priority.P1, 500, 30000, 0))
+	e.Cycle(at(1))
+	placed(e)
+	if err := e.SetReclaimable("owner", 16000); err != nil {
+		t.Fatal(err)
+	}
+	_ = e.Submit(memPod("borrower", priority.P2, 300, 20000, 2))
+	e.Cycle(at(3))
+	if ev := placed(e); !slices.Equal(ev, []string{"borrower@n0"}) {
+		t.Fatalf("borrow: %v", ev)
+	}
+	if err := e.Complete("owner"); err != nil {
+		t.Fatal(err)
+	}
+	if who, ok := e.ReclaimFor("owner", at(4)); ok {
+		t.Fatalf("reclaimed %q for an owner that ended", who)
+	}
+	_ = e.Submit(memPod("owner", priority.P1, 500, 8000, 5)) // same key, a new pod
+	e.Cycle(at(6))
+	if ev := placed(e); !slices.Equal(ev, []string{"owner@n0"}) {
+		t.Fatalf("new pod with the owner's key: %v", ev)
+	}
+	if who, ok := e.ReclaimFor("owner", at(7)); ok {
+		t.Fatalf("evicted %q for a new pod that lent it nothing", who)
+	}
+	if err := e.Complete("borrower"); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := e.Running("owner")
+	if r.Decision.Grant.Shares[0].MemMiB != 8000 {
+		t.Fatalf("the new pod was given the old owner's decision: %+v", r.Decision.Grant.Shares)
+	}
+	if free := freeMem(e); free != 40960-8000 {
+		t.Fatalf("free %d MiB, want %d: the books are off", free, 40960-8000)
+	}
+}

@@ -1,0 +1,128 @@
+package region
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// Compute is one device's compute accounting in a region, summed over all
+// processes of the container (written by the hook; see tessera_abi.h).
+type Compute struct {
+	BusyNs        uint64 // GPU time of completed launch bursts, measured with events
+	Launches      uint64
+	DemandNs      uint64 // CLOCK_MONOTONIC of the latest launch or wait to launch
+	ThrottledNs   uint64 // wall time launches waited for the grant
+	ThrottleWaits uint64
+}
+
+// Compute reads device i's compute words. Index out of range: zero.
+func (r *Region) Compute(i int) Compute {
+	if i < 0 || i >= MaxDevices {
+		return Compute{}
+	}
+	c := &r.raw.Compute[i]
+	return Compute{
+		BusyNs:        atomic.LoadUint64(&c.BusyNs),
+		Launches:      atomic.LoadUint64(&c.Launches),
+		DemandNs:      atomic.LoadUint64(&c.DemandNs),
+		ThrottledNs:   atomic.LoadUint64(&c.ThrottledNs),
+		ThrottleWaits: atomic.LoadUint64(&c.ThrottleWaits),
+	}
+}
+
+// Grant is what the arbiter lets a container use on one device now.
+type Grant struct {
+	Unpaced bool   // no pacing (in-flight work is still bounded)
+	PPM     uint32 // share of the device's time, parts per million, when paced
+	Solo    bool   // no other tenant is active on the GPU: a deeper queue is allowed
+}
+
+// Word encodes g as the compute_grant word, marked as the arbiter's.
+func (g Grant) Word() uint64 {
+	w := uint64(GrantArbitrated)
+	if g.Solo {
+		w |= GrantSolo
+	}
+	if g.Unpaced {
+		return w | GrantUnpaced
+	}
+	ppm := uint64(g.PPM)
+	if ppm > GrantPPMMax {
+		ppm = GrantPPMMax
+	}
+	return w | ppm
+}
+
+// DecodeGrant reads a compute_grant word; ok is false when no arbiter wrote it.
+func DecodeGrant(w uint64) (g Grant, ok bool) {
+	if w&GrantArbitrated == 0 {
+		return Grant{}, false
+	}
+	rate, solo := w&GrantRateMask, w&GrantSolo != 0
+	if rate == GrantUnpaced {
+		return Grant{Unpaced: true, Solo: solo}, true
+	}
+	return Grant{PPM: uint32(rate), Solo: solo}, true
+}
+
+// PolicyName is the annotation value of a compute policy word.
+func PolicyName(p uint64) string {
+	if p == PolicyHard {
+		return "hard"
+	}
+	return "guaranteed"
+}
+
+// ParsePolicy reads a tessera.io/compute-policy value ("" = guaranteed).
+func ParsePolicy(s string) (uint64, error) {
+	switch s {
+	case "", "guaranteed":
+		return PolicyGuaranteed, nil
+	case "hard":
+		return PolicyHard, nil
+	}
+	return 0, fmt.Errorf("compute policy %q: want guaranteed or hard", s)
+}
+
+// SetGrant writes device i's grant and the arbiter's heartbeat (one word each,
+// read by the hook at every launch burst). It does not bump the generation:
+// the arbiter writes every control period and nothing waits on it.
+func (l *Limits) SetGrant(i int, g Grant, beatNs uint64) {
+	if i < 0 || i >= int(l.raw.DeviceCount) {
+		return
+	}
+	d := &l.raw.Devices[i]
+	atomic.StoreUint64(&d.ComputeGrant, g.Word())
+	atomic.StoreUint64(&d.ComputeBeat, beatNs)
+}
+
+// Grant reads device i's grant word (ok false: no arbiter has written it).
+func (l *Limits) Grant(i int) (Grant, bool) {
+	if i < 0 || i >= int(l.raw.DeviceCount) {
+		return Grant{}, false
+	}
+	return DecodeGrant(atomic.LoadUint64(&l.raw.Devices[i].ComputeGrant))
+}
+
+// SetScheduling corrects a device's compute policy and priority in place
+// (the device plugin's reconciliation, once it knows the pod for sure).
+func (l *Limits) SetScheduling(uuid string, policy uint64, priority int32) error {
+	if policy != PolicyGuaranteed && policy != PolicyHard {
+		return fmt.Errorf("limits %s: compute policy %d unknown", l.m.path, policy)
+	}
+	if priority < 0 || priority > 3 {
+		return fmt.Errorf("limits %s: priority %d outside 0..3", l.m.path, priority)
+	}
+	i, err := l.index(uuid)
+	if err != nil {
+		return err
+	}
+	d := &l.raw.Devices[i]
+	if atomic.LoadUint64(&d.ComputePolicy) == policy && atomic.LoadInt32(&d.Priority) == priority {
+		return nil
+	}
+	atomic.StoreUint64(&d.ComputePolicy, policy)
+	atomic.StoreInt32(&d.Priority, priority)
+	atomic.AddUint64(&l.raw.Generation, 1)
+	return nil
+}

@@ -1,0 +1,90 @@
+package region
+
+import (
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+)
+
+func TestGrantWordRoundTrip(t *testing.T) {
+	for _, g := range []Grant{{Unpaced: true}, {Unpaced: true, Solo: true}, {PPM: 0}, {PPM: 300000}, {PPM: GrantPPMMax, Solo: true}} {
+		got, ok := DecodeGrant(g.Word())
+		if !ok || got != g {
+			t.Errorf("%+v → %#x → %+v, %v", g, g.Word(), got, ok)
+		}
+	}
+	if g, ok := DecodeGrant(Grant{PPM: 5 * GrantPPMMax}.Word()); !ok || g.PPM != GrantPPMMax {
+		t.Errorf("an oversized rate decodes to %+v; want the maximum", g)
+	}
+	if _, ok := DecodeGrant(0); ok {
+		t.Error("a word no arbiter wrote decodes as a grant")
+	}
+}
+
+func TestGrantsSchedulingAndComputeWordsInPlace(t *testing.T) {
+	dir := t.TempDir()
+	lp, rp := filepath.Join(dir, "core-limits"), filepath.Join(dir, "core-region")
+	devs := []DeviceLimit{{UUID: "GPU-a", CoreLimitPct: 30}, {UUID: "GPU-b", CoreLimitPct: 70, Policy: PolicyHard, Priority: 1}}
+	if err := WriteLimits(lp, devs); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteLimits(lp, []DeviceLimit{{UUID: "GPU-a", Priority: 4}, {UUID: "GPU-b"}}); err == nil {
+		t.Error("priority 4 accepted")
+	}
+	l, err := OpenLimits(lp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got := l.Devices()[1]; got.Policy != PolicyHard || got.Priority != 1 {
+		t.Errorf("device b: %+v", got)
+	}
+	l.SetGrant(1, Grant{PPM: 250000}, 42)
+	if g, ok := l.Grant(1); !ok || g.PPM != 250000 || atomic.LoadUint64(&l.raw.Devices[1].ComputeBeat) != 42 {
+		t.Errorf("grant %+v %v", g, ok)
+	}
+	if _, ok := l.Grant(0); ok {
+		t.Error("device a has a grant nobody wrote")
+	}
+	gen := l.Generation()
+	if err := l.SetScheduling("GPU-a", PolicyHard, 0); err != nil {
+		t.Fatal(err)
+	}
+	if l.Generation() == gen || l.Devices()[0].Policy != PolicyHard || l.Devices()[0].Priority != 0 {
+		t.Errorf("SetScheduling: %+v, generation %d→%d", l.Devices()[0], gen, l.Generation())
+	}
+	gen = l.Generation()
+	if err := l.SetScheduling("GPU-a", PolicyHard, 0); err != nil || l.Generation() != gen {
+		t.Errorf("an unchanged scheduling bumped the generation (%v)", err)
+	}
+	for _, bad := range []struct {
+		pol  uint64
+		prio int32
+	}{{2, 0}, {PolicyGuaranteed, -1}, {PolicyGuaranteed, 4}} {
+		if err := l.SetScheduling("GPU-a", bad.pol, bad.prio); err == nil {
+			t.Errorf("SetScheduling(%d, %d) accepted", bad.pol, bad.prio)
+		}
+	}
+	if err := CreateRegion(rp); err != nil {
+		t.Fatal(err)
+	}
+	r, err := OpenRegion(rp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	atomic.StoreUint64(&r.raw.Compute[1].BusyNs, 7)
+	atomic.StoreUint64(&r.raw.Compute[1].ThrottledNs, 9)
+	if c := r.Compute(1); c.BusyNs != 7 || c.ThrottledNs != 9 {
+		t.Errorf("compute words %+v", c)
+	}
+	if c := r.Compute(MaxDevices); c != (Compute{}) {
+		t.Errorf("out of range: %+v", c)
+	}
+	if p, err := ParsePolicy("hard"); err != nil || p != PolicyHard || PolicyName(p) != "hard" {
+		t.Errorf("ParsePolicy(hard) = %d, %v", p, err)
+	}
+	if _, err := ParsePolicy("soft"); err == nil {
+		t.Error("policy soft accepted")
+	}
+}

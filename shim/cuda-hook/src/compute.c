@@ -1,0 +1,481 @@
+/* compute.c — bursts, events and the grant; see compute.h and docs/hook.md
+ * "Compute time slices". Per-thread state only (no lock): each thread brackets
+ * its own launches with its own events, one set per context it launches in
+ * (a thread may drive several GPUs in turn without waiting for one to switch
+ * to the other). Container-wide words live in the core
+ * region and are changed by atomic add or CAS (pacing.c). */
+#include "compute.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "accounting.h"
+#include "launch_types.h"
+#include "log.h"
+#include "pacing.h"
+#include "real.h"
+#include "glibc_baseline.h"
+
+/* Thread-exit destructors: before glibc 2.34 pthread keys lived in libpthread
+ * only, which the hook does not link (include/glibc_baseline.h); weak, at the
+ * base version, and used only when resolved — any process with a CUDA driver
+ * loaded has libpthread (the driver needs it). */
+__asm__(".symver pthread_key_create,pthread_key_create@" GLIBC_BASELINE_VERSION);
+__asm__(".symver pthread_setspecific,pthread_setspecific@" GLIBC_BASELINE_VERSION);
+#pragma weak pthread_key_create
+#pragma weak pthread_setspecific
+
+#define MAX_ORDINALS 64
+#define COMPUTE_DEPTH 2               /* bursts of one thread in flight at most */
+#define SOLO_DEPTH 8                  /* ... while no other tenant is active on the GPU */
+#define RING (SOLO_DEPTH + 1)         /* + the open one */
+#define BURST_GPU_NS 500000ull        /* aim: ~0.5 ms of GPU work per burst */
+#define BURST_WALL_NS 1000000ull      /* close a burst after 1 ms of wall time */
+#define MAX_BURST_LAUNCHES 4096u
+#define CTX_SLOTS 4                   /* contexts one thread keeps events in at once */
+
+bool compute_enabled;
+
+static const tessera_limits *g_limits;
+static tessera_region *g_region;
+static _Atomic int g_ordinal_idx[MAX_ORDINALS]; /* index + 2; 1 = unmanaged; 0 = unresolved */
+/* Bumped by a fork (in the child) and by every context's end (destroy, primary
+ * reset or last release); a thread whose epoch differs catches up before it
+ * touches its events again (catch_up). */
+static _Atomic uint64_t g_epoch;
+static _Atomic uint64_t g_fork_epoch; /* the epoch of the last fork */
+#define GONE_RING 16
+static struct {
+    _Atomic uint64_t epoch; /* which bump wrote this entry */
+    _Atomic uintptr_t ctx;  /* the context that ended; 0: not known */
+} g_gone[GONE_RING];
+
+struct burst {
+    CUevent start, end;
+    uint32_t launches;
+};
+
+/* One thread's bursts in one context. */
+struct ctx_state {
+    CUcontext ctx;       /* the events belong to this context; NULL: slot free */
+    int idx;             /* core-limits entry of its device, -1 unmanaged */
+    bool events;         /* ring events created */
+    bool open;           /* ring[head] is open on stream */
+    CUstream stream;
+    uint64_t opened_ns;
+    uint32_t head, count; /* count: closed bursts in flight, ring[(head - count) ..] */
+    uint32_t target;      /* launches per burst */
+    uint64_t per_launch_ns;  /* GPU time per launch: average */
+    uint64_t peak_launch_ns; /* ... and a decaying peak: bursts are sized by it, so that
+                              * mixed kernel sizes cannot queue many long ones at once */
+    struct burst ring[RING];
+};
+
+struct thread_state {
+    uint64_t epoch;         /* g_epoch this state is current with */
+    struct ctx_state *cur;  /* the slot of the context of the last launch */
+    uint32_t evict;         /* next slot to reuse when all are taken */
+    bool exit_armed;        /* thread_exit registered */
+    struct ctx_state slots[CTX_SLOTS];
+};
+
+static _Thread_local struct thread_state thr;
+
+/* Its destructor accounts what an exiting thread left in flight and frees its
+ * events (thread_exit); its value is only a non-NULL marker. */
+static pthread_key_t g_exit_key;
+static bool g_exit_key_ok;
+static void thread_exit(void *unused);
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static bool managed_pct(uint32_t pct) { return pct > 0 && pct < 100; }
+
+bool compute_open(const tessera_limits *core_limits, tessera_region *core_region)
+{
+    g_limits = core_limits;
+    g_region = core_region;
+    if (core_limits == NULL || core_region == NULL)
+        return false;
+    for (uint32_t i = 0; i < core_limits->device_count; i++) {
+        if (managed_pct(atomic_load(&core_limits->devices[i].core_limit_pct)))
+            compute_enabled = true;
+    }
+    if (compute_enabled && &pthread_key_create != NULL && &pthread_setspecific != NULL)
+        g_exit_key_ok = pthread_key_create(&g_exit_key, thread_exit) == 0;
+    return compute_enabled;
+}
+
+/* Core-limits entry of an ordinal, by UUID; -1 when the share there is not
+ * managed (none, or 100 %). */
+static int ordinal_index(CUdevice dev)
+{
+    if (dev < 0 || dev >= MAX_ORDINALS)
+        return -1;
+    int c = atomic_load_explicit(&g_ordinal_idx[dev], memory_order_relaxed);
+    if (c != 0)
+        return c - 2;
+    CUuuid u;
+    CUresult r = CUDA_ERROR_NOT_FOUND;
+    if (REAL.cuDeviceGetUuid_v2 != NULL)
+        r = REAL.cuDeviceGetUuid_v2(&u, dev);
+    if (r != CUDA_SUCCESS && REAL.cuDeviceGetUuid != NULL)
+        r = REAL.cuDeviceGetUuid(&u, dev);
+    if (r != CUDA_SUCCESS)
+        return -1; /* retried next time */
+    char s[48];
+    uuid_format(&u, s);
+    int idx = -1;
+    for (uint32_t i = 0; i < g_limits->device_count; i++) {
+        if (strncmp(g_limits->devices[i].uuid, s, TESSERA_UUID_LEN) == 0 &&
+            managed_pct(atomic_load(&g_limits->devices[i].core_limit_pct)))
+            idx = (int)i;
+    }
+    atomic_store_explicit(&g_ordinal_idx[dev], idx + 2, memory_order_relaxed);
+    return idx;
+}
+
+static struct burst *slot(struct ctx_state *cs, uint32_t i) { return &cs->ring[i % RING]; }
+
+/* Waits for an event. A blocked tenant must not look idle to the arbiter, so
+ * its demand is stamped first with when the wait should end (the work in flight
+ * at the measured pace). */
+static void wait_event(struct ctx_state *cs, CUevent e, tessera_device_compute *c)
+{
+    if (REAL.cuEventQuery(e) != CUDA_ERROR_NOT_READY)
+        return;
+    uint64_t ahead = cs->peak_launch_ns * (slot(cs, cs->head + RING - cs->count)->launches + 1u);
+    atomic_store_explicit(&c->demand_ns, now_ns() + (ahead < 1000000000ull ? ahead : 1000000000ull),
+                          memory_order_relaxed);
+    REAL.cuEventSynchronize(e);
+}
+
+/* Accounts the oldest closed burst: its GPU time into the region and the bucket. */
+static void account_oldest(struct ctx_state *cs, bool wait)
+{
+    struct burst *b = slot(cs, cs->head + RING - cs->count);
+    if (wait)
+        wait_event(cs, b->end, &g_region->compute[cs->idx]);
+    else if (REAL.cuEventQuery(b->end) != CUDA_SUCCESS)
+        return;
+    float ms = 0;
+    uint64_t busy = 0;
+    if (REAL.cuEventElapsedTime(&ms, b->start, b->end) == CUDA_SUCCESS && ms > 0)
+        busy = (uint64_t)((double)ms * 1e6);
+    cs->count--;
+    tessera_device_compute *c = &g_region->compute[cs->idx];
+    atomic_fetch_add_explicit(&c->busy_ns, busy, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->launches, b->launches, memory_order_relaxed);
+    pacing_charge(c, busy);
+    /* Size the next bursts to about BURST_GPU_NS of work at the peak pace. */
+    uint64_t per = b->launches ? busy / b->launches : busy;
+    cs->per_launch_ns = cs->per_launch_ns == 0 ? per : (cs->per_launch_ns * 3 + per) / 4;
+    cs->peak_launch_ns = per > cs->peak_launch_ns ? per : cs->peak_launch_ns - cs->peak_launch_ns / 16;
+    uint64_t n = cs->peak_launch_ns ? BURST_GPU_NS / cs->peak_launch_ns : MAX_BURST_LAUNCHES;
+    cs->target = n < 1 ? 1 : n > MAX_BURST_LAUNCHES ? MAX_BURST_LAUNCHES : (uint32_t)n;
+}
+
+/* Accounts whatever of cs finished, without waiting. */
+static void account_done(struct ctx_state *cs)
+{
+    while (cs->count > 0) {
+        uint32_t before = cs->count;
+        account_oldest(cs, false);
+        if (cs->count == before)
+            break;
+    }
+}
+
+/* A stream being captured into a graph runs nothing now (the graph's launch is
+ * what counts), and an event recorded or queried there would change or
+ * invalidate the capture. */
+static bool capturing(CUstream s)
+{
+    int status = 0;
+    return REAL.cuStreamIsCapturing != NULL && REAL.cuStreamIsCapturing(s, &status) == CUDA_SUCCESS && status != 0;
+}
+
+/* Closes cs's open burst; its context must be current (a NULL stream names the
+ * current context's). */
+static void close_burst(struct ctx_state *cs)
+{
+    if (!cs->open)
+        return;
+    if (capturing(cs->stream)) {
+        /* Capture began on its stream since it opened: its end cannot be
+         * recorded there; the burst is dropped unaccounted. */
+        cs->open = false;
+        return;
+    }
+    REAL.cuEventRecord(slot(cs, cs->head)->end, cs->stream);
+    cs->open = false;
+    cs->head++;
+    cs->count++;
+}
+
+/* Bills what cs has in flight, polling (a hung kernel must not hang a thread's
+ * exit: after 1 s what is left goes unbilled; destroying a pending event is
+ * allowed), and destroys its events. Its context must be current. */
+static void retire(struct ctx_state *cs)
+{
+    if (cs->idx >= 0) {
+        close_burst(cs);
+        for (uint64_t give_up = now_ns() + 1000000000ull; cs->count > 0 && now_ns() < give_up;) {
+            if (REAL.cuEventQuery(slot(cs, cs->head + RING - cs->count)->end) == CUDA_ERROR_NOT_READY)
+                nanosleep(&(struct timespec){0, 100000}, NULL);
+            else
+                account_oldest(cs, true); /* done, or failed (then billed 0): no wait */
+        }
+    }
+    if (cs->events) {
+        for (int i = 0; i < RING; i++) {
+            REAL.cuEventDestroy_v2(cs->ring[i].start);
+            REAL.cuEventDestroy_v2(cs->ring[i].end);
+        }
+    }
+    memset(cs, 0, sizeof *cs);
+}
+
+/* Runs f on cs with cs's context current, then makes back current again. */
+static void in_context(struct ctx_state *cs, CUcontext back, void (*f)(struct ctx_state *))
+{
+    bool switched = back != cs->ctx && REAL.cuCtxSetCurrent != NULL && REAL.cuCtxSetCurrent(cs->ctx) == CUDA_SUCCESS;
+    f(cs);
+    if (switched)
+        REAL.cuCtxSetCurrent(back);
+}
+
+/* Brings this thread's state up to epoch ep: after a fork everything is the
+ * parent's; after a context's end, events in that context are gone (a reset
+ * primary context even keeps its handle, so cuCtxGetCurrent alone cannot tell)
+ * and are forgotten, never destroyed: their handles may name others' events. */
+static void catch_up(uint64_t ep)
+{
+    if (thr.epoch < atomic_load(&g_fork_epoch)) {
+        memset(&thr, 0, sizeof thr);
+        thr.epoch = ep;
+        return;
+    }
+    for (uint64_t e = thr.epoch + 1; e <= ep; e++) {
+        uint64_t written = atomic_load_explicit(&g_gone[e % GONE_RING].epoch, memory_order_acquire);
+        if (written < e)
+            return; /* still being written: look again at the next launch */
+        uintptr_t ctx = atomic_load_explicit(&g_gone[e % GONE_RING].ctx, memory_order_relaxed);
+        for (int i = 0; i < CTX_SLOTS; i++) {
+            struct ctx_state *cs = &thr.slots[i];
+            /* Overwritten (more than GONE_RING ends since) or unknown: assume ours. */
+            if (cs->ctx != NULL && (written > e || ctx == 0 || ctx == (uintptr_t)cs->ctx))
+                memset(cs, 0, sizeof *cs);
+        }
+        thr.epoch = e;
+    }
+}
+
+static bool state_current(void)
+{
+    return thr.epoch == atomic_load_explicit(&g_epoch, memory_order_relaxed);
+}
+
+void compute_context_gone(CUcontext ctx)
+{
+    if (!compute_enabled)
+        return;
+    uint64_t e = atomic_fetch_add(&g_epoch, 1) + 1;
+    atomic_store_explicit(&g_gone[e % GONE_RING].ctx, (uintptr_t)ctx, memory_order_relaxed);
+    atomic_store_explicit(&g_gone[e % GONE_RING].epoch, e, memory_order_release);
+}
+
+/* A slot for ctx (this thread has none yet): a free one, else the next in
+ * turn, whose work is billed first. */
+static struct ctx_state *new_slot(CUcontext ctx)
+{
+    for (int i = 0; i < CTX_SLOTS; i++) {
+        if (thr.slots[i].ctx == NULL)
+            return &thr.slots[i];
+    }
+    struct ctx_state *cs = &thr.slots[thr.evict++ % CTX_SLOTS];
+    in_context(cs, ctx, retire);
+    return cs;
+}
+
+/* This thread's state for the current context (thr.cur); false: launch unmanaged. */
+static bool bind_context(void)
+{
+    uint64_t ep = atomic_load_explicit(&g_epoch, memory_order_relaxed);
+    if (__builtin_expect(thr.epoch != ep, 0)) {
+        catch_up(ep);
+        if (thr.epoch != ep)
+            return false; /* an end being published: this launch passes unmanaged */
+    }
+    CUcontext ctx = NULL;
+    if (REAL.cuCtxGetCurrent == NULL || REAL.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL)
+        return false;
+    struct ctx_state *cs = thr.cur;
+    if (__builtin_expect(cs != NULL && ctx == cs->ctx, 1))
+        return cs->idx >= 0;
+    /* Another context: the last one's open burst ends here (in its own
+     * context); what it has in flight stays counted for when the thread
+     * comes back. */
+    if (cs != NULL && cs->ctx != NULL && cs->open)
+        in_context(cs, ctx, close_burst);
+    thr.cur = NULL;
+    for (int i = 0; i < CTX_SLOTS; i++) {
+        if (thr.slots[i].ctx == ctx)
+            thr.cur = &thr.slots[i];
+    }
+    if (thr.cur != NULL)
+        return thr.cur->idx >= 0;
+    cs = new_slot(ctx);
+    thr.cur = cs;
+    cs->ctx = ctx;
+    CUdevice dev;
+    cs->idx = REAL.cuCtxGetDevice(&dev) == CUDA_SUCCESS ? ordinal_index(dev) : -1;
+    if (cs->idx < 0)
+        return false;
+    for (int i = 0; i < RING; i++) {
+        if (REAL.cuEventCreate(&cs->ring[i].start, 0) != CUDA_SUCCESS ||
+            REAL.cuEventCreate(&cs->ring[i].end, 0) != CUDA_SUCCESS) {
+            hook_log(HOOK_LOG_WARN, "compute: cannot create timing events; launches on this thread are not paced");
+            cs->idx = -1;
+            return false;
+        }
+    }
+    cs->events = true;
+    cs->target = 1;
+    if (g_exit_key_ok && !thr.exit_armed)
+        thr.exit_armed = pthread_setspecific(g_exit_key, &thr) == 0;
+    return true;
+}
+
+/* A thread that exits (a thread per request) would leave its open bursts and
+ * those in flight unaccounted — all of its work, when it launched only a few
+ * kernels — and its events allocated for the life of their contexts. Its work
+ * is billed and its events destroyed. */
+static void thread_exit(void *unused)
+{
+    (void)unused;
+    uint64_t ep = atomic_load(&g_epoch);
+    if (thr.epoch != ep)
+        catch_up(ep);
+    if (thr.epoch != ep)
+        return;
+    CUcontext cur = NULL;
+    if (REAL.cuCtxGetCurrent(&cur) != CUDA_SUCCESS)
+        cur = NULL;
+    for (int i = 0; i < CTX_SLOTS; i++) {
+        if (thr.slots[i].ctx != NULL)
+            in_context(&thr.slots[i], cur, retire);
+    }
+    thr.cur = NULL;
+}
+
+/* Waits while the container's grant leaves no tokens. */
+static void pace(int idx, tessera_device_compute *c, uint64_t now)
+{
+    const tessera_device_limit *l = &g_limits->devices[idx];
+    uint64_t waited = 0;
+    for (;;) {
+        uint32_t rate = pacing_rate(atomic_load_explicit(&l->compute_grant, memory_order_acquire),
+                                    atomic_load_explicit(&l->compute_heartbeat_ns, memory_order_relaxed),
+                                    atomic_load_explicit(&l->compute_policy, memory_order_relaxed),
+                                    atomic_load_explicit(&l->core_limit_pct, memory_order_relaxed), now);
+        atomic_store_explicit(&c->demand_ns, now, memory_order_relaxed);
+        if (rate == PACING_UNPACED)
+            break;
+        int64_t tokens = 0;
+        if (rate > 0) { /* grant 0 stops the container whatever it banked */
+            pacing_refill(c, rate, now);
+            if ((tokens = pacing_tokens(c)) > 0)
+                break;
+        }
+        uint64_t w = pacing_wait_ns(tokens, rate);
+        struct timespec ts = {(time_t)(w / 1000000000ull), (long)(w % 1000000000ull)};
+        nanosleep(&ts, NULL);
+        uint64_t after = now_ns();
+        waited += after - now;
+        now = after;
+    }
+    if (waited > 0) {
+        atomic_fetch_add_explicit(&c->throttled_ns, waited, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->throttle_waits, 1, memory_order_relaxed);
+    }
+}
+
+void compute_admit_slow(CUstream s, bool per_thread)
+{
+    if (per_thread && s == NULL)
+        s = HOOK_STREAM_PER_THREAD;
+    if (!bind_context())
+        return;
+    struct ctx_state *cs = thr.cur;
+    /* The common case: one more launch into the open burst. The clock is read
+     * every 8th launch only (a burst's wall-time bound need not be exact). */
+    struct burst *open = slot(cs, cs->head);
+    if (cs->open && s == cs->stream && open->launches < cs->target &&
+        ((open->launches & 7u) != 0 || now_ns() - cs->opened_ns < BURST_WALL_NS)) {
+        open->launches++;
+        return;
+    }
+    if (capturing(s))
+        return;
+    uint64_t now = now_ns();
+    close_burst(cs);
+    /* Account whatever finished; then bound the work in flight: the burst
+     * launched COMPUTE_DEPTH bursts ago must be done before another opens. */
+    account_done(cs);
+    const tessera_device_limit *l = &g_limits->devices[cs->idx];
+    /* In flight: 2 bursts beside others (one when a burst is 4 ms or more:
+     * long kernels, whose tail would run into the next holder's turn),
+     * deeper while alone — but never more than 2 long bursts: what a solo
+     * tenant queued still runs when a higher priority arrives (8 bursts of
+     * 10 ms kernels kept P2 on the GPU for 80 ms after P0 started). */
+    bool solo = (atomic_load_explicit(&l->compute_grant, memory_order_relaxed) & TESSERA_GRANT_SOLO) != 0;
+    bool long_bursts = (uint64_t)cs->peak_launch_ns * cs->target >= 8 * BURST_GPU_NS;
+    uint32_t depth = long_bursts ? (solo ? 2 : 1) : solo ? SOLO_DEPTH : COMPUTE_DEPTH;
+    while (cs->count >= depth)
+        account_oldest(cs, true);
+    tessera_device_compute *c = &g_region->compute[cs->idx];
+    pace(cs->idx, c, now);
+    struct burst *b = slot(cs, cs->head);
+    b->launches = 1;
+    REAL.cuEventRecord(b->start, s);
+    cs->stream = s;
+    cs->open = true;
+    cs->opened_ns = now_ns();
+}
+
+/* The slot of the current context, if this thread has launched in it and its
+ * state is current; NULL otherwise. */
+static struct ctx_state *sync_slot(void)
+{
+    struct ctx_state *cs = thr.cur;
+    if (cs == NULL || cs->ctx == NULL || cs->idx < 0 || !state_current())
+        return NULL;
+    CUcontext ctx = NULL;
+    if (REAL.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx != cs->ctx)
+        return NULL;
+    return cs;
+}
+
+void compute_before_sync_slow(void)
+{
+    struct ctx_state *cs = sync_slot();
+    if (cs != NULL)
+        close_burst(cs);
+}
+
+void compute_after_sync_slow(void)
+{
+    struct ctx_state *cs = sync_slot();
+    if (cs != NULL)
+        account_done(cs);
+}
+
+void compute_atfork_child(void) { atomic_store(&g_fork_epoch, atomic_fetch_add(&g_epoch, 1) + 1); }
