@@ -131,10 +131,10 @@ func superviseInNamespace() (code int, err error) {
 	// What the inner run should have removed itself: finding any of it
 	// here is a failure, after removing it.
 	var errs []error
-	found := leftovers(l, shimPIDs(l.ContainerdState()))
+	found := leftovers(l, shimPIDs(l.ContainerdSocket()))
 	if found != nil {
 		errs = append(errs, fmt.Errorf("the test run left behind (removed now): %w", found))
-		for _, pid := range shimPIDs(l.ContainerdState()) {
+		for _, pid := range shimPIDs(l.ContainerdSocket()) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		errs = append(errs, removeCgroups(l.CgroupRoot), unmountUnder(dir))

@@ -47,6 +47,7 @@ type Node struct {
 	cp         *controlplane.ControlPlane
 	bins       map[binaries.Binary]string
 	kubeconfig string
+	logDir     string
 	logf       func(string, ...any)
 
 	mu         sync.Mutex
@@ -79,32 +80,22 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, logf func(string,
 		return nil, err
 	}
 	began := time.Now()
-	n = &Node{Name: NodeName, IP: env.nodeIP, cp: cp, bins: bins, logf: logf, shims: map[int]bool{},
-		layout: layout{
-			Dir: env.dir, NodeIP: env.nodeIP, PodCIDR: env.podCIDR, CgroupRoot: "/tessera-e2e-" + env.id,
-			CNIBinDir: debianCNIDir, ShimDir: filepath.Join(env.dir, "bin"), Runc: debianRunc,
-			KubeletPort: ports[0], KubeletHealthzPort: ports[1],
-		}}
+	n = newNode(env, bins, cp.LogDir(), logf)
+	n.cp = cp
+	n.layout.KubeletPort, n.layout.KubeletHealthzPort = ports[0], ports[1]
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, n.Stop())
 			n = nil
 		}
 	}()
-	if err := n.writeFiles(); err != nil {
+	if err := n.startRuntime(ctx); err != nil {
 		return n, err
 	}
-	if err := createCgroupRoot(n.layout.CgroupRoot); err != nil {
-		return n, err
+	logf("realnode: containerd ready, images imported after %v", time.Since(began).Round(time.Millisecond))
+	if err := os.WriteFile(n.layout.KubeletConfig(), []byte(n.layout.kubeletConfig(cp.PKI.Files.CACert)), 0o644); err != nil {
+		return n, fmt.Errorf("real node: %w", err)
 	}
-	if err := n.startContainerd(ctx); err != nil {
-		return n, err
-	}
-	logf("realnode: containerd ready after %v", time.Since(began).Round(time.Millisecond))
-	if err := n.importImages(ctx); err != nil {
-		return n, err
-	}
-	logf("realnode: images imported after %v", time.Since(began).Round(time.Millisecond))
 	if n.kubeconfig, err = cp.WriteKubeconfig("kubelet", "system:node:"+NodeName, "system:nodes"); err != nil {
 		return n, err
 	}
@@ -114,6 +105,29 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, logf func(string,
 	n.StartupTime = time.Since(began)
 	logf("realnode: node %s (%s) Ready after %v", n.Name, n.IP, n.StartupTime.Round(time.Millisecond))
 	return n, nil
+}
+
+func newNode(env insideEnv, bins map[binaries.Binary]string, logDir string, logf func(string, ...any)) *Node {
+	return &Node{Name: NodeName, IP: env.nodeIP, bins: bins, logDir: logDir, logf: logf, shims: map[int]bool{},
+		layout: layout{
+			Dir: env.dir, NodeIP: env.nodeIP, PodCIDR: env.podCIDR, CgroupRoot: "/tessera-e2e-" + env.id,
+			CNIBinDir: debianCNIDir, ShimDir: filepath.Join(env.dir, "bin"), Runc: debianRunc,
+		}}
+}
+
+// startRuntime writes the runtime's files, makes the cgroup root, starts
+// containerd and imports the images.
+func (n *Node) startRuntime(ctx context.Context) error {
+	if err := n.writeFiles(); err != nil {
+		return err
+	}
+	if err := createCgroupRoot(n.layout.CgroupRoot); err != nil {
+		return err
+	}
+	if err := n.startContainerd(ctx); err != nil {
+		return err
+	}
+	return n.importImages(ctx)
 }
 
 // writeFiles writes the configurations and the shim link.
@@ -130,7 +144,6 @@ func (n *Node) writeFiles() error {
 	}
 	files := map[string]string{
 		l.ContainerdConfig(): l.containerdConfig(),
-		l.KubeletConfig():    l.kubeletConfig(n.cp.PKI.Files.CACert),
 		filepath.Join(l.CNIConfDir(), "10-tessera-e2e.conflist"): l.bridgeConflist(),
 	}
 	for path, content := range files {
@@ -143,7 +156,7 @@ func (n *Node) writeFiles() error {
 
 func (n *Node) startContainerd(ctx context.Context) error {
 	p, err := process.Start(process.Spec{
-		Name: "containerd", Path: n.bins[binaries.Containerd], LogDir: n.cp.LogDir(),
+		Name: "containerd", Path: n.bins[binaries.Containerd], LogDir: n.logDir,
 		Args: []string{"--config", n.layout.ContainerdConfig(), "--log-level", "info"},
 		Env:  []string{"PATH=" + n.layout.ShimDir + ":" + os.Getenv("PATH")},
 	})
@@ -191,7 +204,7 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	l := n.layout
 	began := metav1.Now()
 	p, err := process.Start(process.Spec{
-		Name: "kubelet", Path: n.bins[binaries.Kubelet], LogDir: n.cp.LogDir(),
+		Name: "kubelet", Path: n.bins[binaries.Kubelet], LogDir: n.logDir,
 		Args: []string{
 			"--config=" + l.KubeletConfig(),
 			"--kubeconfig=" + n.kubeconfig,
@@ -350,7 +363,7 @@ func (n *Node) Stop() error {
 }
 
 func (n *Node) recordShims() {
-	for _, pid := range shimPIDs(n.layout.ContainerdState()) {
+	for _, pid := range shimPIDs(n.layout.ContainerdSocket()) {
 		n.shims[pid] = true
 	}
 }

@@ -193,22 +193,24 @@ func unmountUnder(dir string) error {
 	return errors.Join(errs...)
 }
 
-// shimPIDs reads the PIDs of containerd's runc shims from their bundles
-// (<state>/io.containerd.runtime.v2.task/<namespace>/<id>/shim.pid): the
-// shims leave containerd's process group, so stopping containerd does not
-// end them.
-func shimPIDs(state string) []int {
-	files, _ := filepath.Glob(filepath.Join(state, "io.containerd.runtime.v2.task", "*", "*", "shim.pid"))
+// shimPIDs finds the PIDs of the runc shims serving the containerd at
+// socket: each is started with `-address <socket>` and leaves containerd's
+// process group, so stopping containerd does not end it. containerd v2.4
+// writes no shim PID file, and the socket path is unique to one node.
+func shimPIDs(socket string) []int {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	want := "\x00-address\x00" + socket + "\x00"
 	var pids []int
-	for _, f := range files {
+	for _, f := range procs {
 		b, err := os.ReadFile(f)
-		if err != nil {
+		if err != nil || !strings.Contains(string(b), want) || !strings.Contains(string(b), "containerd-shim") {
 			continue
 		}
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
 			pids = append(pids, pid)
 		}
 	}
+	sort.Ints(pids)
 	return pids
 }
 
