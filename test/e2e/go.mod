@@ -13,6 +13,7 @@ require (
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
 	k8s.io/cri-api v0.37.2
+	tags.cncf.io/container-device-interface/specs-go v1.1.1
 )
 
 require (

@@ -15,12 +15,14 @@ import (
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/tessera-gpu/tessera/test/e2e/binaries"
+	"github.com/tessera-gpu/tessera/test/fakegpu"
 )
 
 // TestRuntimeRunsLocalImages drives containerd through the CRI the way the
 // kubelet does, without a kubelet: a sandbox from the locally built pause
 // image on the host network and one on the bridge network, each with a
-// container of the workload image whose output reaches its log; then the
+// container of the workload image whose output reaches its log, and one
+// whose container gets the simulated GPU driver's libraries through CDI; then the
 // node's teardown, which must leave no shim, cgroup or mount behind.
 func TestRuntimeRunsLocalImages(t *testing.T) {
 	env, err := inside()
@@ -47,7 +49,19 @@ func TestRuntimeRunsLocalImages(t *testing.T) {
 	}
 	defer conn.Close()
 	rt := cri.NewRuntimeServiceClient(conn)
-	for i, hostNet := range []bool{true, false} {
+	libDir, err := fakegpu.LibDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.WriteSimulatedGPUSpec(libDir); err != nil {
+		t.Fatal(err)
+	}
+	var libs []string
+	for _, l := range DriverLibraries {
+		libs = append(libs, filepath.Join(DriverLibDir, l))
+	}
+	for i, tc := range []struct{ hostNet, gpu bool }{{true, false}, {false, false}, {false, true}} {
+		hostNet := tc.hostNet
 		name := fmt.Sprintf("sandbox-%d", i)
 		mode := cri.NamespaceMode_POD
 		if hostNet {
@@ -67,10 +81,17 @@ func TestRuntimeRunsLocalImages(t *testing.T) {
 			t.Fatalf("%s (host network %v): %v", name, hostNet, err)
 		}
 		say := "hello from " + name
-		c, err := rt.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, SandboxConfig: cfg, Config: &cri.ContainerConfig{
+		cc := &cri.ContainerConfig{
 			Metadata: &cri.ContainerMetadata{Name: "main"}, Image: &cri.ImageSpec{Image: TestImage},
 			Args: []string{"-say", say}, LogPath: "main.log", Linux: &cri.LinuxContainerConfig{},
-		}})
+		}
+		if tc.gpu {
+			// The simulated driver, injected by containerd from the CDI spec.
+			cc.CDIDevices = []*cri.CDIDevice{{Name: SimulatedGPUAll}}
+			cc.Args = append(cc.Args, "-stat", strings.Join(libs, ","))
+			say = "stat " + libs[len(libs)-1] + ": present"
+		}
+		c, err := rt.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, SandboxConfig: cfg, Config: cc})
 		if err != nil {
 			t.Fatalf("%s: create container: %v", name, err)
 		}
@@ -97,6 +118,14 @@ func TestRuntimeRunsLocalImages(t *testing.T) {
 		ip := st.GetStatus().GetNetwork().GetIp()
 		if hostNet && ip != "" {
 			t.Errorf("%s: host-network sandbox has its own IP %q", name, ip)
+		}
+		if tc.gpu {
+			b, _ := os.ReadFile(logFile)
+			for _, l := range libs {
+				if !strings.Contains(string(b), "stat "+l+": present") {
+					t.Errorf("%s: the container does not see the simulated driver's %s (CDI %s); log:\n%s", name, l, SimulatedGPUAll, b)
+				}
+			}
 		}
 		if !hostNet {
 			if a, err := netip.ParseAddr(ip); err != nil || !n.layout.PodCIDR.Contains(a) {
