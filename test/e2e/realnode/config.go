@@ -116,6 +116,7 @@ cgroupsPerQOS: true
 failCgroupV1: false
 failSwapOn: false
 containerRuntimeEndpoint: unix://%[6]s
+podLogsDir: %[8]q
 resolvConf: ""
 clusterDomain: cluster.local
 registerNode: true
@@ -136,7 +137,7 @@ localStorageCapacityIsolation: false
 protectKernelDefaults: false
 enforceNodeAllocatable: ["pods"]
 podCIDR: %[7]q
-`, l.NodeIP, l.KubeletPort, l.KubeletHealthzPort, kubeconfigCA, l.CgroupRoot, l.ContainerdSocket(), l.PodCIDR)
+`, l.NodeIP, l.KubeletPort, l.KubeletHealthzPort, kubeconfigCA, l.CgroupRoot, l.ContainerdSocket(), l.PodCIDR, l.Dir+"/pod-logs")
 }
 
 // bridgeConflist is the pods' network: a bridge inside the namespace with

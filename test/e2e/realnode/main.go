@@ -110,6 +110,10 @@ func superviseInNamespace() (code int, err error) {
 	if err != nil {
 		return 1, err
 	}
+	sysctls, err := saveSysctls(kubeletSysctls)
+	if err != nil {
+		return 1, errors.Join(err, deleteNamespace(ns.Name))
+	}
 	dir, err := os.MkdirTemp("", "tessera-realnode-"+id+"-")
 	if err != nil {
 		return 1, errors.Join(err, deleteNamespace(ns.Name))
@@ -143,9 +147,14 @@ func superviseInNamespace() (code int, err error) {
 		errs = append(errs, err)
 	}
 	errs = append(errs, deleteNamespace(ns.Name))
+	restored, err := restoreSysctls(sysctls)
+	errs = append(errs, err)
+	if len(restored) > 0 {
+		fmt.Fprintf(os.Stderr, "realnode: restored the kernel settings the kubelet changed: %v\n", restored)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return code, err
 	}
-	fmt.Fprintf(os.Stderr, "realnode: namespace %s deleted; no processes, mounts or cgroups left\n", ns.Name)
+	fmt.Fprintf(os.Stderr, "realnode: namespace %s deleted; no processes, mounts or cgroups left; kernel settings as before\n", ns.Name)
 	return code, nil
 }

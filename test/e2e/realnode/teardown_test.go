@@ -51,7 +51,7 @@ func TestConfigsNameEveryPathUnderDir(t *testing.T) {
 	}
 	k := l.kubeletConfig("/ca.crt")
 	for _, want := range []string{"address: 10.201.2.3", "port: 1234", "failCgroupV1: false", "failSwapOn: false",
-		"cgroupDriver: cgroupfs", `cgroupRoot: "/tessera-e2e-ab"`, "containerRuntimeEndpoint: unix:///tmp/n/containerd/containerd.sock", `nodefs.available: "1%"`} {
+		"cgroupDriver: cgroupfs", `cgroupRoot: "/tessera-e2e-ab"`, "containerRuntimeEndpoint: unix:///tmp/n/containerd/containerd.sock", `nodefs.available: "1%"`, `podLogsDir: "/tmp/n/pod-logs"`} {
 		if !strings.Contains(k, want) {
 			t.Errorf("kubelet config lacks %s:\n%s", want, k)
 		}
