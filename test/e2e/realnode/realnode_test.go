@@ -31,11 +31,23 @@ func TestRealNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	began := time.Now()
-	cp, err := controlplane.Start(ctx, controlplane.Options{Logf: t.Logf})
+	cp, err := controlplane.Start(ctx, controlplane.Options{
+		Logf: t.Logf,
+		// Logs and exec reach the kubelet at the node IP: the node's
+		// Hostname address ("realnode") resolves nowhere.
+		APIServerArgs: []string{"--kubelet-preferred-address-types=InternalIP"},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(cp.Stop)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range cp.Processes() {
+				t.Logf("--- %s (pid %d) log tail, %s:\n%s", p.Name, p.PID, p.LogPath, p.Tail(3000))
+			}
+		}
+		cp.Stop()
+	})
 	node, err := realnode.Start(ctx, cp, t.Logf)
 	if err != nil {
 		t.Fatal(err)
