@@ -486,3 +486,46 @@ func (n *Node) PodCgroups(uid string) []string {
 	}
 	return found
 }
+
+// CheckNetworkNamespace verifies that containerd, the kubelet and every
+// shim run in this process's network namespace, and that it is not the
+// host's (PID 1's): nothing of the node can bind or send outside it.
+func (n *Node) CheckNetworkNamespace() error {
+	own, err := netnsInode("self")
+	if err != nil {
+		return err
+	}
+	if host, err := netnsInode("1"); err == nil && host == own {
+		return fmt.Errorf("the test runs in the host's network namespace")
+	}
+	n.mu.Lock()
+	pids := map[string]int{}
+	for _, p := range []*process.Process{n.containerd, n.kubelet} {
+		if p != nil {
+			pids[p.Name] = p.PID
+		}
+	}
+	n.mu.Unlock()
+	for _, pid := range shimPIDs(n.layout.ContainerdSocket()) {
+		pids[fmt.Sprintf("shim %d", pid)] = pid
+	}
+	var errs []error
+	for name, pid := range pids {
+		ino, err := netnsInode(fmt.Sprint(pid))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		} else if ino != own {
+			errs = append(errs, fmt.Errorf("%s (pid %d) runs in another network namespace", name, pid))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// netnsInode identifies the network namespace of /proc/<pid>.
+func netnsInode(pid string) (uint64, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/"+pid+"/ns/net", &st); err != nil {
+		return 0, fmt.Errorf("network namespace of %s: %w", pid, err)
+	}
+	return st.Ino, nil
+}

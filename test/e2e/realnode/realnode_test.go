@@ -122,6 +122,9 @@ func TestRealNode(t *testing.T) {
 	if err := node.Err(); err != nil {
 		t.Fatal(err)
 	}
+	if err := node.CheckNetworkNamespace(); err != nil {
+		t.Error(err)
+	}
 
 	// Teardown with a pod still running: nothing may be left.
 	if err := node.Stop(); err != nil {

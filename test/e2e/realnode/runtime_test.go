@@ -136,6 +136,9 @@ func TestRuntimeRunsLocalImages(t *testing.T) {
 			t.Errorf("%s: processes in the node's cgroups %v; want the pause and workload of each sandbox", name, procs)
 		}
 	}
+	if err := n.CheckNetworkNamespace(); err != nil {
+		t.Error(err)
+	}
 	n.recordShims()
 	if len(n.shims) == 0 {
 		t.Error("no shim PIDs recorded from containerd's bundles")
