@@ -5,6 +5,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"sigs.k8s.io/yaml"
 )
 
 func TestParseMountsUnder(t *testing.T) {
@@ -58,5 +61,19 @@ func TestConfigsNameEveryPathUnderDir(t *testing.T) {
 	}
 	if b := l.bridgeConflist(); !strings.Contains(b, `"subnet": "10.244.2.0/24"`) {
 		t.Errorf("bridge conflist lacks the pod range:\n%s", b)
+	}
+}
+
+// TestKubeletConfigDecodesStrictly: the kubelet refuses unknown fields in
+// its configuration file; decode ours strictly into the real type.
+func TestKubeletConfigDecodesStrictly(t *testing.T) {
+	l := layout{Dir: "/tmp/n", NodeIP: netip.MustParseAddr("10.201.2.3"), PodCIDR: netip.MustParsePrefix("10.244.2.0/24"),
+		CgroupRoot: "/tessera-e2e-ab", KubeletPort: 1234, KubeletHealthzPort: 1235}
+	var cfg kubeletv1beta1.KubeletConfiguration
+	if err := yaml.UnmarshalStrict([]byte(l.kubeletConfig("/ca.crt")), &cfg); err != nil {
+		t.Fatalf("kubelet config: %v", err)
+	}
+	if cfg.FailCgroupV1 == nil || *cfg.FailCgroupV1 || cfg.FailSwapOn == nil || *cfg.FailSwapOn || cfg.CgroupDriver != "cgroupfs" || cfg.Address != "10.201.2.3" {
+		t.Errorf("decoded kubelet config lost a setting: %+v", cfg)
 	}
 }
