@@ -60,7 +60,7 @@ type Node struct {
 
 // Start brings up containerd and the kubelet beside cp, imports the locally
 // built images, and waits until the node is Ready. The caller must be
-// inside the node's namespace (Available); Stop tears everything down.
+// inside the node's namespace (see Main and Unavailable); Stop tears everything down.
 func Start(ctx context.Context, cp *controlplane.ControlPlane, logf func(string, ...any)) (n *Node, err error) {
 	env, err := inside()
 	if err != nil {
