@@ -114,6 +114,7 @@ func superviseInNamespace() (code int, err error) {
 	if err != nil {
 		return 1, errors.Join(err, deleteNamespace(ns.Name))
 	}
+	absent := absentHostPaths()
 	dir, err := os.MkdirTemp("", "tessera-realnode-"+id+"-")
 	if err != nil {
 		return 1, errors.Join(err, deleteNamespace(ns.Name))
@@ -147,6 +148,11 @@ func superviseInNamespace() (code int, err error) {
 		errs = append(errs, err)
 	}
 	errs = append(errs, deleteNamespace(ns.Name))
+	created, err := removeCreatedHostPaths(absent)
+	errs = append(errs, err)
+	if len(created) > 0 {
+		fmt.Fprintf(os.Stderr, "realnode: removed the host directories the runtime and kubelet created: %v\n", created)
+	}
 	restored, err := restoreSysctls(sysctls)
 	errs = append(errs, err)
 	if len(restored) > 0 {
