@@ -24,6 +24,11 @@ var (
 	KubeControllerManager = Binary{"kube-controller-manager", "v1.37.2"}
 	KubeScheduler         = Binary{"kube-scheduler", "v1.37.2"}
 	Kwok                  = Binary{"kwok", "v0.8.0"}
+	// The real node (package realnode).
+	Kubelet        = Binary{"kubelet", "v1.37.2"}
+	Containerd     = Binary{"containerd", "v2.4.2"}
+	ContainerdShim = Binary{"containerd-shim-runc-v2", "v2.4.2"}
+	Ctr            = Binary{"ctr", "v2.4.2"}
 )
 
 // Dir is where the binaries live.

@@ -186,3 +186,52 @@ func tempDirs(t *testing.T) int {
 	}
 	return len(m)
 }
+
+// TestBindingCarriesTheAssignment binds a pod as tessera-scheduler does,
+// through the Binding subresource with the assignment annotation on the
+// Binding, and checks what the scheduler relies on: the API server sets
+// nodeName and the annotation in one update, and kwok runs the pod.
+func TestBindingCarriesTheAssignment(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	spec := kwoknodes.NodeSpec{Name: "gpu-bind", Model: kwoknodes.H100SXM, GPUs: 2}
+	c := Start(t, Options{Nodes: []kwoknodes.NodeSpec{spec}})
+	pod := workload.FractionalPod(metav1.NamespaceDefault, "bound-by-hand", workload.TesseraScheduler, 8, 25)
+	if _, err := c.Client().CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a := &annotations.Assignment{Version: annotations.Version, Containers: []annotations.ContainerAssignment{{
+		Name: "main", GPUs: []annotations.GPUShare{{UUID: spec.Devices()[1].UUID, MemoryMiB: 8 << 10, CorePercent: 25}},
+	}}}
+	value, err := annotations.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binding := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Annotations: map[string]string{annotations.AssignmentKey: value}},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: spec.Name},
+	}
+	if err := c.Client().CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got *corev1.Pod
+	for {
+		if got, err = c.Client().CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Phase == corev1.PodRunning {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got.Spec.NodeName != spec.Name {
+		t.Fatalf("pod on %q, want %s", got.Spec.NodeName, spec.Name)
+	}
+	back, err := annotations.ParseAssignment(got.Annotations[annotations.AssignmentKey])
+	if err != nil {
+		t.Fatalf("assignment on the bound pod: %v", err)
+	}
+	if back.Containers[0].GPUs[0] != a.Containers[0].GPUs[0] {
+		t.Fatalf("assignment %+v, want %+v", back.Containers[0].GPUs[0], a.Containers[0].GPUs[0])
+	}
+}
