@@ -86,7 +86,7 @@ func StartContext(ctx context.Context, t testing.TB, opts Options) (c *Cluster, 
 		if err := kwoknodes.Create(ctx, cp.Client(), opts.Nodes); err != nil {
 			return c, err
 		}
-		wait, cancel := context.WithTimeout(ctx, 2*time.Minute+time.Duration(len(opts.Nodes))*50*time.Millisecond)
+		wait, cancel := context.WithTimeout(ctx, 2*time.Minute+time.Duration(len(opts.Nodes))*200*time.Millisecond)
 		defer cancel()
 		if err := kwoknodes.WaitReady(wait, cp.Client(), opts.Nodes); err != nil {
 			return c, fmt.Errorf("kwok nodes: %w (component errors: %v)", err, cp.Err())

@@ -228,7 +228,7 @@ func WaitReady(ctx context.Context, client kubernetes.Interface, specs []NodeSpe
 	for _, s := range specs {
 		want[s.Name] = true
 	}
-	tick := time.NewTicker(250 * time.Millisecond)
+	tick := time.NewTicker(time.Second) // a list of 1,000 nodes is heavy: not faster
 	defer tick.Stop()
 	for {
 		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: PoolLabel + "=kwok", ResourceVersion: "0"})
