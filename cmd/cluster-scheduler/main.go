@@ -3,8 +3,7 @@
 //
 //	simulate  replay an openb trace with a placement policy (the FGD paper's protocol)
 //	bench     quality on every openb variant against the published results, and throughput
-//
-// A later subcommand, run, will serve the engine as a Kubernetes scheduler.
+//	run       the engine as a Kubernetes scheduler (pods with schedulerName tessera-scheduler)
 package main
 
 import (
@@ -22,6 +21,7 @@ type command struct {
 var commands = map[string]command{
 	"simulate": {"replay a pod trace against a cluster with a placement policy", runSimulate},
 	"bench":    {"print BENCH lines: quality on the openb traces, throughput and memory", runBench},
+	"run":      {"schedule pods of a Kubernetes cluster (see run --help)", runRun},
 }
 
 func main() {

@@ -342,3 +342,14 @@ func (q *Queue[T]) Each(fn func(e *Entry[T])) {
 		fn(e)
 	}
 }
+
+// Activate ends every backoff now: the cluster changed (a pod ended, a
+// node joined or was uncordoned), so pods that failed may fit — what
+// kube-scheduler does when it moves unschedulable pods back on a cluster
+// event. Attempts are kept, so a pod that fails again backs off longer.
+func (q *Queue[T]) Activate() {
+	for e := q.backoff.pop(); e != nil; e = q.backoff.pop() {
+		e.inBackoff = false
+		q.classes[e.queued].push(e)
+	}
+}

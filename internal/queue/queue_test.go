@@ -218,6 +218,33 @@ func TestRemoveAndDuplicates(t *testing.T) {
 	}
 }
 
+// A cluster change ends every backoff at once, in queue order, and keeps
+// the attempts so the next failure backs off longer.
+func TestActivateEndsBackoffKeepingAttempts(t *testing.T) {
+	q := newQueue(t, Config{BackoffInitial: time.Second, BackoffMax: time.Minute})
+	q.Push(&Entry[struct{}]{Key: "late", Class: priority.P3, Submitted: at(5)})
+	q.Push(&Entry[struct{}]{Key: "early", Class: priority.P3, Submitted: at(1)})
+	for _, e := range []*Entry[struct{}]{q.Pop(at(10)), q.Pop(at(10))} {
+		q.Requeue(e, at(10))
+	}
+	if q.Pop(at(10)) != nil {
+		t.Fatal("popped a pod in backoff")
+	}
+	q.Activate()
+	if got := drain(q, at(10)); !slices.Equal(got, []string{"early", "late"}) {
+		t.Fatalf("after Activate: %v", got)
+	}
+	q.Push(&Entry[struct{}]{Key: "x", Class: priority.P3, Submitted: at(0)})
+	e := q.Pop(at(10))
+	q.Requeue(e, at(10))
+	q.Activate()
+	e = q.Pop(at(10))
+	q.Requeue(e, at(10))
+	if got := q.NextEvent().Sub(at(10)); got != 2*time.Second {
+		t.Fatalf("second backoff %v, want 2s (attempts kept)", got)
+	}
+}
+
 // With JoinAtReach an aged pod joins the class it reached behind the pods
 // of that class already waiting: a P3 pod submitted at 0 reaches P1 after
 // two 100 s steps, at 200 — behind a P1 pod submitted at 150, ahead of one

@@ -1,0 +1,90 @@
+package kubesched
+
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
+	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
+	"github.com/tessera-gpu/tessera/internal/placement"
+)
+
+// nodeEntry is the loop's record of one node carrying an inventory.
+type nodeEntry struct {
+	name string
+	obj  *corev1.Node
+	inv  *translate.Inventory
+	// err is why the inventory is unusable (then index is -1).
+	err   error
+	index int
+	// fingerprint is what the engine's node was built from: a change
+	// rebuilds the engine.
+	fingerprint string
+	conflicts   int
+}
+
+func fingerprint(n *corev1.Node) string {
+	return n.Annotations[annv1.NodeGPUsKey] + "|" + n.Status.Allocatable.Cpu().String() + "|" + n.Status.Allocatable.Memory().String()
+}
+
+// syncNode follows a node: a cordon is applied in place; a node that
+// joins, leaves or changes its inventory or allocatable rebuilds the
+// engine (rare, and the rebuild is the path a restart takes, tested).
+func (s *Scheduler) syncNode(name string) {
+	n, err := s.nodes.Get(name)
+	e := s.nodeState[name]
+	switch {
+	case err != nil || !translate.HasInventory(n):
+		if e != nil {
+			s.rebuildWanted = true
+		}
+	case e == nil || e.fingerprint != fingerprint(n):
+		s.rebuildWanted = true
+	default:
+		e.obj = n
+		var anyPod placement.Request
+		if e.index >= 0 {
+			was := !s.cluster.Admits(e.index, &anyPod)
+			s.cluster.Cordon(e.index, translate.Closed(n) || e.conflicts > 0)
+			if was && s.cluster.Admits(e.index, &anyPod) {
+				s.eng.ClusterChanged()
+			}
+		}
+	}
+}
+
+// readNodes reads every node with an inventory, in name order (the
+// engine's tie-break order), reporting unusable inventories once per
+// distinct error.
+func (s *Scheduler) readNodes(previous map[string]*nodeEntry) []*nodeEntry {
+	all, _ := s.nodes.List(everything)
+	slices.SortFunc(all, func(a, b *corev1.Node) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	var out []*nodeEntry
+	invalid := 0
+	for _, n := range all {
+		if !translate.HasInventory(n) {
+			continue
+		}
+		e := &nodeEntry{name: n.Name, obj: n, index: -1, fingerprint: fingerprint(n)}
+		e.inv, e.err = translate.NodeInventory(n)
+		if e.err != nil {
+			invalid++
+			if old := previous[n.Name]; old == nil || old.err == nil || old.err.Error() != e.err.Error() {
+				s.log.Warn("node inventory unusable; nothing is placed there", "node", n.Name, "err", e.err)
+				s.recorder.Event(n, corev1.EventTypeWarning, "TesseraInventoryInvalid", e.err.Error()+"; tessera places nothing on this node until the inventory is fixed")
+			}
+		}
+		out = append(out, e)
+	}
+	s.metrics.InvalidNodes.Set(float64(invalid))
+	return out
+}

@@ -1,0 +1,290 @@
+package kubesched
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
+	"github.com/tessera-gpu/tessera/internal/engine"
+	"github.com/tessera-gpu/tessera/internal/kubesched/bind"
+	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
+	"github.com/tessera-gpu/tessera/internal/priority"
+)
+
+// apply carries a cycle's decisions out. A pod placed without victims is
+// assumed and bound at once; a pod placed after a preemption is nominated
+// (status.nominatedNodeName) and holds the freed capacity in the engine
+// while its victims are evicted with their grace period; it is bound when
+// the last of them is gone.
+func (s *Scheduler) apply(ctx context.Context, events []engine.Event, now time.Time) {
+	victimsOf := map[string][]*podEntry{}
+	for _, ev := range events {
+		if ev.Kind == engine.Preempted && ev.By != nil {
+			if v := s.podState[ev.Pod.Key]; v != nil {
+				victimsOf[ev.By.Key] = append(victimsOf[ev.By.Key], v)
+				// A nominated pod evicted in turn passes on the victims it
+				// waited for: their capacity is what the new pod holds.
+				for k := range v.victims {
+					if w := s.podState[k]; w != nil && w.phase == evicting {
+						victimsOf[ev.By.Key] = append(victimsOf[ev.By.Key], w)
+					}
+				}
+			}
+		}
+	}
+	for _, ev := range events {
+		e := s.podState[ev.Pod.Key]
+		if e == nil {
+			continue
+		}
+		switch ev.Kind {
+		case engine.Placed:
+			s.placed(ctx, e, ev, victimsOf[ev.Pod.Key], now)
+		case engine.Preempted:
+			e.phase = evicting
+			if ev.By != nil {
+				e.preemptor = ev.By.Key
+			}
+		case engine.Dropped:
+			e.phase = held
+			e.retryAt = time.Time{} // never: the engine gave up on it
+			s.event(e, corev1.EventTypeWarning, "FailedScheduling", "dropped from the queue: "+ev.Reason)
+			s.condition(e, corev1.PodReasonUnschedulable, "dropped from the queue: "+ev.Reason)
+		case engine.Escalated:
+			s.event(e, corev1.EventTypeNormal, "Escalated", "waited past its maximum wait; now queued ahead of its class")
+		case engine.Reserved:
+			s.event(e, corev1.EventTypeNormal, "CapacityReserved", fmt.Sprintf("capacity on node %s is held for this pod (it waited past backfill.reserveAfter)", s.cluster.Nodes[ev.Node].Name))
+		}
+	}
+}
+
+func (s *Scheduler) placed(ctx context.Context, e *podEntry, ev engine.Event, victims []*podEntry, now time.Time) {
+	n := s.nodeState[ev.Decision.NodeName]
+	e.node, e.uuids = n.name, nil
+	for _, sh := range ev.Decision.Grant.Shares {
+		e.uuids = append(e.uuids, n.inv.UUIDs[sh.GPU])
+	}
+	s.metrics.QueueWait.WithLabelValues(className(e.pod.Class)).Observe(now.Sub(e.created).Seconds())
+	if len(victims) == 0 {
+		s.startBind(ctx, e)
+		return
+	}
+	e.phase, e.victims = nominated, map[string]bool{}
+	job := &bind.Job{Kind: bind.Evict, For: e.key}
+	for _, v := range victims {
+		e.victims[v.key] = true
+		v.preemptor = e.key
+		ns, name := splitRef(v.key)
+		job.Victims = append(job.Victims, bind.Victim{Namespace: ns, Name: name, UID: v.uid})
+	}
+	ns, name := splitRef(e.key)
+	s.pool.Submit(ctx, &bind.Job{Kind: bind.Patch, Namespace: ns, Name: name, SetNominated: true, Nominated: n.name})
+	s.event(e, corev1.EventTypeNormal, "Preempting", fmt.Sprintf("evicting %d pod(s) on node %s to make room; the capacity is held for this pod", len(victims), n.name))
+	s.pool.Submit(ctx, job)
+}
+
+// startBind writes the assignment and the node in one Binding.
+func (s *Scheduler) startBind(ctx context.Context, e *podEntry) {
+	e.phase = assumed
+	n := s.nodeState[e.node]
+	d, _ := s.eng.Running(e.key)
+	ann := map[string]string{}
+	if d != nil {
+		value, err := translate.Assignment(d.Decision, e.shape, n.inv)
+		if err != nil { // a bug: the engine placed on a GPU the node lacks
+			s.log.Error("assignment", "pod", e.key, "err", err)
+			s.rollback(e, err.Error())
+			return
+		}
+		if value != "" {
+			ann[annv1.AssignmentKey] = value
+		}
+	}
+	ns, name := splitRef(e.key)
+	s.pool.Submit(ctx, &bind.Job{Kind: bind.Bind, Namespace: ns, Name: name, UID: e.uid, Node: e.node, Annotations: ann})
+}
+
+// outcome applies what the API server said to a job.
+func (s *Scheduler) outcome(o bind.Outcome) {
+	j := o.Job
+	switch j.Kind {
+	case bind.Bind:
+		s.bindOutcome(o)
+	case bind.Evict:
+		s.evictOutcome(o)
+	case bind.Patch:
+		if o.Err != nil {
+			s.log.Warn("status patch failed", "pod", j.Key(), "err", o.Err)
+		}
+	}
+}
+
+func (s *Scheduler) bindOutcome(o bind.Outcome) {
+	e := s.podState[o.Job.Key()]
+	s.metrics.BindLatency.Observe(o.Took.Seconds())
+	if e == nil || e.uid != o.Job.UID {
+		return // forgotten meanwhile (deleted, or replaced under its name)
+	}
+	if o.Err == nil && e.phase == bound && !e.counted {
+		// The informer's update came first and booked it; count it here.
+		s.bound(e, o)
+		return
+	}
+	if e.phase != assumed {
+		return // a rebuild queued it again, or it was chosen as a victim
+	}
+	switch {
+	case o.Err == nil:
+		e.phase = bound
+		s.bound(e, o)
+	case o.Gone:
+		s.metrics.BindErrors.WithLabelValues("gone").Inc()
+		_ = s.eng.Complete(e.key)
+		delete(s.podState, e.key)
+	case o.AlreadyOn != "":
+		// Bound elsewhere by another writer: its placement stands, ours
+		// is released; the informer's update books it.
+		s.metrics.BindErrors.WithLabelValues("conflict").Inc()
+		_ = s.eng.Complete(e.key)
+		delete(s.podState, e.key)
+		s.syncPod(e.key)
+	default:
+		s.metrics.BindErrors.WithLabelValues(reasonOf(o.Err)).Inc()
+		s.rollback(e, "binding rejected: "+o.Err.Error())
+	}
+}
+
+// bound counts a successful bind once: metrics and the Scheduled event.
+func (s *Scheduler) bound(e *podEntry, o bind.Outcome) {
+	e.counted = true
+	s.metrics.Binds.Inc()
+	s.metrics.PodSchedulingE2E.Observe(s.now().Sub(e.created).Seconds())
+	s.event(e, corev1.EventTypeNormal, "Scheduled", fmt.Sprintf("Successfully assigned %s to %s", e.key, o.Job.Node))
+}
+
+func reasonOf(err error) string {
+	switch {
+	case apierrors.IsConflict(err):
+		return "conflict"
+	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+		return "rejected"
+	}
+	return "error"
+}
+
+// rollback releases an assumed placement that did not bind and holds the
+// pod out for a backoff before it is queued again (in its old place: the
+// engine keeps its submission time).
+func (s *Scheduler) rollback(e *podEntry, why string) {
+	_ = s.eng.Complete(e.key)
+	e.phase, e.node, e.uuids = held, "", nil
+	e.failures++
+	e.retryAt = s.now().Add(min(time.Second<<min(e.failures-1, 6), time.Minute))
+	s.held[e.key] = e
+	s.log.Warn("placement rolled back", "pod", e.key, "why", why, "retry", e.retryAt)
+	s.event(e, corev1.EventTypeWarning, "FailedScheduling", why+"; the placement was rolled back and the pod is queued again")
+}
+
+// retryDue queues held pods whose backoff has passed.
+func (s *Scheduler) retryDue() {
+	now := s.now()
+	for key, e := range s.held {
+		if s.podState[key] != e || e.phase != held {
+			delete(s.held, key) // gone, or queued again by a rebuild
+			continue
+		}
+		if !now.Before(e.retryAt) {
+			delete(s.held, key)
+			e.retryAt = time.Time{}
+			if err := s.eng.Submit(e.pod); err != nil {
+				s.log.Warn("requeue failed", "pod", e.key, "err", err)
+				continue
+			}
+			e.phase = pending
+		}
+	}
+}
+
+// evictOutcome: when every victim went, the preemptor is bound as soon as
+// the last one is deleted (victimGone). A refusal (429: the eviction would
+// violate a PodDisruptionBudget) undoes the preemption: the preemptor's
+// placement is released, victims still present are booked again, and the
+// preemptor goes back to the queue after a backoff (other victims, or
+// later).
+func (s *Scheduler) evictOutcome(o bind.Outcome) {
+	s.metrics.Preemptions.Add(float64(len(o.Evicted)))
+	if o.Blocked == nil {
+		for _, v := range o.Evicted {
+			s.event(s.podState[v.Namespace+"/"+v.Name], corev1.EventTypeNormal, "Preempted", "evicted to make room for "+o.Job.For)
+		}
+		return
+	}
+	s.metrics.EvictionsBlocked.Inc()
+	pre := s.podState[o.Job.For]
+	msg := fmt.Sprintf("preemption stopped: %v", o.Err)
+	if apierrors.IsTooManyRequests(unwrapAPI(o.Err)) {
+		msg = fmt.Sprintf("preemption stopped: evicting %s/%s would violate a PodDisruptionBudget (%v)", o.Blocked.Namespace, o.Blocked.Name, o.Err)
+	}
+	s.log.Warn("preemption rolled back", "pod", o.Job.For, "err", o.Err)
+	if pre == nil || pre.phase != nominated {
+		return
+	}
+	victims := pre.victims
+	pre.victims = nil
+	s.rollback(pre, msg)
+	ns, name := splitRef(pre.key)
+	s.pool.Submit(context.Background(), &bind.Job{Kind: bind.Patch, Namespace: ns, Name: name, SetNominated: true, Nominated: ""})
+	for key := range victims {
+		v := s.podState[key]
+		if v == nil || v.phase != evicting {
+			continue
+		}
+		delete(s.podState, key)
+		if p := s.podFor(key); p != nil && p.UID == v.uid && p.Spec.NodeName != "" {
+			s.adoptBound(p) // still there (refused, not tried, or terminating): it holds its capacity
+		}
+	}
+}
+
+func unwrapAPI(err error) error {
+	for err != nil {
+		if _, ok := err.(apierrors.APIStatus); ok {
+			return err
+		}
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return err
+		}
+		err = u.Unwrap()
+	}
+	return nil
+}
+
+// victimGone: a victim was deleted; its preemptor binds once none is left.
+func (s *Scheduler) victimGone(v *podEntry) {
+	pre := s.podState[v.preemptor]
+	if pre == nil || pre.phase != nominated {
+		return
+	}
+	delete(pre.victims, v.key)
+	if len(pre.victims) == 0 {
+		if _, ok := s.eng.Running(pre.key); ok {
+			s.startBind(context.Background(), pre)
+		}
+	}
+}
+
+// event posts an event on a pod the loop knows.
+func (s *Scheduler) event(e *podEntry, kind, reason, msg string) {
+	if e == nil {
+		return
+	}
+	ns, name := splitRef(e.key)
+	s.recorder.Event(&corev1.Pod{ObjectMeta: objectMeta(ns, name, e.uid)}, kind, reason, msg)
+}
+
+func className(c priority.Class) string { return c.String() }

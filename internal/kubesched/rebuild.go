@@ -1,0 +1,152 @@
+package kubesched
+
+import (
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/tessera-gpu/tessera/internal/engine"
+	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
+	"github.com/tessera-gpu/tessera/internal/partition"
+	"github.com/tessera-gpu/tessera/internal/placement"
+	"github.com/tessera-gpu/tessera/internal/quota"
+)
+
+var everything = labels.Everything()
+
+// rebuild builds the engine from the informers' caches and the loop's own
+// promises (binds in flight, nominated pods), in this order: nodes (in
+// name order), pods bound to them (tessera.io/allocated, else
+// tessera.io/assignment), promised placements, then pending pods in
+// creation order. A restarted scheduler has no promises; the bound pods
+// are then everything, so it neither loses nor double-books a pod.
+func (s *Scheduler) rebuild(why string) error {
+	s.rebuildWanted = false
+	old := s.podState
+	nodes := s.readNodes(s.nodeState)
+	var specs []partition.NodeSpec
+	for _, n := range nodes {
+		if n.err == nil {
+			n.index = len(specs)
+			specs = append(specs, n.inv.Spec)
+		}
+	}
+	cluster, err := placement.NewCluster(specs)
+	if err != nil {
+		return fmt.Errorf("rebuild: %w", err)
+	}
+	pol, err := placement.NewPolicy(s.cfg.Policy, cluster, placement.Options{})
+	if err != nil {
+		return fmt.Errorf("rebuild: %w", err)
+	}
+	sched := placement.NewScheduler(cluster, pol, false)
+	eng, admit, err := s.newEngine(sched)
+	if err != nil {
+		return fmt.Errorf("rebuild: %w", err)
+	}
+	s.cluster, s.sched, s.eng, s.admit, s.frag = cluster, sched, eng, admit, nil
+	s.nodeState = map[string]*nodeEntry{}
+	for _, n := range nodes {
+		s.nodeState[n.name] = n
+		if n.err != nil {
+			continue
+		}
+		cluster.Cordon(n.index, n.inv.Unschedulable)
+		for _, g := range n.inv.Unhealthy { // held whole: nothing new lands on a sick GPU
+			hold := placement.Decision{Node: n.index, NodeName: n.name, Grant: partition.Grant{Shares: []partition.Share{{GPU: g, Milli: partition.MilliPerGPU, MemMiB: n.inv.Spec.GPUMemMiB}}}}
+			_ = cluster.Reserve(hold)
+		}
+	}
+	s.podState = map[string]*podEntry{}
+	pods, _ := s.pods.List(everything)
+	sortPods(pods)
+	for _, p := range pods {
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		if o := old[translate.Key(p)]; o != nil && o.uid == p.UID && o.phase == evicting && o.preemptor != "" {
+			s.podState[o.key] = o // its preemptor holds its capacity
+			continue
+		}
+		s.adoptBound(p)
+	}
+	for _, p := range pods {
+		if p.Spec.NodeName != "" || !s.ours(p) {
+			continue
+		}
+		o := old[translate.Key(p)]
+		switch {
+		case o != nil && o.uid == p.UID && (o.phase == assumed || o.phase == nominated) && s.keepPromise(o):
+		case o != nil && o.uid == p.UID && o.phase == held:
+			s.podState[o.key] = o
+		default:
+			s.admitPending(p)
+		}
+	}
+	s.metrics.EngineRebuilds.Inc()
+	s.log.Info("engine rebuilt from the API server", "why", why, "nodes", len(specs), "pods", len(s.podState), "pending", s.eng.Pending(), "running", s.eng.RunningCount())
+	return nil
+}
+
+// newEngine builds the engine and quota admission from the current queue
+// configuration.
+func (s *Scheduler) newEngine(sched *placement.Scheduler) (*engine.Engine, *engine.QuotaAdmission, error) {
+	ecfg, err := engine.ConfigFrom(s.engineCfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	ecfg.PreemptionSearches = s.cfg.PreemptionSearches
+	ecfg.GangTimeout = s.engineCfg.Gang.Timeout.Duration
+	var admit *engine.QuotaAdmission
+	var adm engine.Admission
+	if len(s.engineCfg.Queues) > 0 {
+		books, err := quota.New(s.engineCfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		admit = &engine.QuotaAdmission{Books: books, Cluster: sched.Cluster()}
+		adm = admit
+	}
+	eng, err := engine.New(ecfg, sched, adm)
+	return eng, admit, err
+}
+
+// keepPromise re-reserves a placement made before the rebuild whose bind
+// or victims are still outstanding; false when it no longer fits (then
+// the pod is queued again).
+func (s *Scheduler) keepPromise(o *podEntry) bool {
+	n := s.nodeState[o.node]
+	if n == nil || n.index < 0 || o.pod == nil {
+		return false
+	}
+	d := placement.Decision{Node: n.index, NodeName: n.name, Grant: partition.Grant{CPU: o.pod.Request.CPUMilli, MemMiB: o.pod.Request.MemMiB}}
+	for _, u := range o.uuids {
+		g := n.inv.GPUIndex(u)
+		if g < 0 {
+			return false
+		}
+		d.Grant.Shares = append(d.Grant.Shares, partition.Share{GPU: g, Milli: o.pod.Request.GPUMilli, MemMiB: o.pod.Request.GPUMemMiB})
+	}
+	if s.eng.Adopt(o.pod, d, o.created) != nil {
+		return false
+	}
+	s.podState[o.key] = o
+	return true
+}
+
+// sortPods orders pods by creation, then name: the queue's FIFO order and
+// a deterministic adoption order.
+func sortPods(pods []*corev1.Pod) {
+	less := func(a, b *corev1.Pod) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		if a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name {
+			return -1
+		}
+		return 1
+	}
+	slices.SortFunc(pods, less)
+}

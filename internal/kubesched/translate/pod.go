@@ -1,0 +1,215 @@
+package translate
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
+	"github.com/tessera-gpu/tessera/internal/engine"
+	"github.com/tessera-gpu/tessera/internal/gang"
+	"github.com/tessera-gpu/tessera/internal/partition"
+	"github.com/tessera-gpu/tessera/internal/placement"
+	"github.com/tessera-gpu/tessera/internal/priority"
+)
+
+// Extended resources of the device plugin (internal/deviceplugin/resource).
+const (
+	ResourceGPU    corev1.ResourceName = "tessera.io/gpu"
+	ResourceMemory corev1.ResourceName = "tessera.io/gpu-mem"
+	ResourceCore   corev1.ResourceName = "tessera.io/gpu-core"
+)
+
+// Pod annotations the scheduler reads besides the engine's own
+// (tessera.io/priority, tessera.io/pod-group, tessera.io/min-member).
+const (
+	// QueueAnnotation names the quota queue (team) a pod is charged to;
+	// without it the configuration's defaultQueue.
+	QueueAnnotation = "tessera.io/queue"
+	// ModelsAnnotation restricts a pod to GPU models, comma separated.
+	ModelsAnnotation = "tessera.io/gpu-models"
+)
+
+// Key is how the scheduler names a pod: namespace/name.
+func Key(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
+
+// Shape is what the device plugin hands one pod: a count of GPUs, a
+// compute share and a memory cap on each. The engine's request follows
+// from it, and so does the assignment.
+type Shape struct {
+	// Container is the one container that requests tessera resources
+	// ("" for a pod without GPUs).
+	Container string
+	GPUs      int
+	// CorePercent and MemoryMiB are per GPU as requested (0: not requested).
+	CorePercent uint32
+	MemoryMiB   uint64
+}
+
+// PodRequest reads a pod's tessera resources and CPU/memory into an
+// engine request. memUnitMiB is the device plugin's memoryUnit.
+//
+// Semantics (docs/device-plugin.md): gpu-mem/gpu-core without gpu is one
+// GPU; gpu: N alone is taken as N whole GPUs (the scheduler guarantees
+// what it places, so an unshared slot count is a whole GPU each);
+// gpu-mem without gpu-core has no compute guarantee (1 milli, so memory
+// alone decides); a multi-GPU container takes whole GPUs (gpu-core:
+// 100×N), as the engine places them.
+func PodRequest(p *corev1.Pod, memUnitMiB uint64) (placement.Request, Shape, error) {
+	req := placement.Request{Name: Key(p)}
+	var sh Shape
+	for _, c := range p.Spec.InitContainers {
+		if hasTessera(c.Resources) {
+			return req, sh, fmt.Errorf("pod %s: init container %s requests tessera GPU resources; only app containers may", Key(p), c.Name)
+		}
+	}
+	for _, c := range p.Spec.Containers {
+		if !hasTessera(c.Resources) {
+			continue
+		}
+		if sh.Container != "" {
+			return req, sh, fmt.Errorf("pod %s: containers %s and %s both request tessera GPU resources; one container per pod may", Key(p), sh.Container, c.Name)
+		}
+		var err error
+		if sh, err = containerShape(p, c, memUnitMiB); err != nil {
+			return req, sh, err
+		}
+	}
+	req.CPUMilli, req.MemMiB = cpuMem(p)
+	if sh.Container != "" {
+		req.NumGPU = sh.GPUs
+		req.GPUMemMiB = int32(sh.MemoryMiB)
+		switch {
+		case sh.CorePercent > 0:
+			req.GPUMilli = int32(sh.CorePercent) * partition.MilliPerGPU / 100
+		case sh.MemoryMiB > 0 && sh.GPUs == 1:
+			req.GPUMilli = 1
+		default:
+			req.GPUMilli = partition.MilliPerGPU
+		}
+	}
+	if m := strings.TrimSpace(p.Annotations[ModelsAnnotation]); m != "" {
+		for _, s := range strings.Split(m, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				req.Models = append(req.Models, s)
+			}
+		}
+	}
+	if err := req.Validate(); err != nil {
+		return req, sh, fmt.Errorf("pod %s: %w", Key(p), err)
+	}
+	return req, sh, nil
+}
+
+func hasTessera(r corev1.ResourceRequirements) bool {
+	for _, n := range []corev1.ResourceName{ResourceGPU, ResourceMemory, ResourceCore} {
+		if _, ok := quantity(r, n); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// quantity is an extended resource's request (or its limit: extended
+// resources may name only the limit, which then is the request).
+func quantity(r corev1.ResourceRequirements, n corev1.ResourceName) (resource.Quantity, bool) {
+	if q, ok := r.Requests[n]; ok {
+		return q, true
+	}
+	q, ok := r.Limits[n]
+	return q, ok
+}
+
+func containerShape(p *corev1.Pod, c corev1.Container, memUnitMiB uint64) (Shape, error) {
+	sh := Shape{Container: c.Name}
+	count := func(n corev1.ResourceName, max int64) (int64, bool, error) {
+		q, ok := quantity(c.Resources, n)
+		if !ok {
+			return 0, false, nil
+		}
+		v, exact := q.AsInt64()
+		if !exact || v <= 0 || v > max {
+			return 0, true, fmt.Errorf("pod %s: container %s: %s: %s is not a whole number in 1..%d", Key(p), c.Name, n, q.String(), max)
+		}
+		return v, true, nil
+	}
+	gpus, hasGPU, err := count(ResourceGPU, 64)
+	if err != nil {
+		return sh, err
+	}
+	core, hasCore, err := count(ResourceCore, 6400)
+	if err != nil {
+		return sh, err
+	}
+	mem, hasMem, err := count(ResourceMemory, 1<<20)
+	if err != nil {
+		return sh, err
+	}
+	if !hasGPU {
+		gpus = 1
+	}
+	sh.GPUs = int(gpus)
+	if hasCore {
+		if core%gpus != 0 || core/gpus > 100 {
+			return sh, fmt.Errorf("pod %s: container %s: %s: %d over %d GPUs is not an even share of at most 100 each", Key(p), c.Name, ResourceCore, core, gpus)
+		}
+		sh.CorePercent = uint32(core / gpus)
+	}
+	if hasMem {
+		sh.MemoryMiB = (uint64(mem)*memUnitMiB + uint64(gpus) - 1) / uint64(gpus)
+	}
+	return sh, nil
+}
+
+// cpuMem is the pod's effective CPU (milli) and memory (MiB) request, as
+// kube-scheduler computes it: app containers summed, each init container
+// alone if larger, plus overhead.
+func cpuMem(p *corev1.Pod) (int64, int64) {
+	var cpu, mem int64
+	for _, c := range p.Spec.Containers {
+		cpu += c.Resources.Requests.Cpu().MilliValue()
+		mem += c.Resources.Requests.Memory().Value()
+	}
+	for _, c := range p.Spec.InitContainers {
+		cpu = max(cpu, c.Resources.Requests.Cpu().MilliValue())
+		mem = max(mem, c.Resources.Requests.Memory().Value())
+	}
+	cpu += p.Spec.Overhead.Cpu().MilliValue()
+	mem += p.Spec.Overhead.Memory().Value()
+	return cpu, (mem + 1<<20 - 1) >> 20
+}
+
+// EnginePod builds the engine's pod: request, class from the priority
+// table (annotation, else PriorityClass value), queue, gang, the class's
+// defaults (preemptible, minimum run time, maximum wait).
+func EnginePod(p *corev1.Pod, cfg *schedv1.Config, memUnitMiB uint64) (*engine.Pod, Shape, error) {
+	req, sh, err := PodRequest(p, memUnitMiB)
+	if err != nil {
+		return nil, sh, err
+	}
+	ann, hasAnn := p.Annotations[schedv1.PriorityAnnotation]
+	var value int32
+	if p.Spec.Priority != nil {
+		value = *p.Spec.Priority
+	}
+	cl, err := cfg.Priority.ClassOf(ann, hasAnn, value, p.Spec.Priority != nil)
+	if err != nil {
+		return nil, sh, fmt.Errorf("pod %s: %w", Key(p), err)
+	}
+	class, err := priority.ParseClass(string(cl))
+	if err != nil {
+		return nil, sh, fmt.Errorf("pod %s: %w", Key(p), err)
+	}
+	ep := &engine.Pod{Key: Key(p), Request: req, Class: class, Team: p.Annotations[QueueAnnotation], Submitted: p.CreationTimestamp.Time}
+	spec, ok, err := gang.FromAnnotations(p.Annotations)
+	if err != nil {
+		return nil, sh, fmt.Errorf("pod %s: %w", Key(p), err)
+	}
+	if ok {
+		ep.Gang = &spec
+	}
+	engine.PodDefaults(cfg, ep)
+	return ep, sh, nil
+}

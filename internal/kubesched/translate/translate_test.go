@@ -1,0 +1,139 @@
+package translate
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
+	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
+	"github.com/tessera-gpu/tessera/internal/priority"
+)
+
+const inv2 = `{"version":"v1","gpus":[{"uuid":"GPU-b","index":1,"model":"A100","memoryMiB":40960,"numaNode":0,"migEnabled":false,"healthy":false},{"uuid":"GPU-a","index":0,"model":"A100","memoryMiB":40960,"numaNode":0,"migEnabled":false,"healthy":true}]}`
+
+func gpuNode(name, inventory string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{annv1.NodeGPUsKey: inventory}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("64Gi")}}}
+}
+
+func TestNodeInventoryOrdersGPUsByIndex(t *testing.T) {
+	inv, err := NodeInventory(gpuNode("n1", inv2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv.UUIDs[0] != "GPU-a" || inv.UUIDs[1] != "GPU-b" || inv.Spec.GPUs != 2 || inv.Spec.GPUMemMiB != 40960 || inv.Spec.CPU != 16000 || inv.Spec.MemMiB != 65536 {
+		t.Fatalf("inventory %+v", inv)
+	}
+	if len(inv.Unhealthy) != 1 || inv.Unhealthy[0] != 1 {
+		t.Fatalf("unhealthy %v, want [1] (GPU-b)", inv.Unhealthy)
+	}
+}
+
+func TestNodeInventoryRejectsWhatItCannotModel(t *testing.T) {
+	cases := map[string]string{
+		`{"version":"v1","gpus":[{"uuid":"GPU-a","index":0,"model":"A100","memoryMiB":40960,"numaNode":0,"migEnabled":false,"healthy":true},{"uuid":"GPU-b","index":1,"model":"T4","memoryMiB":40960,"numaNode":0,"migEnabled":false,"healthy":true}]}`: "model",
+		`{"version":"v1","gpus":[{"uuid":"GPU-a","index":0,"model":"A100","memoryMiB":0,"numaNode":0,"migEnabled":false,"healthy":true}]}`:                                                                                                              "memoryMiB",
+		`{"version":"v1","gpus":[{"uuid":"GPU-a","index":0,"model":"A100","memoryMiB":5,"numaNode":0,"migEnabled":false,"healthy":true},{"uuid":"GPU-b","index":0,"model":"A100","memoryMiB":5,"numaNode":0,"migEnabled":false,"healthy":true}]}`:       "index repeated",
+		`{"version":"v1","gpus":[` + "{": "malformed JSON",
+	}
+	for raw, want := range cases {
+		_, err := NodeInventory(gpuNode("bad", raw))
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "node bad") {
+			t.Errorf("%s: error %v, want one naming the node and %q", raw, err, want)
+		}
+	}
+}
+
+func pod(containers ...corev1.Container) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Spec: corev1.PodSpec{Containers: containers}}
+}
+
+func ctr(name string, res map[corev1.ResourceName]string) corev1.Container {
+	rl := corev1.ResourceList{}
+	for k, v := range res {
+		rl[k] = resource.MustParse(v)
+	}
+	return corev1.Container{Name: name, Resources: corev1.ResourceRequirements{Limits: rl, Requests: rl}}
+}
+
+func TestPodRequestShapes(t *testing.T) {
+	cases := []struct {
+		res                 map[corev1.ResourceName]string
+		gpus                int
+		milli, memMiB       int32
+		corePercent, shapeM uint64
+	}{
+		{map[corev1.ResourceName]string{ResourceGPU: "1"}, 1, 1000, 0, 0, 0},
+		{map[corev1.ResourceName]string{ResourceGPU: "4"}, 4, 1000, 0, 0, 0},
+		{map[corev1.ResourceName]string{ResourceMemory: "10", ResourceCore: "30"}, 1, 300, 10240, 30, 10240},
+		{map[corev1.ResourceName]string{ResourceMemory: "8"}, 1, 1, 8192, 0, 8192},
+		{map[corev1.ResourceName]string{ResourceGPU: "2", ResourceCore: "200", ResourceMemory: "80"}, 2, 1000, 40960, 100, 40960},
+	}
+	for _, c := range cases {
+		req, sh, err := PodRequest(pod(ctr("side", map[corev1.ResourceName]string{corev1.ResourceCPU: "500m"}), ctr("main", c.res)), 1024)
+		if err != nil {
+			t.Fatalf("%v: %v", c.res, err)
+		}
+		if req.NumGPU != c.gpus || req.GPUMilli != c.milli || req.GPUMemMiB != c.memMiB || uint64(sh.CorePercent) != c.corePercent || sh.MemoryMiB != c.shapeM || sh.Container != "main" || req.CPUMilli != 500 {
+			t.Errorf("%v: request %+v shape %+v", c.res, req, sh)
+		}
+	}
+}
+
+func TestPodRequestRefusesWithTheReason(t *testing.T) {
+	cases := []struct {
+		p    *corev1.Pod
+		want string
+	}{
+		{pod(ctr("a", map[corev1.ResourceName]string{ResourceGPU: "1"}), ctr("b", map[corev1.ResourceName]string{ResourceGPU: "1"})), "containers a and b"},
+		{pod(ctr("a", map[corev1.ResourceName]string{ResourceGPU: "2", ResourceCore: "51"})), "even share"},
+		{pod(ctr("a", map[corev1.ResourceName]string{ResourceGPU: "2", ResourceCore: "100"})), "whole GPUs"},
+		{pod(ctr("a", map[corev1.ResourceName]string{ResourceCore: "500m"})), "tessera.io/gpu-core: 500m"},
+	}
+	for _, c := range cases {
+		if _, _, err := PodRequest(c.p, 1024); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "ns/p") {
+			t.Errorf("error %v, want one naming the pod and %q", err, c.want)
+		}
+	}
+}
+
+func TestEnginePodClassQueueAndBadPriority(t *testing.T) {
+	cfg := schedv1.Default()
+	p := pod(ctr("a", map[corev1.ResourceName]string{ResourceGPU: "1"}))
+	p.Annotations = map[string]string{schedv1.PriorityAnnotation: "P0", QueueAnnotation: "team-a"}
+	ep, _, err := EnginePod(p, cfg, 1024)
+	if err != nil || ep.Class != priority.P0 || ep.Team != "team-a" || ep.Preemptible {
+		t.Fatalf("pod %+v, %v", ep, err)
+	}
+	p.Annotations[schedv1.PriorityAnnotation] = "urgentish"
+	if _, _, err := EnginePod(p, cfg, 1024); err == nil || !strings.Contains(err.Error(), "urgentish") {
+		t.Fatalf("unknown priority: %v", err)
+	}
+}
+
+func FuzzNodeInventory(f *testing.F) {
+	f.Add(inv2)
+	f.Add(`{"version":"v1","gpus":[]}`)
+	f.Add(`{"version":"v1","gpus":[{"uuid":"GPU-a","index":0,"model":"A100","memoryMiB":40960,"numaNode":1,"nvlinkPeers":["GPU-a","GPU-x"],"migEnabled":false,"healthy":true}]}`)
+	f.Fuzz(func(t *testing.T, raw string) {
+		inv, err := NodeInventory(gpuNode("n", raw))
+		if err != nil {
+			return
+		}
+		if len(inv.UUIDs) != inv.Spec.GPUs || inv.Spec.GPUs > 64 {
+			t.Fatalf("inventory %+v: %d UUIDs for %d GPUs", inv, len(inv.UUIDs), inv.Spec.GPUs)
+		}
+		for _, u := range inv.Unhealthy {
+			if u < 0 || u >= inv.Spec.GPUs {
+				t.Fatalf("unhealthy index %d of %d", u, inv.Spec.GPUs)
+			}
+		}
+		if inv.Spec.Islands < 0 || inv.Spec.Islands > inv.Spec.GPUs+1 || inv.Spec.NUMANodes < 0 || inv.Spec.NUMANodes > inv.Spec.GPUs {
+			t.Fatalf("islands %d numa %d for %d GPUs", inv.Spec.Islands, inv.Spec.NUMANodes, inv.Spec.GPUs)
+		}
+	})
+}

@@ -1,0 +1,104 @@
+package kubesched
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tessera-gpu/tessera/internal/engine"
+	"github.com/tessera-gpu/tessera/internal/kubesched/bind"
+	"github.com/tessera-gpu/tessera/internal/kubesched/explain"
+	"github.com/tessera-gpu/tessera/internal/placement"
+)
+
+// reportEvery bounds how often one pod's unchanged FailedScheduling is
+// repeated (the event correlator counts repeats; this bounds API writes).
+const reportEvery = time.Minute
+
+// reportUnschedulable posts, for every pod that was pending before this
+// cycle and still is, a FailedScheduling event and a PodScheduled=False
+// condition (reason Unschedulable) with kube-scheduler's wording — when
+// the message changed or a minute passed. Messages are computed once per
+// request shape per cycle.
+func (s *Scheduler) reportUnschedulable(ctx context.Context, cycleStart time.Time) {
+	var nodes []explain.Node
+	memo := map[placement.Shape]string{}
+	s.eng.EachPending(func(p *engine.Pod) {
+		e := s.podState[p.Key]
+		if e == nil || e.phase != pending || !p.Submitted.Before(cycleStart) || e.created.After(cycleStart) {
+			return
+		}
+		if e.reported != "" && cycleStart.Sub(e.reportedAt) < reportEvery {
+			// Unchanged within the minute: not even worth the message.
+			return
+		}
+		if nodes == nil {
+			nodes = s.explainNodes()
+		}
+		msg := s.whyPending(p, nodes, memo)
+		if msg == e.reported && cycleStart.Sub(e.reportedAt) < reportEvery {
+			return
+		}
+		e.reported, e.reportedAt = msg, cycleStart
+		s.metrics.Unschedulable.Inc()
+		s.event(e, corev1.EventTypeWarning, "FailedScheduling", msg)
+		s.condition(e, corev1.PodReasonUnschedulable, msg)
+	})
+	_ = ctx
+}
+
+// whyPending words why p waits: its queue's quota, or the nodes.
+func (s *Scheduler) whyPending(p *engine.Pod, nodes []explain.Node, memo map[placement.Shape]string) string {
+	if s.admit != nil {
+		if err := s.admit.Admit(p, s.now()); err != nil {
+			return "pod is held by its queue's quota: " + err.Error()
+		}
+	}
+	sh := s.cluster.ShapeOf(&p.Request)
+	msg, ok := memo[sh]
+	if !ok {
+		msg = explain.Message(nodes, &p.Request)
+		memo[sh] = msg
+	}
+	if p.Gang != nil {
+		return fmt.Sprintf("pod group %s (min-member %d) is placed all or nothing: %s", p.Gang.Name, p.Gang.MinMember, msg)
+	}
+	if msg == fmt.Sprintf("0/%d nodes are available.", len(nodes)) {
+		// Every node fits the request as far as totals go: the queue
+		// order or the placement's finer rules (islands, held capacity)
+		// decided.
+		return msg[:len(msg)-1] + ": capacity is held for pods ahead in the queue or the request's NVLink/model constraints are not met together."
+	}
+	return msg
+}
+
+// explainNodes is every node with an inventory as the explanation sees it.
+func (s *Scheduler) explainNodes() []explain.Node {
+	out := make([]explain.Node, 0, len(s.nodeState))
+	for _, n := range s.nodeState {
+		if n.index < 0 {
+			out = append(out, explain.Node{Unusable: true})
+			continue
+		}
+		var any placement.Request
+		out = append(out, explain.Node{State: &s.cluster.Nodes[n.index], Cordoned: !s.cluster.Admits(n.index, &any)})
+	}
+	return out
+}
+
+// condition patches PodScheduled=False with reason and message.
+func (s *Scheduler) condition(e *podEntry, reason, msg string) {
+	ns, name := splitRef(e.key)
+	c := &corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: reason, Message: msg, LastTransitionTime: metav1.NewTime(s.now())}
+	if s.pool != nil {
+		s.pool.Submit(context.Background(), &bind.Job{Kind: bind.Patch, Namespace: ns, Name: name, Condition: c})
+	}
+}
+
+func objectMeta(ns, name string, uid types.UID) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: ns, Name: name, UID: uid}
+}
