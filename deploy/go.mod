@@ -1,6 +1,6 @@
 module github.com/tessera-gpu/tessera/deploy
 
-go 1.26.0
+go 1.26.6
 
 require (
 	github.com/google/go-containerregistry v0.22.1
@@ -12,7 +12,7 @@ require (
 )
 
 require (
-	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
+	github.com/fxamacker/cbor/v2 v2.9.4 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
@@ -31,7 +31,7 @@ require (
 )
 
 require (
-	github.com/klauspost/compress v1.19.2 // indirect
+	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/tessera-gpu/tessera v0.0.0
