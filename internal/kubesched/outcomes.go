@@ -94,7 +94,13 @@ func (s *Scheduler) startBind(ctx context.Context, e *podEntry) {
 	d, _ := s.eng.Running(e.key)
 	ann := map[string]string{}
 	if d != nil {
-		value, err := translate.Assignment(d.Decision, e.shape, n.inv)
+		mig, err := s.cluster.MIGDevices(d.Decision)
+		if err != nil { // a bug: the engine granted a device the node lacks
+			s.log.Error("assignment", "pod", e.key, "err", err)
+			s.rollback(e, err.Error())
+			return
+		}
+		value, err := translate.Assignment(d.Decision, e.shape, n.inv, mig)
 		if err != nil { // a bug: the engine placed on a GPU the node lacks
 			s.log.Error("assignment", "pod", e.key, "err", err)
 			s.rollback(e, err.Error())

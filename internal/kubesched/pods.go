@@ -149,7 +149,7 @@ func (s *Scheduler) adoptBound(p *corev1.Pod) {
 	}
 	ep, sh := s.boundEnginePod(p)
 	e.pod, e.shape = ep, sh
-	rec, known := translate.BoundDecision(p, &ep.Request, sh, n.inv, n.index)
+	rec, known := translate.BoundDecision(p, &ep.Request, sh, n.inv, &s.cluster.Nodes[n.index], n.index)
 	for _, err := range rec.Problems {
 		s.warnPod(p, "TesseraAnnotationUnusable", err.Error())
 	}

@@ -6,18 +6,24 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
+	"github.com/tessera-gpu/tessera/internal/migassign"
 	"github.com/tessera-gpu/tessera/internal/partition"
 	"github.com/tessera-gpu/tessera/internal/placement"
 )
 
 // Assignment writes the tessera.io/assignment value for a decision: the
 // shape's container on the decided GPUs, with the amounts the pod
-// requested (0 where it requested none, as the device plugin expects).
-func Assignment(d placement.Decision, sh Shape, inv *Inventory) (string, error) {
-	if sh.Container == "" || len(d.Grant.Shares) == 0 {
+// requested (0 where it requested none, as the device plugin expects),
+// and on the MIG devices the grant names (mig, as
+// placement.Cluster.MIGDevices gives them for d).
+func Assignment(d placement.Decision, sh Shape, inv *Inventory, mig []partition.MIGDevice) (string, error) {
+	if sh.Container == "" || (len(d.Grant.Shares) == 0 && len(mig) == 0) {
 		return "", nil
 	}
 	ca := annv1.ContainerAssignment{Name: sh.Container}
+	if len(mig) > 0 {
+		ca.MIG = migassign.Allocations(mig)
+	}
 	for _, s := range d.Grant.Shares {
 		if s.GPU < 0 || s.GPU >= len(inv.UUIDs) {
 			return "", fmt.Errorf("node %s has no GPU %d", inv.Spec.Name, s.GPU)
@@ -42,11 +48,16 @@ type Recorded struct {
 // its CPU and memory, and, when it requests GPUs, shares on the GPUs that
 // tessera.io/allocated names (the device plugin's read-back, the truth
 // about the node) or else tessera.io/assignment, of the size its request
-// says (the spec is immutable; annotations only say where). ok is false
-// when the pod requests GPUs but neither annotation says which: the caller
-// then decides where to count it.
-func BoundDecision(p *corev1.Pod, req *placement.Request, sh Shape, inv *Inventory, i int) (rec Recorded, ok bool) {
+// says (the spec is immutable; annotations only say where). A pod that
+// requests MIG devices holds those the same annotations' containers[].mig
+// name on node (the engine's node i). ok is false when the pod requests
+// GPUs or MIG devices but neither annotation says which: the caller then
+// decides where to count it.
+func BoundDecision(p *corev1.Pod, req *placement.Request, sh Shape, inv *Inventory, node *partition.Node, i int) (rec Recorded, ok bool) {
 	rec.Decision = placement.Decision{Node: i, NodeName: inv.Spec.Name, Grant: partition.Grant{CPU: req.CPUMilli, MemMiB: req.MemMiB}}
+	if req.NumMIG > 0 {
+		return boundMIG(p, req, sh, node, rec)
+	}
 	if req.NumGPU == 0 {
 		return rec, true
 	}
@@ -121,4 +132,59 @@ func sharesOn(uuids []string, req *placement.Request, inv *Inventory) ([]partiti
 		shares = append(shares, partition.Share{GPU: g, Milli: req.GPUMilli, MemMiB: req.GPUMemMiB})
 	}
 	return shares, nil
+}
+
+// boundMIG fills rec's grant with the MIG devices tessera.io/allocated
+// names for the container, else tessera.io/assignment.
+func boundMIG(p *corev1.Pod, req *placement.Request, sh Shape, node *partition.Node, rec Recorded) (Recorded, bool) {
+	sources := []struct {
+		key, source string
+		read        func(string) ([]annv1.MIGAllocation, error)
+	}{
+		{annv1.AllocatedKey, "allocated", func(raw string) ([]annv1.MIGAllocation, error) {
+			a, err := annv1.ParseAllocated(raw)
+			if err != nil {
+				return nil, err
+			}
+			for _, c := range a.Containers {
+				if c.Name == sh.Container {
+					return c.MIG, nil
+				}
+			}
+			return nil, nil
+		}},
+		{annv1.AssignmentKey, "assignment", func(raw string) ([]annv1.MIGAllocation, error) {
+			a, err := annv1.ParseAssignment(raw)
+			if err != nil {
+				return nil, err
+			}
+			c := a.Container(sh.Container)
+			if c == nil {
+				return nil, fmt.Errorf("%s: no entry for container %q", annv1.AssignmentKey, sh.Container)
+			}
+			return c.MIG, nil
+		}},
+	}
+	for _, src := range sources {
+		raw, has := p.Annotations[src.key]
+		if !has {
+			continue
+		}
+		ms, err := src.read(raw)
+		if err != nil {
+			rec.Problems = append(rec.Problems, fmt.Errorf("pod %s: %w", Key(p), err))
+			continue
+		}
+		if len(ms) == 0 && src.source == "allocated" {
+			continue // the device plugin has not read back yet
+		}
+		devs, err := migassign.Held(node, ms, req.MIGProfile, req.NumMIG)
+		if err != nil {
+			rec.Problems = append(rec.Problems, fmt.Errorf("pod %s: %s: %w", Key(p), src.key, err))
+			continue
+		}
+		rec.Decision.Grant.MIG, rec.Source = devs, src.source
+		return rec, true
+	}
+	return rec, false
 }

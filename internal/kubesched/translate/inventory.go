@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
+	"github.com/tessera-gpu/tessera/internal/migassign"
 	"github.com/tessera-gpu/tessera/internal/partition"
 )
 
@@ -52,8 +53,8 @@ func Closed(n *corev1.Node) bool {
 }
 
 // NodeInventory reads a node's inventory. A node that mixes GPU models or
-// memory sizes, lists MIG-enabled GPUs or repeats an index is refused with
-// the field named: the engine models one model and one memory size per
+// memory sizes, repeats an index or lists a MIG device the engine cannot
+// model (migassign.ApplyInventory) is refused with the field named: the engine models one model and one memory size per
 // node, and guessing would place pods on capacity that is not there.
 func NodeInventory(n *corev1.Node) (*Inventory, error) {
 	raw, ok := n.Annotations[annv1.NodeGPUsKey]
@@ -76,8 +77,6 @@ func NodeInventory(n *corev1.Node) (*Inventory, error) {
 		switch {
 		case i > 0 && list[i-1].Index == g.Index:
 			return nil, fmt.Errorf("node %s: %s: index repeated", n.Name, f)
-		case g.MIGEnabled:
-			return nil, fmt.Errorf("node %s: %s: MIG-enabled GPUs are not placed by this scheduler yet", n.Name, f)
 		case g.MemoryMiB == 0 || g.MemoryMiB > 1<<30:
 			return nil, fmt.Errorf("node %s: %s.memoryMiB: %d is not a GPU memory size", n.Name, f, g.MemoryMiB)
 		case i > 0 && g.Model != list[0].Model:
@@ -94,6 +93,9 @@ func NodeInventory(n *corev1.Node) (*Inventory, error) {
 		inv.Spec.Model, inv.Spec.GPUMemMiB = list[0].Model, int32(list[0].MemoryMiB)
 		inv.Spec.Islands = islands(list)
 		inv.Spec.NUMANodes = numaNodes(list)
+	}
+	if err := migassign.ApplyInventory(&inv.Spec, list); err != nil {
+		return nil, err
 	}
 	inv.Spec.CPU = n.Status.Allocatable.Cpu().MilliValue()
 	inv.Spec.MemMiB = n.Status.Allocatable.Memory().Value() >> 20

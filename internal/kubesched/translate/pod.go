@@ -2,6 +2,7 @@ package translate
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +21,9 @@ const (
 	ResourceGPU    corev1.ResourceName = "tessera.io/gpu"
 	ResourceMemory corev1.ResourceName = "tessera.io/gpu-mem"
 	ResourceCore   corev1.ResourceName = "tessera.io/gpu-core"
+	// ResourceMIGPrefix + profile is a fixed MIG device of that profile
+	// (tessera.io/mig-3g.20gb).
+	ResourceMIGPrefix = "tessera.io/mig-"
 )
 
 // Pod annotations the scheduler reads besides the engine's own
@@ -46,6 +50,10 @@ type Shape struct {
 	// CorePercent and MemoryMiB are per GPU as requested (0: not requested).
 	CorePercent uint32
 	MemoryMiB   uint64
+	// MIGProfile and MIGs: the container asks for MIGs fixed MIG devices
+	// of MIGProfile instead of GPU shares (GPUs is then 0).
+	MIGProfile string
+	MIGs       int
 }
 
 // PodRequest reads a pod's tessera resources and CPU/memory into an
@@ -78,7 +86,10 @@ func PodRequest(p *corev1.Pod, memUnitMiB uint64) (placement.Request, Shape, err
 		}
 	}
 	req.CPUMilli, req.MemMiB = cpuMem(p)
-	if sh.Container != "" {
+	switch {
+	case sh.MIGs > 0:
+		req.NumMIG, req.MIGProfile = sh.MIGs, sh.MIGProfile
+	case sh.Container != "":
 		req.NumGPU = sh.GPUs
 		req.GPUMemMiB = int32(sh.MemoryMiB)
 		switch {
@@ -109,7 +120,48 @@ func hasTessera(r corev1.ResourceRequirements) bool {
 			return true
 		}
 	}
-	return false
+	return len(migResources(r)) > 0
+}
+
+// migResources are the tessera.io/mig-<profile> names a container requests
+// or limits, sorted.
+func migResources(r corev1.ResourceRequirements) []corev1.ResourceName {
+	var out []corev1.ResourceName
+	for _, l := range []corev1.ResourceList{r.Requests, r.Limits} {
+		for n := range l {
+			if strings.HasPrefix(string(n), ResourceMIGPrefix) && !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// migShape reads a container's one tessera.io/mig-<profile> count. MIG
+// devices are whole devices: a container asks for them or for GPU
+// shares, not both, and for one profile.
+func migShape(p *corev1.Pod, c corev1.Container, sh Shape) (Shape, error) {
+	names := migResources(c.Resources)
+	if len(names) > 1 {
+		return sh, fmt.Errorf("pod %s: container %s: %s and %s: one MIG profile per container", Key(p), c.Name, names[0], names[1])
+	}
+	for _, n := range []corev1.ResourceName{ResourceGPU, ResourceMemory, ResourceCore} {
+		if _, ok := quantity(c.Resources, n); ok {
+			return sh, fmt.Errorf("pod %s: container %s: %s with %s: a container asks for MIG devices or GPU shares, not both", Key(p), c.Name, names[0], n)
+		}
+	}
+	profile := strings.TrimPrefix(string(names[0]), ResourceMIGPrefix)
+	if err := partition.CheckMIGProfile(profile); err != nil {
+		return sh, fmt.Errorf("pod %s: container %s: %s: %w", Key(p), c.Name, names[0], err)
+	}
+	q, _ := quantity(c.Resources, names[0])
+	v, exact := q.AsInt64()
+	if !exact || v <= 0 || v > partition.MaxMIGDevices {
+		return sh, fmt.Errorf("pod %s: container %s: %s: %s is not a whole number in 1..%d", Key(p), c.Name, names[0], q.String(), partition.MaxMIGDevices)
+	}
+	sh.MIGProfile, sh.MIGs = profile, int(v)
+	return sh, nil
 }
 
 // quantity is an extended resource's request (or its limit: extended
@@ -124,6 +176,9 @@ func quantity(r corev1.ResourceRequirements, n corev1.ResourceName) (resource.Qu
 
 func containerShape(p *corev1.Pod, c corev1.Container, memUnitMiB uint64) (Shape, error) {
 	sh := Shape{Container: c.Name}
+	if len(migResources(c.Resources)) > 0 {
+		return migShape(p, c, sh)
+	}
 	count := func(n corev1.ResourceName, max int64) (int64, bool, error) {
 		q, ok := quantity(c.Resources, n)
 		if !ok {

@@ -137,3 +137,33 @@ func FuzzNodeInventory(f *testing.F) {
 		}
 	})
 }
+
+// A MIG inventory lists its devices in the engine's GPU order (by index,
+// not as listed), and a mig-<profile> limit becomes the request's count.
+func TestMIGInventoryAndRequest(t *testing.T) {
+	raw := `{"version":"v1","gpus":[
+ {"uuid":"GPU-b","index":1,"model":"A100","memoryMiB":40960,"numaNode":0,"migEnabled":true,"healthy":true,"mig":[{"uuid":"MIG-x","profile":"1g.5gb","memoryMiB":4864}]},
+ {"uuid":"GPU-a","index":0,"model":"A100","memoryMiB":40960,"numaNode":0,"migEnabled":false,"healthy":true}]}`
+	inv, err := NodeInventory(gpuNode("n1", raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inv.Spec.MIG) != 1 || inv.Spec.MIG[0].GPU != 1 || inv.Spec.MIG[0].Parent != "GPU-b" || len(inv.Spec.MIGGPUs) != 1 || inv.Spec.MIGGPUs[0] != 1 {
+		t.Fatalf("MIG GPUs %v devices %+v: want MIG-x on engine GPU 1 (GPU-b)", inv.Spec.MIGGPUs, inv.Spec.MIG)
+	}
+	req, sh, err := PodRequest(pod(ctr("main", map[corev1.ResourceName]string{"tessera.io/mig-1g.5gb": "2"})), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.NumMIG != 2 || req.MIGProfile != "1g.5gb" || req.NumGPU != 0 || sh.Container != "main" || sh.MIGs != 2 {
+		t.Fatalf("request %+v shape %+v: want 2 of 1g.5gb and no GPUs", req, sh)
+	}
+	for _, c := range []struct{ res, qty, want string }{
+		{"tessera.io/mig-1g.5gb", "0", "0 is not a whole number"},
+		{"tessera.io/mig-1g/5gb", "1", "character '/'"},
+	} {
+		if _, _, err := PodRequest(pod(ctr("main", map[corev1.ResourceName]string{corev1.ResourceName(c.res): c.qty})), 1); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %s: err = %v, want %q", c.res, c.qty, err, c.want)
+		}
+	}
+}
