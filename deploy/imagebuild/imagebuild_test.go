@@ -279,7 +279,7 @@ func TestMissingLibraryIsNamed(t *testing.T) {
 // the interpreter and libraries the image builder found are enough to start
 // it. chroot needs root (CI runs as root; elsewhere the test is skipped).
 func TestImageRuns(t *testing.T) {
-	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
+	if os.Geteuid() != 0 && os.Getenv("CI") == "" {
 		t.Skip("chroot needs root")
 	}
 	bin, lib := fixture(t)

@@ -37,7 +37,7 @@ func node(t *testing.T) ([]gpu.GPU, string) {
 	}
 	for _, n := range names {
 		err := unix.Mknod(filepath.Join(dev, n), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3)))
-		if errors.Is(err, unix.EPERM) && os.Getenv("CI") != "true" {
+		if errors.Is(err, unix.EPERM) && os.Getenv("CI") == "" {
 			t.Skip("mknod needs root")
 		}
 		if err != nil {

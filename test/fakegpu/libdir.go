@@ -38,6 +38,34 @@ func LibDir() (string, error) {
 	return buildDir, buildErr
 }
 
+var (
+	hookOnce sync.Once
+	hookDir  string
+	hookErr  error
+)
+
+// HookLibDir returns the directory holding libtessera-hook.so and fakegpu/
+// (the simulated driver): $TESSERA_LIB_DIR when `make test` set it, otherwise
+// it builds both once with `make -C <repository root> hook fakegpu`.
+func HookLibDir() (string, error) {
+	if dir := os.Getenv("TESSERA_LIB_DIR"); dir != "" {
+		return dir, nil
+	}
+	hookOnce.Do(func() {
+		root, err := repoRoot()
+		if err != nil {
+			hookErr = err
+			return
+		}
+		if out, err := exec.Command("make", "-C", root, "hook", "fakegpu").CombinedOutput(); err != nil {
+			hookErr = fmt.Errorf("make -C %s hook fakegpu: %w\n%s", root, err, out)
+			return
+		}
+		hookDir = filepath.Join(root, "lib")
+	})
+	return hookDir, hookErr
+}
+
 func checkLibDir(dir string) (string, error) {
 	for _, lib := range []string{"libcuda.so.1", "libnvidia-ml.so.1"} {
 		if _, err := os.Stat(filepath.Join(dir, lib)); err != nil {

@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -21,21 +19,14 @@ import (
 	"github.com/tessera-gpu/tessera/test/fakegpu"
 )
 
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
-}
-
 // libDir holds libtessera-hook.so and fakegpu/ (TESSERA_LIB_DIR from make,
 // or built here).
 func libDir(t *testing.T) string {
-	if dir := os.Getenv("TESSERA_LIB_DIR"); dir != "" {
-		return dir
+	dir, err := fakegpu.HookLibDir()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if out, err := exec.Command("make", "-C", repoRoot(), "hook", "fakegpu").CombinedOutput(); err != nil {
-		t.Fatalf("make hook fakegpu: %v\n%s", err, out)
-	}
-	return filepath.Join(repoRoot(), "lib")
+	return dir
 }
 
 // hookNode is the simulated GPU node a test runs containers on: the plugin's

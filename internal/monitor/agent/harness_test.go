@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -39,22 +38,13 @@ var (
 	cudash string
 )
 
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
-}
-
 // TestMain finds the hook and the simulated GPU (TESSERA_LIB_DIR, else make)
 // and builds the CUDA shell the hook tests use.
 func TestMain(m *testing.M) {
-	root := repoRoot()
-	libDir = os.Getenv("TESSERA_LIB_DIR")
-	if libDir == "" {
-		libDir = filepath.Join(root, "lib")
-		if out, err := exec.Command("make", "-C", root, "hook", "fakegpu").CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "make hook fakegpu: %v\n%s", err, out)
-			os.Exit(1)
-		}
+	var err error
+	if libDir, err = fakegpu.HookLibDir(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	tmp, err := os.MkdirTemp("", "monitortest-")
 	if err != nil {

@@ -33,13 +33,10 @@ func repoRoot() string {
 
 func TestMain(m *testing.M) {
 	root := repoRoot()
-	libDir = os.Getenv("TESSERA_LIB_DIR")
-	if libDir == "" {
-		libDir = filepath.Join(root, "lib")
-		if out, err := exec.Command("make", "-C", root, "hook", "fakegpu").CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "make hook fakegpu: %v\n%s", err, out)
-			os.Exit(1)
-		}
+	var err error
+	if libDir, err = fakegpu.HookLibDir(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	tmp, err := os.MkdirTemp("", "computetest-")
 	if err != nil {

@@ -34,15 +34,10 @@ func repoRoot() string {
 // TestMain finds the libraries (TESSERA_LIB_DIR from make, or builds them) and
 // compiles cudash against the simulated driver.
 func TestMain(m *testing.M) {
-	root := repoRoot()
-	libDir = os.Getenv("TESSERA_LIB_DIR")
-	if libDir == "" {
-		libDir = filepath.Join(root, "lib")
-		mk := exec.Command("make", "-C", root, "hook", "fakegpu")
-		if out, err := mk.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "make hook fakegpu: %v\n%s", err, out)
-			os.Exit(1)
-		}
+	var err error
+	if libDir, err = fakegpu.HookLibDir(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	tmp, err := os.MkdirTemp("", "hooktest-")
 	if err != nil {
