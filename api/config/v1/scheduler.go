@@ -173,6 +173,12 @@ func (l LeaderElectionConfig) check(e *fieldErrors) {
 		e.add("leaderElection.leaseDuration", "%s, renewDeadline %s, retryPeriod %s: want leaseDuration > renewDeadline > 1.2 × retryPeriod > 0",
 			l.LeaseDuration.Duration, l.RenewDeadline.Duration, l.RetryPeriod.Duration)
 	}
+	// The Lease object stores whole seconds: client-go drops the fraction,
+	// so a 1.5s lease would expire for the standby after 1s while the
+	// leader still believes it has 1.5s.
+	if l.LeaseDuration.Duration%time.Second != 0 {
+		e.add("leaderElection.leaseDuration", "%s: must be a whole number of seconds (the Lease stores leaseDurationSeconds)", l.LeaseDuration.Duration)
+	}
 }
 
 // MemoryUnitMiB is the gpu-mem unit in MiB.

@@ -23,6 +23,11 @@ func TestSchedulerConfigParsesOverDefaultsAndNamesBadFields(t *testing.T) {
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "leaderElection.leaseDuration") {
 		t.Fatalf("a lease of 4s under a renew deadline of 10s: %v", err)
 	}
+	frac := DefaultScheduler()
+	frac.LeaderElection.LeaseDuration.Duration = 15500 * time.Millisecond
+	if err := frac.Validate(); err == nil || !strings.Contains(err.Error(), "whole number of seconds") {
+		t.Fatalf("a lease of 15.5s (the Lease stores whole seconds): %v", err)
+	}
 	if err := ParseScheduler([]byte("version: v1\nbindWorkerz: 3\n"), DefaultScheduler()); err == nil || !strings.Contains(err.Error(), "bindWorkerz") {
 		t.Fatalf("unknown field: %v", err)
 	}

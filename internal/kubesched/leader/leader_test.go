@@ -19,7 +19,7 @@ import (
 func TestOnlyOneLeadsAndTheStandbyTakesOver(t *testing.T) {
 	client := fake.NewClientset()
 	cfg := cfgv1.LeaderElectionConfig{Enabled: true, LeaseNamespace: "kube-system", LeaseName: "tessera-scheduler",
-		LeaseDuration: cfgv1.Duration{Duration: 1500 * time.Millisecond}, RenewDeadline: cfgv1.Duration{Duration: time.Second},
+		LeaseDuration: cfgv1.Duration{Duration: 2 * time.Second}, RenewDeadline: cfgv1.Duration{Duration: 1500 * time.Millisecond},
 		RetryPeriod: cfgv1.Duration{Duration: 200 * time.Millisecond}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var leading atomic.Int32
