@@ -128,7 +128,7 @@ func TestMetricsForSeveralContainers(t *testing.T) {
 	if v, ok := value(fams, "tessera_container_gpu_utilization_ratio", lbl(b.owner, u0)); !ok || v != 0 {
 		t.Errorf("utilisation of a container that ran none: %v (%v)", v, ok)
 	}
-	eventually(t, 10*time.Second, "Xid 79 counted on GPU 1", func() bool {
+	eventually(t, 30*time.Second, "Xid 79 counted on GPU 1", func() bool {
 		fams = scrape(t, url)
 		v, ok := value(fams, "tessera_gpu_xid_errors_total", map[string]string{"gpu_uuid": u1, "xid": "79"})
 		return ok && v == 1
