@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +34,65 @@ func freeAddress(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// startOnFreePort runs the command listening on a free loopback port until
+// the test ends, and returns its base URL once it is ready. A port is free
+// only when looked up: a test of another package running meanwhile may take
+// it before the command listens, so a listen refused as in use is retried on
+// another port.
+func startOnFreePort(t *testing.T, args func(addr string) []string) string {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		addr := freeAddress(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- run(ctx, args(addr)) }()
+		err := awaitReady(t, "http://"+addr, done)
+		if err == nil {
+			t.Cleanup(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("run: %v", err)
+				}
+			})
+			return "http://" + addr
+		}
+		cancel()
+		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 4 {
+			t.Fatal(err)
+		}
+		t.Logf("port %s taken meanwhile: %v; another", addr, err)
+	}
+}
+
+// awaitReady polls /readyz until it answers 200 (nil), run returns (its
+// error), or 30 s pass.
+func awaitReady(t *testing.T, base string, done <-chan error) error {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	poll := &http.Client{Timeout: 2 * time.Second} // a port taken by a silent listener does not hang the test
+	for {
+		select {
+		case err := <-done:
+			if err == nil {
+				err = errors.New("no error")
+			}
+			return fmt.Errorf("run returned before it was ready: %w", err)
+		default:
+		}
+		resp, err := poll.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready after 30 s: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // TestBinaryServesAContainerFromPodResources runs the command as deployed:
@@ -73,34 +135,10 @@ func TestBinaryServesAContainerFromPodResources(t *testing.T) {
 	identitytest.Serve(t, socket, []identity.Listing{{Owner: identity.Owner{Namespace: "team", Pod: "trainer", Container: "main"},
 		Devices: map[string][]string{resource.Memory: ids}}})
 
-	addr := freeAddress(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--node-name", "node-1", "--state-dir", state, "--pod-resources-socket", socket,
-			"--listen-address", addr, "--nvml-library", filepath.Join(libs, "libnvidia-ml.so.1")})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
-	base := "http://" + addr
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get(base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready after 10 s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	base := startOnFreePort(t, func(addr string) []string {
+		return []string{"--node-name", "node-1", "--state-dir", state, "--pod-resources-socket", socket,
+			"--listen-address", addr, "--nvml-library", filepath.Join(libs, "libnvidia-ml.so.1")}
+	})
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)

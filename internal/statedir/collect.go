@@ -37,6 +37,7 @@ type Collector struct {
 
 	mu      sync.Mutex
 	missing map[string]time.Time // key → first call without it
+	now     func() time.Time     // time.Now; tests step it
 }
 
 // Collect applies the rule once. alive judges region slots; nil treats every
@@ -52,7 +53,7 @@ func (c *Collector) Collect(live map[string]bool, alive region.Liveness) (remove
 	if c.missing == nil {
 		c.missing = map[string]time.Time{}
 	}
-	now := time.Now()
+	now := c.clock()
 	present := map[string]bool{}
 	for _, e := range entries {
 		present[e.Key] = true
@@ -65,7 +66,7 @@ func (c *Collector) Collect(live map[string]bool, alive region.Liveness) (remove
 			c.missing[e.Key] = now
 			since = now
 		}
-		if now.Sub(since) < c.Grace || !c.removeExpired(e, alive) {
+		if now.Sub(since) < c.Grace || !c.removeExpired(e, now, alive) {
 			continue
 		}
 		delete(c.missing, e.Key)
@@ -81,13 +82,13 @@ func (c *Collector) Collect(live map[string]bool, alive region.Liveness) (remove
 
 // removeExpired removes an unreferenced entry that is older than the grace
 // period and whose region no live process holds, with no writer at work.
-func (c *Collector) removeExpired(e Entry, alive region.Liveness) bool {
+func (c *Collector) removeExpired(e Entry, now time.Time, alive region.Liveness) bool {
 	if c.Writers != nil {
 		c.Writers.Lock()
 		defer c.Writers.Unlock()
 	}
 	info, err := os.Stat(e.Dir)
-	if err != nil || time.Since(info.ModTime()) < c.Grace {
+	if err != nil || now.Sub(info.ModTime()) < c.Grace {
 		return false
 	}
 	if held, why := regionHeld(e, alive); held {
@@ -125,6 +126,13 @@ func regionHeld(e Entry, alive region.Liveness) (bool, string) {
 		}
 	}
 	return false, ""
+}
+
+func (c *Collector) clock() time.Time {
+	if c.now != nil {
+		return c.now()
+	}
+	return time.Now()
 }
 
 // Path of a key's directory.

@@ -45,14 +45,17 @@ func TestCollectorRule(t *testing.T) {
 	mkEntry(t, state, "mem-held", 4242, time.Hour)
 	mkEntry(t, state, "mem-deadslot", 4343, time.Hour)
 	alive := func(pid uint32, _ uint64) bool { return pid == 4242 }
-	c := &Collector{StateDir: state, Grace: 50 * time.Millisecond, Log: quiet}
+	// The clock is stepped past the grace: with a wall-clock grace, a test
+	// descheduled between refreshing mem-young and collecting (a loaded
+	// machine) would see mem-young expire.
+	now := time.Now()
+	c := &Collector{StateDir: state, Grace: time.Minute, Log: quiet, now: func() time.Time { return now }}
 	live := map[string]bool{"mem-live": true}
 	if got := c.Collect(live, alive); len(got) != 0 {
 		t.Fatalf("first sighting removed %v: the grace period counts across calls", got)
 	}
-	time.Sleep(60 * time.Millisecond)
-	now := time.Now() // allocated again just now: its mtime protects it
-	os.Chtimes(c.Path("mem-young"), now, now)
+	now = now.Add(time.Minute + time.Second)
+	os.Chtimes(c.Path("mem-young"), now, now) // allocated again just now: its mtime protects it
 	got := c.Collect(live, alive)
 	want := map[string]bool{"mem-gone": true, "mem-deadslot": true}
 	if len(got) != len(want) {
@@ -71,7 +74,7 @@ func TestCollectorRule(t *testing.T) {
 	// Every slot counts as alive without a liveness: nothing with a slot goes.
 	delete(live, "mem-live")
 	c.Collect(live, nil)
-	time.Sleep(60 * time.Millisecond)
+	now = now.Add(time.Minute + time.Second)
 	c.Collect(live, nil)
 	if !exists(c.Path("mem-held")) {
 		t.Error("a region with a slot removed without a liveness check")

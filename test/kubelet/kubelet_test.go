@@ -203,7 +203,7 @@ func (c *cluster) addPod(p *corev1.Pod) {
 	c.pods = append(c.pods, p)
 	c.mu.Unlock()
 	// The plugin's informer must have seen the pod before kubelet admits it.
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for c.d.Chooser.Pods.Get(p.Namespace, p.Name) == nil {
 		if time.Now().After(deadline) {
 			c.t.Fatal("plugin never saw the pod")
@@ -484,7 +484,7 @@ func TestKubeletMIGReconfiguration(t *testing.T) {
 	if err := c.client.DeletePod(p.Namespace, p.Name); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); c.d.Pods.Get(p.Namespace, p.Name) != nil; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); c.d.Pods.Get(p.Namespace, p.Name) != nil; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the plugin never saw the pod deleted")
 		}

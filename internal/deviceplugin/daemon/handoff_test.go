@@ -122,26 +122,26 @@ func TestInitContainerStateKeptWhilePodRuns(t *testing.T) {
 // one no container referenced for the whole grace period. An Allocate
 // that lands after a read-back's PodResources snapshot but before its
 // garbage collection must not lose its files.
+//
+// The Allocate's fresh mtime is what keeps the directory, for one grace
+// period: the grace must outlast any stall of the read-back between its
+// snapshot and its collection. With 300 ms, a loaded CI machine lost the
+// files now and then; 3 s is still a test of the same rule (the product's
+// grace is 10 minutes).
 func TestReusedStateDirNotCollectedUnderAllocate(t *testing.T) {
+	const grace = 3 * time.Second
 	e := newEnv(t, gputest.DGXH200)
 	e.start()
-	e.d.Reconciler.GCGrace = 300 * time.Millisecond
+	e.d.Reconciler.GCGrace = grace
 	ids, resp := e.admit("tessera.io/gpu-mem", 4)
 	regionPath := mountFor(resp, allocation.RegionPath).HostPath
-	// The container ended long ago: read-backs have not seen it for longer
-	// than the grace (the directory is kept young meanwhile), and the
-	// directory is old.
 	dir := filepath.Dir(regionPath)
-	deadline := time.Now().Add(400 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		if err := os.Chtimes(dir, time.Now(), time.Now()); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.d.Reconciler.Once(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	// The container ended long ago: read-backs have not seen it for longer
+	// than the grace, and the directory is old.
+	if err := e.d.Reconciler.Once(context.Background()); err != nil {
+		t.Fatal(err)
 	}
+	time.Sleep(grace + 100*time.Millisecond) // unreferenced for longer than the grace
 	old := time.Now().Add(-time.Hour)
 	if err := os.Chtimes(dir, old, old); err != nil {
 		t.Fatal(err)
@@ -159,6 +159,17 @@ func TestReusedStateDirNotCollectedUnderAllocate(t *testing.T) {
 	}
 	if _, err := os.Stat(regionPath); err != nil {
 		t.Fatalf("files of a container just allocated were collected: %v", err)
+	}
+	// Without that Allocate the directory was due: unreferenced for the
+	// grace and old, it goes at the next read-back.
+	if err := os.Chtimes(dir, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Reconciler.Once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("an old directory no read-back listed for the grace period was kept: %v", err)
 	}
 }
 

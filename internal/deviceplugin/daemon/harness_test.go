@@ -59,7 +59,7 @@ func (k *fakeKubelet) Register(_ context.Context, r *pluginapi.RegisterRequest) 
 func (k *fakeKubelet) awaitRegistrations(t *testing.T, n int) map[string]*pluginapi.RegisterRequest {
 	t.Helper()
 	got := map[string]*pluginapi.RegisterRequest{}
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(30 * time.Second)
 	for len(got) < n {
 		select {
 		case r := <-k.regs:
@@ -232,7 +232,7 @@ func (e *env) client_(res string) pluginapi.DevicePluginClient {
 // list reads the first ListAndWatch message.
 func (e *env) list(res string) []*pluginapi.Device {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	stream, err := e.client_(res).ListAndWatch(ctx, &pluginapi.Empty{})
 	if err != nil {

@@ -265,10 +265,10 @@ func TestHealthRecovers(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 5s")
+			t.Fatal("condition not reached in 30s")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -287,7 +287,9 @@ func TestKubeletRestartReRegisters(t *testing.T) {
 	start := time.Now()
 	e.kubelet = startKubelet(t, dir)
 	e.kubelet.awaitRegistrations(t, 3)
-	if d := time.Since(start); d > 5*time.Second {
+	// The plugin checks its sockets every Retry (50 ms here): 10 s leaves
+	// a loaded machine's stalls, and is far below a backoff gone wrong.
+	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("re-registration took %s", d)
 	}
 	if n := len(e.list("tessera.io/gpu")); n != 80 {

@@ -44,7 +44,7 @@ func TestPendingInAdmissionOrder(t *testing.T) {
 	if err := client.CreatePod(mk("new", t0.Add(2*time.Minute), corev1.PodPending)); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for inf.Get("ns", "new") == nil {
 		if time.Now().After(deadline) {
 			t.Fatal("pod created after sync never seen")
@@ -87,7 +87,7 @@ func TestSameSecondPodsInArrivalOrder(t *testing.T) {
 		if err := client.CreatePod(mk(name, t0, corev1.PodPending)); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for inf.Get("ns", name) == nil {
 			if time.Now().After(deadline) {
 				t.Fatal("pod never seen")

@@ -23,7 +23,7 @@ func run(t *testing.T, client *fake.Clientset, j *Job) Outcome {
 	p.Submit(ctx, j)
 	select {
 	case <-p.Ready():
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("no outcome")
 	}
 	out := p.Take()

@@ -79,7 +79,7 @@ func TestProcessWithoutTheHookIsKilled(t *testing.T) {
 		kills, _ = value(fams, "tessera_monitor_enforcement_kills_total", nil)
 		return detections, kills
 	}
-	eventually(t, 5*time.Second, "the detection and the kill counted", func() bool {
+	eventually(t, 30*time.Second, "the detection and the kill counted", func() bool {
 		d, k := counted(scrape(t, url))
 		return d >= 1 && k >= 1
 	})
@@ -107,7 +107,7 @@ func TestBypassReportedNotKilledUnderReport(t *testing.T) {
 	rogue.ok("init")
 	rogue.ok("ctx 0")
 	rogue.ok("alloc r 67108864")
-	eventually(t, 10*time.Second, "no_region reported", func() bool {
+	eventually(t, 30*time.Second, "no_region reported", func() bool {
 		v, _ := value(scrape(t, url), "tessera_monitor_bypass_detections_total", map[string]string{"kind": "no_region"})
 		return v == 1
 	})
@@ -149,7 +149,7 @@ func TestUnderReportingRegionIsCaughtByTheDriversCount(t *testing.T) {
 		events <- o.String() + " " + reason + ": " + msg
 	}
 	url := start(t, ag)
-	eventually(t, 10*time.Second, "over_cap reported", func() bool {
+	eventually(t, 30*time.Second, "over_cap reported", func() bool {
 		v, _ := value(scrape(t, url), "tessera_monitor_bypass_detections_total", map[string]string{"kind": "over_cap"})
 		return v == 1
 	})
@@ -158,7 +158,7 @@ func TestUnderReportingRegionIsCaughtByTheDriversCount(t *testing.T) {
 		if !strings.HasPrefix(ev, "ns/sly/c TesseraGPUMemoryOverCap: ") {
 			t.Errorf("event %q", ev)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Error("no Event for the pod")
 	}
 	if !strings.Contains(log.String(), "ns/sly/c holds 419430400 bytes") {

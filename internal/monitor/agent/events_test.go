@@ -44,7 +44,7 @@ func (r runtimeListing) Pids(_ context.Context, id string) ([]uint32, error) {
 func podEvents(t *testing.T, client *fake.Clientset, n int) []corev1.Event {
 	t.Helper()
 	var list *corev1.EventList
-	eventually(t, 10*time.Second, "Events posted", func() bool {
+	eventually(t, 30*time.Second, "Events posted", func() bool {
 		var err error
 		list, err = client.CoreV1().Events("").List(context.Background(), metav1.ListOptions{})
 		return err == nil && len(list.Items) >= n
@@ -119,7 +119,7 @@ func TestUnusableRegionPostsAnEvent(t *testing.T) {
 	defer rec.Shutdown()
 	ag.UseEvents(rec)
 	url := start(t, ag)
-	eventually(t, 5*time.Second, "the node lease", ag.Lease.Held)
+	eventually(t, 30*time.Second, "the node lease", ag.Lease.Held)
 	for range 3 {
 		scrape(t, url)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
 	"github.com/tessera-gpu/tessera/internal/monitor/identity"
 	"github.com/tessera-gpu/tessera/internal/statedir"
 	"github.com/tessera-gpu/tessera/test/fakegpu"
@@ -60,9 +62,20 @@ func TestMetricsForSeveralContainers(t *testing.T) {
 	ag := n.agentFor(quietLog(), g)
 	ctx, cancel := context.WithCancel(t.Context())
 	watching := make(chan struct{})
-	go func() { ag.HealthWatcher().Run(ctx); close(watching) }()
+	w := ag.HealthWatcher()
+	registered := make(chan string, len(w.GPUs))
+	w.Lib = registeringLib{Interface: w.Lib, registered: registered}
+	go func() { w.Run(ctx); close(watching) }()
 	t.Cleanup(func() { cancel(); <-watching }) // before NVML shuts down
-	time.Sleep(300 * time.Millisecond)         // the watcher registers its events
+	// An Xid injected before the event set registers a GPU is not reported
+	// to it (as with a real driver): inject only once every GPU is watched.
+	for range w.GPUs {
+		select {
+		case <-registered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the health watcher registered no events within 10 s")
+		}
+	}
 	if err := fakegpu.InjectXid(filepath.Join(n.dir, "fakegpu.state"), 1, 79); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +128,7 @@ func TestMetricsForSeveralContainers(t *testing.T) {
 	if v, ok := value(fams, "tessera_container_gpu_utilization_ratio", lbl(b.owner, u0)); !ok || v != 0 {
 		t.Errorf("utilisation of a container that ran none: %v (%v)", v, ok)
 	}
-	eventually(t, 5*time.Second, "Xid 79 counted on GPU 1", func() bool {
+	eventually(t, 30*time.Second, "Xid 79 counted on GPU 1", func() bool {
 		fams = scrape(t, url)
 		v, ok := value(fams, "tessera_gpu_xid_errors_total", map[string]string{"gpu_uuid": u1, "xid": "79"})
 		return ok && v == 1
@@ -147,4 +160,31 @@ func TestMetricsForSeveralContainers(t *testing.T) {
 	if v, ok := value(fams, "tessera_monitor_scrape_duration_seconds", nil); !ok || v <= 0 {
 		t.Errorf("scrape duration %v (%v)", v, ok)
 	}
+}
+
+// registeringLib is NVML whose device handles say on registered when their
+// events have been registered with an event set.
+type registeringLib struct {
+	nvml.Interface
+	registered chan<- string
+}
+
+func (l registeringLib) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
+	d, ret := l.Interface.DeviceGetHandleByUUID(uuid)
+	if ret != nvml.SUCCESS {
+		return d, ret
+	}
+	return registeringDevice{Device: d, uuid: uuid, registered: l.registered}, ret
+}
+
+type registeringDevice struct {
+	nvml.Device
+	uuid       string
+	registered chan<- string
+}
+
+func (d registeringDevice) RegisterEvents(types uint64, set nvml.EventSet) nvml.Return {
+	ret := d.Device.RegisterEvents(types, set)
+	d.registered <- d.uuid
+	return ret
 }

@@ -63,14 +63,14 @@ func TestKilledProcessReapedAndDeletedContainerVanishes(t *testing.T) {
 		t.Fatalf("used %v before the kill, want 96 MiB", v)
 	}
 	victim.kill()
-	eventually(t, 5*time.Second, "the killed process's 32 MiB reaped", func() bool {
+	eventually(t, 30*time.Second, "the killed process's 32 MiB reaped", func() bool {
 		v, ok := used()
 		return ok && v == 64*MiB
 	})
 	// The reaper clears the slot first and counts it after, so a scrape in
 	// between sees the bytes back and the counters not yet moved.
 	want := map[string]float64{"tessera_monitor_reaped_slots_total": 1, "tessera_monitor_reaped_bytes_total": 32 * MiB}
-	eventually(t, 5*time.Second, "the reap counted once", func() bool {
+	eventually(t, 30*time.Second, "the reap counted once", func() bool {
 		fams := scrape(t, url)
 		for name, w := range want {
 			if v, ok := value(fams, name, nil); !ok || v != w {
@@ -92,10 +92,10 @@ func TestKilledProcessReapedAndDeletedContainerVanishes(t *testing.T) {
 	// The pod is deleted: kubelet stops listing it, its last process dies.
 	n.unlist(a)
 	keep.kill()
-	eventually(t, 5*time.Second, "the deleted container's series gone", func() bool {
+	eventually(t, 30*time.Second, "the deleted container's series gone", func() bool {
 		return series(scrape(t, url), a.owner) == 0
 	})
-	eventually(t, 5*time.Second, "the deleted container's last slot reaped", func() bool {
+	eventually(t, 30*time.Second, "the deleted container's last slot reaped", func() bool {
 		r, err := region.OpenRegion(a.region)
 		if err != nil {
 			t.Fatal(err)

@@ -126,7 +126,7 @@ func TestFullStateFilesystem(t *testing.T) {
 	var log syncLog
 	ag := n.agentFor(slog.New(slog.NewTextHandler(&log, nil)), nil)
 	url := start(t, ag)
-	eventually(t, 5*time.Second, "the node lease held on a full filesystem", ag.Lease.Held)
+	eventually(t, 30*time.Second, "the node lease held on a full filesystem", ag.Lease.Held)
 	fams := scrape(t, url)
 	if v, ok := value(fams, "tessera_monitor_state_dir_free_bytes", nil); !ok || v != 0 {
 		t.Errorf("free bytes %v (%v), want 0", v, ok)
@@ -139,7 +139,7 @@ func TestFullStateFilesystem(t *testing.T) {
 	}
 	sleeper.Process.Kill()
 	sleeper.Wait()
-	eventually(t, 10*time.Second, "a dead process reaped on the full filesystem", func() bool {
+	eventually(t, 30*time.Second, "a dead process reaped on the full filesystem", func() bool {
 		v, _ := value(scrape(t, url), "tessera_container_gpu_memory_used_bytes", lbl(a.owner, n.uuids[0]))
 		return v == 7*MiB
 	})

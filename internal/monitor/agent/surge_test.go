@@ -79,7 +79,7 @@ func TestTwoMonitorsOnOneNode(t *testing.T) {
 		}
 		return sum, each
 	}
-	eventually(t, 10*time.Second, "every dead slot reaped", func() bool {
+	eventually(t, 30*time.Second, "every dead slot reaped", func() bool {
 		v, _ := value(scrape(t, urls[0]), "tessera_container_reaped_processes_total", lbl(a.owner, ""))
 		return v == dead
 	})
@@ -108,13 +108,13 @@ func TestTwoMonitorsOnOneNode(t *testing.T) {
 	}
 
 	stops[active]() // the old pod ends: the standby takes over
-	eventually(t, 5*time.Second, "standby takes the lease over", func() bool {
+	eventually(t, 30*time.Second, "standby takes the lease over", func() bool {
 		v, _ := value(scrape(t, urls[standby]), "tessera_monitor_lease_held", nil)
 		return v == 1
 	})
 	sleeper.Process.Kill()
 	sleeper.Wait()
-	eventually(t, 10*time.Second, "the new acting monitor reaps", func() bool {
+	eventually(t, 30*time.Second, "the new acting monitor reaps", func() bool {
 		v, _ := value(scrape(t, urls[standby]), "tessera_container_reaped_processes_total", lbl(a.owner, ""))
 		return v == dead+1
 	})

@@ -68,13 +68,14 @@ type Resolver struct {
 	byPID map[uint32]Container
 	at    time.Time
 	err   error
+	now   func() time.Time // time.Now; tests step it
 }
 
 // Lookup returns the container of a host PID.
 func (r *Resolver) Lookup(ctx context.Context, pid uint32) (Container, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	age := time.Since(r.at)
+	age := r.clock()().Sub(r.at)
 	c, ok := r.byPID[pid]
 	if age > r.maxAge() || (!ok && age > r.minAge()) {
 		if err := r.refreshLocked(ctx); err == nil {
@@ -99,7 +100,7 @@ func (r *Resolver) Refresh(ctx context.Context) error {
 }
 
 func (r *Resolver) refreshLocked(ctx context.Context) error {
-	r.at = time.Now() // also after a failure: a down containerd is asked once per MinAge, not per lookup
+	r.at = r.clock()() // also after a failure: a down containerd is asked once per MinAge, not per lookup
 	m, err := read(ctx, r.Lister)
 	r.err = err
 	if err != nil {
@@ -149,6 +150,13 @@ func (r *Resolver) maxAge() time.Duration {
 		return r.MaxAge
 	}
 	return 10 * time.Second
+}
+
+func (r *Resolver) clock() func() time.Time {
+	if r.now != nil {
+		return r.now
+	}
+	return time.Now
 }
 
 func (r *Resolver) minAge() time.Duration {

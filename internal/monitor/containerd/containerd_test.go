@@ -59,31 +59,46 @@ func TestOnlyLabelledContainersWithTasksNameProcesses(t *testing.T) {
 }
 
 // An unknown pid refreshes at most once per MinAge; a known one only after
-// MaxAge; a failed read keeps the last mapping.
+// MaxAge; a failed read keeps the last mapping. The clock is stepped: with
+// the wall clock, a test descheduled for MinAge on a loaded machine would see
+// a second read among lookups it meant to be within MinAge.
 func TestRefreshIsBoundedAndKeepsTheMappingOnError(t *testing.T) {
 	l := &lister{containers: []Labelled{kube("c1", "ns", "p", "c")}, pids: map[string][]uint32{"c1": {10}}}
-	r := &Resolver{Lister: l, MinAge: 50 * time.Millisecond, MaxAge: time.Hour}
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	r := &Resolver{Lister: l, MinAge: time.Second, MaxAge: time.Hour, now: func() time.Time { return now }}
 	ctx := context.Background()
 	r.Lookup(ctx, 10)
 	for range 5 {
+		now = now.Add(100 * time.Millisecond)
 		r.Lookup(ctx, 10)
 		r.Lookup(ctx, 11)
 	}
 	if l.calls != 1 {
 		t.Errorf("%d reads for lookups within MinAge, want 1", l.calls)
 	}
-	time.Sleep(60 * time.Millisecond)
+	now = now.Add(time.Second)
 	l.pids["c1"] = []uint32{10, 11}
 	if _, ok := r.Lookup(ctx, 11); !ok || l.calls != 2 {
 		t.Errorf("a new process is not found after MinAge (reads %d)", l.calls)
 	}
-	time.Sleep(60 * time.Millisecond)
+	if _, ok := r.Lookup(ctx, 10); !ok || l.calls != 2 {
+		t.Errorf("a known pid read containerd again before MaxAge (reads %d)", l.calls)
+	}
+	now = now.Add(time.Second + time.Millisecond)
 	l.err = errors.New("containerd restarting")
 	if _, ok := r.Lookup(ctx, 12); ok {
 		t.Error("unknown pid found")
 	}
 	if _, ok := r.Lookup(ctx, 10); !ok || r.Err() == nil {
 		t.Errorf("a failed read dropped the mapping or hid its error (%v)", r.Err())
+	}
+	if l.calls != 3 {
+		t.Errorf("%d reads after the failed one, want 3: a down containerd is asked once per MinAge", l.calls)
+	}
+	now = now.Add(time.Hour + time.Second)
+	l.err = nil
+	if _, ok := r.Lookup(ctx, 10); !ok || l.calls != 4 || r.Err() != nil {
+		t.Errorf("a mapping older than MaxAge was not refreshed (reads %d, err %v)", l.calls, r.Err())
 	}
 }
 

@@ -20,7 +20,7 @@ func next(t *testing.T, w watch.Interface) (watch.EventType, string) {
 	select {
 	case ev := <-w.ResultChan():
 		return ev.Type, ev.Object.(*corev1.Pod).Name
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("no watch event")
 		return "", ""
 	}
