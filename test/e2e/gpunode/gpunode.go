@@ -25,9 +25,14 @@
 //     allocations up to the cap, CUDA_ERROR_OUT_OF_MEMORY past it; the
 //     monitor's /metrics shows it by namespace/pod/container.
 //  4. the kubelet restarted: the plugin registers again (a second pod is
-//     admitted through it) and the running pod keeps its cap; both pods
-//     deleted: their series leave /metrics and their memory is free on the
-//     simulated GPU.
+//     admitted through it) and the running pod keeps its cap; the
+//     DaemonSet rolled by `helm upgrade` (a pod annotation) while both run:
+//     the new plugin registers and the new monitor reports the same usage
+//     and caps; both pods deleted: their series leave /metrics and their
+//     memory is free on the simulated GPU.
+//  5. two pods keep one GPU busy at gpu-core 30 and 60: the monitor's
+//     busy-seconds counters show the second getting about twice the
+//     first's GPU time (an even split without tessera).
 //
 // Run needs root and must run inside the node's network namespace: a
 // program calls Main first thing (it re-executes the program there, and
@@ -162,6 +167,9 @@ type MetricRow struct {
 	UsedMiB, CapMiB                float64
 	// ComputeRatio is the compute share (0–1), 0 when none.
 	ComputeRatio float64
+	// BusySeconds is the GPU time of the container's kernels so far;
+	// ThrottledSeconds the time its launches waited for their turn.
+	BusySeconds, ThrottledSeconds float64
 }
 
 // Timing is one measured step.

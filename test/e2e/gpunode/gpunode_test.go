@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,8 +40,12 @@ func TestTesseraOnRealNode(t *testing.T) {
 	for _, c := range rep.Failed() {
 		t.Errorf("%s: %s", c.What, c.Detail)
 	}
-	if len(rep.Workloads) != 2 || rep.Workloads[0].TotalMiB != 8192 {
-		t.Errorf("workloads %+v: want trainer (8 GiB) and inference", rep.Workloads)
+	var pods []string
+	for _, w := range rep.Workloads {
+		pods = append(pods, w.Pod)
+	}
+	if strings.Join(pods, " ") != "trainer inference share-a share-b" || rep.Workloads[0].TotalMiB != 8192 {
+		t.Errorf("workloads %v (the first saw %d MiB): want trainer (8 GiB), inference, share-a, share-b", pods, rep.Workloads[0].TotalMiB)
 	}
 	if len(rep.Node.GPUs) != 4 {
 		t.Errorf("node GPUs %v, want 4", rep.Node.GPUs)

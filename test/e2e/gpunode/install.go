@@ -54,15 +54,10 @@ func (s *scenario) install(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("gpunode: %w", err)
 	}
+	s.helm, s.values = helm, values
 	installed := time.Now()
-	cmd := exec.CommandContext(ctx, helm, "install", releaseName, filepath.Join(s.opts.RepoRoot, chartPath),
-		"--namespace", releaseNamespace, "--create-namespace",
-		"-f", filepath.Join(s.opts.RepoRoot, simulatedValues), "-f", values)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+s.cp.AdminKubeconfig, "HELM_CACHE_HOME="+s.work+"/helm/cache",
-		"HELM_CONFIG_HOME="+s.work+"/helm/config", "HELM_DATA_HOME="+s.work+"/helm/data")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("gpunode: helm install: %w\n%s", err, out)
+	if err := s.runHelm(ctx, "install", "--create-namespace"); err != nil {
+		return err
 	}
 	s.report.Install.Release, s.report.Install.Namespace, s.report.Install.Chart = releaseName, releaseNamespace, chartPath
 	s.logf("gpunode: helm install %s %s -n %s: done in %v", releaseName, chartPath, releaseNamespace, time.Since(installed).Round(time.Millisecond))
@@ -91,6 +86,19 @@ func (s *scenario) install(ctx context.Context) error {
 			cs = append(cs, c.Name)
 		}
 		s.report.Install.Pods = append(s.report.Install.Pods, PodSummary{Name: p.Name, Node: p.Spec.NodeName, Phase: string(p.Status.Phase), Containers: cs})
+	}
+	return nil
+}
+
+// runHelm runs `helm <verb>` of the release with this node's values.
+func (s *scenario) runHelm(ctx context.Context, verb string, args ...string) error {
+	args = append([]string{verb, releaseName, filepath.Join(s.opts.RepoRoot, chartPath), "--namespace", releaseNamespace,
+		"-f", filepath.Join(s.opts.RepoRoot, simulatedValues), "-f", s.values}, args...)
+	cmd := exec.CommandContext(ctx, s.helm, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+s.cp.AdminKubeconfig, "HELM_CACHE_HOME="+s.work+"/helm/cache",
+		"HELM_CONFIG_HOME="+s.work+"/helm/config", "HELM_DATA_HOME="+s.work+"/helm/data")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("gpunode: helm %s: %w\n%s", verb, err, out)
 	}
 	return nil
 }
@@ -168,8 +176,10 @@ func (s *scenario) writeValues() (string, error) {
 	return path, os.WriteFile(path, b, 0o644)
 }
 
-// waitNodePod waits until the DaemonSet's pod runs with every container ready.
-func (s *scenario) waitNodePod(ctx context.Context) error {
+// waitNodePod waits until the DaemonSet's pod runs with every container
+// ready (a pod other than notName, when given) and notes its name and its
+// monitor's address.
+func (s *scenario) waitNodePod(ctx context.Context, notName ...string) error {
 	return s.waitFor(ctx, 3*time.Minute, "the node DaemonSet's pod Running and ready", func(ctx context.Context) error {
 		pods, err := s.client.CoreV1().Pods(releaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=node"})
 		if err != nil {
@@ -179,9 +189,13 @@ func (s *scenario) waitNodePod(ctx context.Context) error {
 			return fmt.Errorf("%d node pods", len(pods.Items))
 		}
 		p := pods.Items[0]
+		if len(notName) > 0 && p.Name == notName[0] {
+			return fmt.Errorf("pod %s not replaced yet", p.Name)
+		}
 		if err := podReady(&p); err != nil {
 			return err
 		}
+		s.nodePod = p.Name
 		s.monitorURL = fmt.Sprintf("http://%s:%d/metrics", p.Status.PodIP, monitorPort)
 		return nil
 	})
@@ -282,6 +296,16 @@ func (s *scenario) waitLeader(ctx context.Context) error {
 		sort.Strings(names)
 		return fmt.Errorf("Lease holder %q is none of the running scheduler pods %v", *lease.Spec.HolderIdentity, names)
 	})
+}
+
+// pluginRegistrations counts the device plugin's registrations with the
+// kubelet in the node pod's log.
+func (s *scenario) pluginRegistrations(ctx context.Context) (int, error) {
+	out, err := s.client.CoreV1().Pods(releaseNamespace).GetLogs(s.nodePod, &corev1.PodLogOptions{Container: "device-plugin"}).DoRaw(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return strings.Count(string(out), `"registered with kubelet"`), nil
 }
 
 // podLogs is the log of every container of the namespace's pods.

@@ -14,6 +14,8 @@ const (
 	metricUsed    = "tessera_container_gpu_memory_used_bytes"
 	metricLimit   = "tessera_container_gpu_memory_limit_bytes"
 	metricCompute = "tessera_container_gpu_compute_limit_ratio"
+	metricBusy    = "tessera_container_gpu_busy_seconds_total"
+	metricWaited  = "tessera_container_throttled_seconds_total"
 )
 
 // scrapeRows reads the monitor's /metrics and returns one row per
@@ -43,6 +45,12 @@ func (s *scenario) scrapeRows(ctx context.Context) ([]MetricRow, error) {
 	}
 	for _, m := range fams[metricCompute].GetMetric() {
 		row(m).ComputeRatio = m.GetGauge().GetValue()
+	}
+	for _, m := range fams[metricBusy].GetMetric() {
+		row(m).BusySeconds = m.GetCounter().GetValue()
+	}
+	for _, m := range fams[metricWaited].GetMetric() {
+		row(m).ThrottledSeconds = m.GetCounter().GetValue()
 	}
 	out := make([]MetricRow, 0, len(rows))
 	for _, r := range rows {

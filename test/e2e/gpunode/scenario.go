@@ -28,8 +28,11 @@ type scenario struct {
 	client kubernetes.Interface
 	// work is a directory of this run's own files (values, probe build).
 	work string
-	// monitorURL is the vgpu-monitor's /metrics on its pod's address.
-	monitorURL string
+	// monitorURL is the vgpu-monitor's /metrics on its pod's address;
+	// nodePod is the DaemonSet's pod.
+	monitorURL, nodePod string
+	// helm is the Helm binary, values this node's values file.
+	helm, values string
 }
 
 func newScenario(opts Options) (*scenario, error) {

@@ -36,9 +36,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	b.WriteString("vgpu-monitor /metrics (per container):\n")
 	tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  NAMESPACE\tPOD\tCONTAINER\tGPU\tUSED MiB\tCAP MiB\tCOMPUTE")
+	fmt.Fprintln(tw, "  NAMESPACE\tPOD\tCONTAINER\tGPU\tUSED MiB\tCAP MiB\tCOMPUTE\tGPU TIME")
 	for _, m := range r.Metrics {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%.0f\t%.0f\t%.0f%%\n", m.Namespace, m.Pod, m.Container, m.GPU, m.UsedMiB, m.CapMiB, 100*m.ComputeRatio)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%.0f\t%.0f\t%.0f%%\t%.2fs\n", m.Namespace, m.Pod, m.Container, m.GPU, m.UsedMiB, m.CapMiB, 100*m.ComputeRatio, m.BusySeconds)
 	}
 	tw.Flush()
 	b.WriteString("Timings:\n")

@@ -26,6 +26,12 @@ type probeSpec struct {
 	name           string
 	memGiB, corePc int64
 	holdMiB        int64
+	// burnUs keeps the GPU busy with kernels of that many µs (0: idle).
+	burnUs int64
+	// hostPID runs the pod in the host's pid namespace: the simulated
+	// driver time-slices a GPU between processes that must see each
+	// other's pids (docs/fakegpu.md, limits); NVIDIA's driver needs no such thing.
+	hostPID bool
 }
 
 // workloads runs the user scenario on the installed node.
@@ -51,7 +57,15 @@ func (s *scenario) workloads(ctx context.Context) error {
 	if err := s.waitAllocatable(ctx); err != nil {
 		return err
 	}
-	s.logf("gpunode: kubelet restarted; node Ready and the plugin's resources back %v later", s.report.timed("kubelet restart -> plugin re-registered", restarted).Round(time.Millisecond))
+	reg := s.waitFor(ctx, time.Minute, "the device plugin registered again with the restarted kubelet", func(ctx context.Context) error {
+		n, err := s.pluginRegistrations(ctx)
+		if err == nil && n < 2 {
+			err = fmt.Errorf("%d registrations in its log", n)
+		}
+		return err
+	})
+	s.report.check(reg == nil, "device plugin re-registers with the restarted kubelet", "%s", okOr(reg, "a second \"registered with kubelet\" in the plugin's log"))
+	s.logf("gpunode: kubelet restarted; node Ready and the plugin registered again %v later", s.report.timed("kubelet restart -> plugin re-registered", restarted).Round(time.Millisecond))
 	inference := probeSpec{name: "inference", memGiB: 4, corePc: 20, holdMiB: 1024}
 	b, err := s.runProbe(ctx, inference)
 	if err != nil {
@@ -62,6 +76,9 @@ func (s *scenario) workloads(ctx context.Context) error {
 		return err
 	}
 	s.checkSurvivor(ctx, a, trainer)
+	if err := s.rollDaemonSet(ctx, []*Workload{a, b}, []probeSpec{trainer, inference}); err != nil {
+		return err
+	}
 
 	// Both pods deleted: their series leave /metrics, their memory is free.
 	deleted := time.Now()
@@ -97,6 +114,86 @@ func (s *scenario) workloads(ctx context.Context) error {
 	})
 	s.report.check(free == nil, "deleted pods' memory is free", "%s", okOr(free, "every simulated GPU at 0 bytes used"))
 	s.report.timed("pods deleted -> series gone, memory free", deleted)
+	return s.shareCompute(ctx)
+}
+
+// shareCompute runs two pods that keep one GPU busy with gpu-core 30 and
+// 60 and measures the GPU time each gets from the monitor's busy-seconds
+// counters: the hook paces them towards their shares (without it the two
+// would split the GPU evenly).
+func (s *scenario) shareCompute(ctx context.Context) error {
+	specs := []probeSpec{
+		{name: "share-a", memGiB: 2, corePc: 30, holdMiB: 512, burnUs: 2000, hostPID: true},
+		{name: "share-b", memGiB: 2, corePc: 60, holdMiB: 512, burnUs: 2000, hostPID: true},
+	}
+	var ws []*Workload
+	for _, p := range specs {
+		w, err := s.runProbe(ctx, p)
+		if err != nil {
+			return err
+		}
+		ws = append(ws, w)
+	}
+	if !s.report.check(ws[0].GPU == ws[1].GPU, "share-a and share-b placed on one GPU", "%s and %s", ws[0].GPU, ws[1].GPU) {
+		return nil
+	}
+	busy := func() (map[string]MetricRow, error) {
+		rows, err := s.scrapeRows(ctx)
+		out := map[string]MetricRow{}
+		for _, r := range rows {
+			out[r.Pod] = r
+		}
+		return out, err
+	}
+	// Both pods' series first, then a window of GPU time.
+	var first map[string]MetricRow
+	if err := s.waitFor(ctx, time.Minute, "busy seconds of both sharing pods", func(ctx context.Context) error {
+		var err error
+		if first, err = busy(); err != nil {
+			return err
+		}
+		for _, w := range ws {
+			if first[w.Pod].BusySeconds == 0 {
+				return fmt.Errorf("no GPU time of %s yet", w.Pod)
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	window := 8 * time.Second
+	time.Sleep(window)
+	last, err := busy()
+	if err != nil {
+		return err
+	}
+	da := last[ws[0].Pod].BusySeconds - first[ws[0].Pod].BusySeconds
+	db := last[ws[1].Pod].BusySeconds - first[ws[1].Pod].BusySeconds
+	for _, w := range ws {
+		s.report.Metrics = append(s.report.Metrics, last[w.Pod])
+	}
+	ratio := 0.0
+	if da > 0 {
+		ratio = db / da
+	}
+	// Configured 60:30 = 2; an even split would be 1. A loaded machine
+	// delays the programs' launches, so the bound is loose.
+	s.report.check(ratio >= 1.4, "share-b (gpu-core 60) gets about twice share-a's (gpu-core 30) GPU time",
+		"over %v: share-a %.2f s, share-b %.2f s of GPU time: ratio %.2f (configured 2.0)", window, da, db, ratio)
+	s.logf("gpunode: two pods on %s at gpu-core 30 and 60: GPU time %.2f s and %.2f s over %v (ratio %.2f, configured 2.0)", ws[0].GPU, da, db, window, ratio)
+	if ratio < 1.4 {
+		for _, w := range ws {
+			r := last[w.Pod]
+			s.logf("gpunode: %s: busy %.3f s, throttled %.3f s", w.Pod, r.BusySeconds, r.ThrottledSeconds)
+		}
+		s.logf("%s", s.podLogs(ctx, workloadNamespace))
+		s.logf("%s", s.podLogs(ctx, releaseNamespace))
+	}
+	for _, w := range ws {
+		if err := s.deletePod(ctx, w.Pod); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -119,11 +216,12 @@ func (s *scenario) runProbe(ctx context.Context, p probeSpec) (*Workload, error)
 		ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: workloadNamespace},
 		Spec: corev1.PodSpec{
 			SchedulerName:                 schedulerName,
+			HostPID:                       p.hostPID,
 			TerminationGracePeriodSeconds: &grace,
 			AutomountServiceAccountToken:  new(false),
 			Containers: []corev1.Container{{
 				Name: "main", Image: ProbeImage, ImagePullPolicy: corev1.PullNever,
-				Args:      []string{"-step", "512", "-hold", fmt.Sprint(p.holdMiB)},
+				Args:      []string{"-step", "512", "-hold", fmt.Sprint(p.holdMiB), "-burn", fmt.Sprint(p.burnUs)},
 				Resources: corev1.ResourceRequirements{Limits: limits},
 			}},
 		},
@@ -254,4 +352,58 @@ func (s *scenario) deletePod(ctx context.Context, name string) error {
 		}
 		return fmt.Errorf("still there (%v)", err)
 	})
+}
+
+// rollDaemonSet changes the node pods' annotations with helm upgrade, which
+// replaces the DaemonSet's pod (device plugin and monitor) while the
+// workloads run, and checks that the new monitor accounts for each of them
+// as before and the new plugin registered with the kubelet.
+func (s *scenario) rollDaemonSet(ctx context.Context, ws []*Workload, ps []probeSpec) error {
+	before := map[string]MetricRow{}
+	rows, err := s.scrapeRows(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		before[r.Pod] = r
+	}
+	old := s.nodePod
+	rolled := time.Now()
+	if err := s.runHelm(ctx, "upgrade", "--set-string", "node.podAnnotations.tessera-e2e/rolled="+rolled.UTC().Format("20060102T150405")); err != nil {
+		return err
+	}
+	if err := s.waitNodePod(ctx, old); err != nil {
+		return err
+	}
+	s.logf("gpunode: helm upgrade rolled the node DaemonSet: %s replaced by %s in %v", old, s.nodePod, time.Since(rolled).Round(time.Millisecond))
+	reg := s.waitFor(ctx, time.Minute, "the new device plugin registered", func(ctx context.Context) error {
+		n, err := s.pluginRegistrations(ctx)
+		if err == nil && n < 1 {
+			err = fmt.Errorf("not registered yet")
+		}
+		return err
+	})
+	s.report.check(reg == nil, "the rolled device plugin registers with the kubelet", "%s", okOr(reg, "pod "+s.nodePod))
+	for i, w := range ws {
+		want := before[w.Pod]
+		var got MetricRow
+		err := s.waitFor(ctx, time.Minute, "the series of "+w.Pod+" from the new monitor", func(ctx context.Context) error {
+			rows, err := s.scrapeRows(ctx)
+			if err != nil {
+				return err
+			}
+			for _, r := range rows {
+				if r.Pod == w.Pod && r.Namespace == w.Namespace {
+					got = r
+					return nil
+				}
+			}
+			return fmt.Errorf("no series of %s", w.Pod)
+		})
+		s.report.check(err == nil && got.CapMiB == float64(ps[i].memGiB*1024) && got.UsedMiB == want.UsedMiB && got.GPU == want.GPU,
+			w.Pod+" keeps its accounting through the DaemonSet roll", "before: %.0f of %.0f MiB on %s; after: %.0f of %.0f MiB on %s (%v)",
+			want.UsedMiB, want.CapMiB, want.GPU, got.UsedMiB, got.CapMiB, got.GPU, err)
+	}
+	s.report.timed("helm upgrade -> DaemonSet rolled, accounting checked", rolled)
+	return nil
 }

@@ -11,8 +11,11 @@
  *   over 1 ok|refused NAME used_mib U         (one MiB past the cap)
  *   holding_mib H
  *
- * then keeps H MiB allocated until SIGTERM, so the node monitor sees it.
- * Usage: gpuprobe [-step MiB] [-hold MiB]. Built statically against no CUDA
+ * then keeps H MiB allocated until SIGTERM, so the node monitor sees it;
+ * with -burn US it also keeps the GPU busy meanwhile, launching kernels of
+ * US microseconds (the simulated driver's fakegpu_sleep) back to back, each
+ * waited for, and prints "burning US".
+ * Usage: gpuprobe [-step MiB] [-hold MiB] [-burn US]. Built against no CUDA
  * headers: the few driver API types are declared here. */
 #include <dlfcn.h>
 #include <signal.h>
@@ -26,6 +29,9 @@ typedef int CUdevice;
 typedef void *CUcontext;
 typedef unsigned long long CUdeviceptr;
 typedef struct { char bytes[16]; } CUuuid;
+typedef void *CUmodule;
+typedef void *CUfunction;
+typedef void *CUstream;
 
 static CUresult (*cuInit)(unsigned);
 static CUresult (*cuDeviceGetCount)(int *);
@@ -38,6 +44,11 @@ static CUresult (*cuMemGetInfo)(size_t *, size_t *);
 static CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
 static CUresult (*cuMemFree)(CUdeviceptr);
 static CUresult (*cuGetErrorName)(CUresult, const char **);
+static CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+static CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+static CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                  CUstream, void **, void **);
+static CUresult (*cuCtxSynchronize)(void);
 
 #define MIB (1024ULL * 1024ULL)
 #define MAX_BLOCKS 4096
@@ -88,10 +99,11 @@ static void on_term(int sig) {
 }
 
 int main(int argc, char **argv) {
-    unsigned long long step = 512, hold = 4096;
+    unsigned long long step = 512, hold = 4096, burn = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-step")) step = strtoull(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "-hold")) hold = strtoull(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "-burn")) burn = strtoull(argv[i + 1], NULL, 10);
     }
     signal(SIGTERM, on_term);
     signal(SIGINT, on_term);
@@ -113,6 +125,10 @@ int main(int argc, char **argv) {
     cuMemAlloc = sym(lib, "cuMemAlloc_v2");
     cuMemFree = sym(lib, "cuMemFree_v2");
     cuGetErrorName = sym(lib, "cuGetErrorName");
+    cuModuleLoadData = sym(lib, "cuModuleLoadData");
+    cuModuleGetFunction = sym(lib, "cuModuleGetFunction");
+    cuLaunchKernel = sym(lib, "cuLaunchKernel");
+    cuCtxSynchronize = sym(lib, "cuCtxSynchronize");
 
     CUresult r;
     if ((r = cuInit(0))) die("cuInit", r);
@@ -154,5 +170,18 @@ int main(int argc, char **argv) {
         used -= sizes[nblocks];
     }
     printf("holding_mib %llu\n", (unsigned long long)(used / MIB));
+    if (burn > 0) {
+        CUmodule mod;
+        CUfunction fn;
+        unsigned long long ns = burn * 1000ULL;
+        void *params[] = {&ns};
+        if ((r = cuModuleLoadData(&mod, "fakegpu"))) die("cuModuleLoadData", r);
+        if ((r = cuModuleGetFunction(&fn, mod, "fakegpu_sleep"))) die("cuModuleGetFunction", r);
+        printf("burning %llu\n", burn);
+        for (;;) {
+            if ((r = cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL))) die("cuLaunchKernel", r);
+            if ((r = cuCtxSynchronize())) die("cuCtxSynchronize", r);
+        }
+    }
     for (;;) pause();
 }
