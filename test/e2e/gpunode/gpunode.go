@@ -32,7 +32,9 @@
 //     memory is free on the simulated GPU.
 //  5. two pods keep one GPU busy at gpu-core 30 and 60: the monitor's
 //     busy-seconds counters show the second getting about twice the
-//     first's GPU time (an even split without tessera).
+//     first's GPU time (an even split without tessera); then a P0 and a
+//     P3 pod with equal shares: the P0 one keeps the GPU (the arbiter
+//     stops P3 while P0 has work).
 //
 // Run needs root and must run inside the node's network namespace: a
 // program calls Main first thing (it re-executes the program there, and

@@ -44,8 +44,8 @@ func TestTesseraOnRealNode(t *testing.T) {
 	for _, w := range rep.Workloads {
 		pods = append(pods, w.Pod)
 	}
-	if strings.Join(pods, " ") != "trainer inference share-a share-b" || rep.Workloads[0].TotalMiB != 8192 {
-		t.Errorf("workloads %v (the first saw %d MiB): want trainer (8 GiB), inference, share-a, share-b", pods, rep.Workloads[0].TotalMiB)
+	if strings.Join(pods, " ") != "trainer inference share-a share-b online-p0 batch-p3" || rep.Workloads[0].TotalMiB != 8192 {
+		t.Errorf("workloads %v (the first saw %d MiB): want trainer (8 GiB), inference, share-a, share-b, online-p0, batch-p3", pods, rep.Workloads[0].TotalMiB)
 	}
 	if len(rep.Node.GPUs) != 4 {
 		t.Errorf("node GPUs %v, want 4", rep.Node.GPUs)

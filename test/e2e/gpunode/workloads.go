@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
+	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
 	"github.com/tessera-gpu/tessera/test/fakegpu"
 )
 
@@ -32,6 +33,8 @@ type probeSpec struct {
 	// driver time-slices a GPU between processes that must see each
 	// other's pids (docs/fakegpu.md, limits); NVIDIA's driver needs no such thing.
 	hostPID bool
+	// priority is the tessera.io/priority annotation (P0…P3; "" none).
+	priority string
 }
 
 // workloads runs the user scenario on the installed node.
@@ -120,24 +123,64 @@ func (s *scenario) workloads(ctx context.Context) error {
 // shareCompute runs two pods that keep one GPU busy with gpu-core 30 and
 // 60 and measures the GPU time each gets from the monitor's busy-seconds
 // counters: the hook paces them towards their shares (without it the two
-// would split the GPU evenly).
+// would split the GPU evenly). Then a P0 and a P3 pod with equal shares: the
+// arbiter stops the P3 one while the P0 one has work.
 func (s *scenario) shareCompute(ctx context.Context) error {
-	specs := []probeSpec{
+	window := 8 * time.Second
+	busy, ws, err := s.gpuTime(ctx, window, []probeSpec{
 		{name: "share-a", memGiB: 2, corePc: 30, holdMiB: 512, burnUs: 2000, hostPID: true},
 		{name: "share-b", memGiB: 2, corePc: 60, holdMiB: 512, burnUs: 2000, hostPID: true},
+	})
+	if err != nil || ws == nil {
+		return err
 	}
+	ratio := 0.0
+	if busy[0] > 0 {
+		ratio = busy[1] / busy[0]
+	}
+	// Configured 60:30 = 2; an even split would be 1. A loaded machine
+	// delays the programs' launches, so the bound is loose.
+	s.report.check(ratio >= 1.4, "share-b (gpu-core 60) gets about twice share-a's (gpu-core 30) GPU time",
+		"over %v: share-a %.2f s, share-b %.2f s of GPU time: ratio %.2f (configured 2.0)", window, busy[0], busy[1], ratio)
+	s.logf("gpunode: two pods on %s at gpu-core 30 and 60: GPU time %.2f s and %.2f s over %v (ratio %.2f, configured 2.0)", ws[0].GPU, busy[0], busy[1], window, ratio)
+
+	busy, ws, err = s.gpuTime(ctx, window, []probeSpec{
+		{name: "online-p0", memGiB: 2, corePc: 50, holdMiB: 512, burnUs: 2000, hostPID: true, priority: "P0"},
+		{name: "batch-p3", memGiB: 2, corePc: 50, holdMiB: 512, burnUs: 2000, hostPID: true, priority: "P3"},
+	})
+	if err != nil || ws == nil {
+		return err
+	}
+	// Equal shares, but P3 is stopped while P0 has work: P0 gets most of
+	// the GPU (an even split without priorities).
+	s.report.check(busy[0] >= 3*busy[1] && busy[0] >= 0.5*window.Seconds(), "P0 keeps the GPU beside P3 (equal shares)",
+		"over %v: P0 %.2f s, P3 %.2f s of GPU time", window, busy[0], busy[1])
+	s.logf("gpunode: P0 and P3 pods at gpu-core 50 each on %s: GPU time %.2f s and %.2f s over %v", ws[0].GPU, busy[0], busy[1], window)
+	return nil
+}
+
+// gpuTime runs the pods (which burn GPU time), checks that they share one
+// GPU, measures the GPU time each gets over window from the monitor's
+// counters, and deletes them. It returns nil workloads when they landed on
+// different GPUs (a failed check).
+func (s *scenario) gpuTime(ctx context.Context, window time.Duration, specs []probeSpec) ([]float64, []*Workload, error) {
 	var ws []*Workload
+	defer func() {
+		for _, w := range ws {
+			_ = s.deletePod(ctx, w.Pod)
+		}
+	}()
 	for _, p := range specs {
 		w, err := s.runProbe(ctx, p)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		ws = append(ws, w)
 	}
-	if !s.report.check(ws[0].GPU == ws[1].GPU, "share-a and share-b placed on one GPU", "%s and %s", ws[0].GPU, ws[1].GPU) {
-		return nil
+	if !s.report.check(ws[0].GPU == ws[1].GPU, ws[0].Pod+" and "+ws[1].Pod+" placed on one GPU", "%s and %s", ws[0].GPU, ws[1].GPU) {
+		return nil, nil, nil
 	}
-	busy := func() (map[string]MetricRow, error) {
+	rows := func() (map[string]MetricRow, error) {
 		rows, err := s.scrapeRows(ctx)
 		out := map[string]MetricRow{}
 		for _, r := range rows {
@@ -147,61 +190,37 @@ func (s *scenario) shareCompute(ctx context.Context) error {
 	}
 	// Both pods' series first, then a window of GPU time.
 	var first map[string]MetricRow
-	if err := s.waitFor(ctx, time.Minute, "busy seconds of both sharing pods", func(ctx context.Context) error {
+	if err := s.waitFor(ctx, time.Minute, "GPU time of "+ws[0].Pod+" and "+ws[1].Pod, func(ctx context.Context) error {
 		var err error
-		if first, err = busy(); err != nil {
+		if first, err = rows(); err != nil {
 			return err
 		}
+		// Both series; GPU time of the first pod, which started first (a
+		// lower priority second one may get none at all).
 		for _, w := range ws {
-			if first[w.Pod].BusySeconds == 0 {
-				return fmt.Errorf("no GPU time of %s yet", w.Pod)
+			if _, ok := first[w.Pod]; !ok {
+				return fmt.Errorf("no series of %s yet", w.Pod)
 			}
+		}
+		if first[ws[0].Pod].BusySeconds == 0 {
+			return fmt.Errorf("no GPU time of %s yet", ws[0].Pod)
 		}
 		return nil
 	}); err != nil {
-		return err
+		return nil, nil, err
 	}
-	window := 8 * time.Second
 	time.Sleep(window)
-	last, err := busy()
+	last, err := rows()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	da := last[ws[0].Pod].BusySeconds - first[ws[0].Pod].BusySeconds
-	db := last[ws[1].Pod].BusySeconds - first[ws[1].Pod].BusySeconds
-	for _, w := range ws {
+	busy := make([]float64, len(ws))
+	for i, w := range ws {
+		busy[i] = last[w.Pod].BusySeconds - first[w.Pod].BusySeconds
 		s.report.Metrics = append(s.report.Metrics, last[w.Pod])
+		s.logf("gpunode: %s: GPU time %.3f s over %v (total busy %.3f s, throttled %.3f s)", w.Pod, busy[i], window, last[w.Pod].BusySeconds, last[w.Pod].ThrottledSeconds)
 	}
-	ratio := 0.0
-	if da > 0 {
-		ratio = db / da
-	}
-	// Configured 60:30 = 2; an even split would be 1. A loaded machine
-	// delays the programs' launches, so the bound is loose.
-	s.report.check(ratio >= 1.4, "share-b (gpu-core 60) gets about twice share-a's (gpu-core 30) GPU time",
-		"over %v: share-a %.2f s, share-b %.2f s of GPU time: ratio %.2f (configured 2.0)", window, da, db, ratio)
-	s.logf("gpunode: two pods on %s at gpu-core 30 and 60: GPU time %.2f s and %.2f s over %v (ratio %.2f, configured 2.0)", ws[0].GPU, da, db, window, ratio)
-	if ratio < 1.4 {
-		for _, w := range ws {
-			r := last[w.Pod]
-			s.logf("gpunode: %s: busy %.3f s, throttled %.3f s", w.Pod, r.BusySeconds, r.ThrottledSeconds)
-		}
-		s.logf("%s", s.podLogs(ctx, workloadNamespace))
-		s.logf("%s", s.podLogs(ctx, releaseNamespace))
-	}
-	for _, w := range ws {
-		if err := s.deletePod(ctx, w.Pod); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func okOr(err error, ok string) string {
-	if err != nil {
-		return err.Error()
-	}
-	return ok
+	return busy, ws, nil
 }
 
 // runProbe creates the user pod, waits until it runs and its program has
@@ -213,7 +232,7 @@ func (s *scenario) runProbe(ctx context.Context, p probeSpec) (*Workload, error)
 		resourceGPUCore: *resource.NewQuantity(p.corePc, resource.DecimalSI),
 	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: workloadNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: workloadNamespace, Annotations: map[string]string{}},
 		Spec: corev1.PodSpec{
 			SchedulerName:                 schedulerName,
 			HostPID:                       p.hostPID,
@@ -225,6 +244,9 @@ func (s *scenario) runProbe(ctx context.Context, p probeSpec) (*Workload, error)
 				Resources: corev1.ResourceRequirements{Limits: limits},
 			}},
 		},
+	}
+	if p.priority != "" {
+		pod.Annotations[schedv1.PriorityAnnotation] = p.priority
 	}
 	w := &Workload{Namespace: workloadNamespace, Pod: p.name, Container: "main", SchedulerName: schedulerName,
 		Requests: map[string]string{string(resourceGPUMem): fmt.Sprint(p.memGiB), string(resourceGPUCore): fmt.Sprint(p.corePc)}}
@@ -406,4 +428,12 @@ func (s *scenario) rollDaemonSet(ctx context.Context, ws []*Workload, ps []probe
 	}
 	s.report.timed("helm upgrade -> DaemonSet rolled, accounting checked", rolled)
 	return nil
+}
+
+// okOr is err's text, or ok when err is nil.
+func okOr(err error, ok string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return ok
 }
