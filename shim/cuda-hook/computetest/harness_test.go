@@ -200,6 +200,7 @@ type sample struct {
 	at     uint64
 	byPID  map[int]uint64
 	device uint64
+	billed []uint64 // busy_ns each recorded container's hooks published, read right after
 }
 
 func (n *node) sample() sample {
@@ -223,14 +224,32 @@ type recorder struct {
 	done    chan struct{}
 }
 
-func (n *node) record(every time.Duration) *recorder {
+// record samples the device every interval; with containers, also what their
+// hooks billed (to tell billing errors from control errors).
+func (n *node) record(every time.Duration, cs ...*container) *recorder {
 	r := &recorder{stop: make(chan struct{}), done: make(chan struct{})}
+	var regs []*region.Region
+	for _, c := range cs {
+		reg, err := region.OpenRegion(c.entry.CoreRegion())
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		regs = append(regs, reg)
+	}
 	go func() {
 		defer close(r.done)
+		defer func() {
+			for _, reg := range regs {
+				reg.Close()
+			}
+		}()
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			s := n.sample()
+			for _, reg := range regs {
+				s.billed = append(s.billed, reg.Compute(0).BusyNs)
+			}
 			r.mu.Lock()
 			r.samples = append(r.samples, s)
 			r.mu.Unlock()

@@ -5,10 +5,11 @@
  * (cuLaunchKernelEx via dlsym), coop (cuLaunchCooperativeKernel via dlsym),
  * graph (a one-kernel CUDA graph, cuGraphLaunch via dlsym).
  *
- *   tenant PATH KERNEL_US SECONDS [burst=WORK_US/PERIOD_MS] [duty=ON_MS/OFF_MS] [children=N] [reset=1] [thread=K] [devices=2]
+ *   tenant PATH KERNEL_US SECONDS [burst=WORK_US/PERIOD_MS] [duty=ON_MS/OFF_MS] [children=N] [reset=1] [thread=K] [devices=2] [sync=N]
  *
  * KERNEL_US may be "mixed" (50 us, 1 ms, 10 ms, 200 us in turn). Saturating by
- * default (a queue kept full, synchronised every 64 launches); burst: WORK_US of
+ * default (a queue kept full, synchronised every 64 launches, or every N with
+ * sync=N: a shallow queue, which feels every descheduling of the process); burst: WORK_US of
  * kernels every PERIOD_MS, each burst synchronised and its latency reported;
  * duty: saturating for ON_MS, idle for OFF_MS. children: fork+exec N copies of
  * itself first (they count against the same container). reset=1: launch a few
@@ -169,6 +170,7 @@ int main(int argc, char **argv)
     double seconds = atof(argv[3]);
     uint64_t burst_work = 0, burst_period = 0, duty_on = 0, duty_off = 0;
     int children = 0, reset = 0, per_thread = 0, ndev = 1;
+    uint64_t sync_every = 64;
     for (int i = 4; i < argc; i++) {
         unsigned long long a, b;
         if (sscanf(argv[i], "burst=%llu/%llu", &a, &b) == 2) {
@@ -183,6 +185,8 @@ int main(int argc, char **argv)
             reset = (int)a;
         } else if (sscanf(argv[i], "thread=%llu", &a) == 1) {
             per_thread = (int)a;
+        } else if (sscanf(argv[i], "sync=%llu", &a) == 1 && a > 0) {
+            sync_every = a;
         } else if (sscanf(argv[i], "devices=%llu", &a) == 1) {
             ndev = a == 2 ? 2 : 1;
         }
@@ -337,7 +341,7 @@ int main(int argc, char **argv)
             continue;
         }
         launch(ns, w);
-        if (++launches % 64 == 0)
+        if (++launches % sync_every == 0)
             sync_stream();
     }
     sync_stream();
