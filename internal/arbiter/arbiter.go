@@ -133,7 +133,7 @@ func (a *Arbiter) Step(now time.Time, mono uint64) {
 				continue // not managed by the hook
 			}
 			byGPU[d.UUID] = append(byGPU[d.UUID], Tenant{Key: key, Share: float64(d.CoreLimitPct) / 100,
-				Hard: d.Policy == region.PolicyHard, Priority: int(d.Priority), BusyNs: comp[i].BusyNs, DemandNs: comp[i].DemandNs})
+				Hard: d.Policy == region.PolicyHard, Priority: int(d.Priority), BusyNs: comp[i].BusyNs, DemandNs: comp[i].DemandNs, Inflight: comp[i].Inflight})
 			if where[d.UUID] == nil {
 				where[d.UUID] = map[string]int{}
 			}

@@ -187,3 +187,127 @@ func TestRemovedTenantIsForgotten(t *testing.T) {
 		t.Fatalf("tenants remembered: %d, want 1", len(s.tenants))
 	}
 }
+
+// handOver steps two saturating tenants until the turn passes from one to the
+// other and returns the step's verdicts and the new holder's index.
+func handOver(t *testing.T, s *Scheduler, ts []Tenant, now *time.Time) (int, []Verdict) {
+	t.Helper()
+	first := ""
+	for i := 0; i < 1000; i++ {
+		*now = now.Add(time.Millisecond)
+		mono := uint64(now.UnixNano())
+		for j := range ts {
+			ts[j].DemandNs = mono
+		}
+		vs := s.Step(*now, mono, ts)
+		if first == "" {
+			first = s.Holder()
+		}
+		if h := s.Holder(); h != first && h != "" {
+			for j := range ts {
+				if ts[j].Key == h {
+					return j, vs
+				}
+			}
+		}
+		for j, v := range vs {
+			if v.Go {
+				ts[j].BusyNs += uint64(time.Millisecond)
+			}
+		}
+	}
+	t.Fatal("the turn never passed")
+	return 0, nil
+}
+
+// A new holder waits while the previous one still has bursts in flight (its
+// tail would share the GPU's time slices with the new holder's first bursts,
+// and both would be billed for them), then goes; a previous holder whose
+// count never comes down (a process killed with bursts in flight) is waited
+// for at most a quantum.
+func TestHandOverWaitsForThePreviousHoldersWork(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		drainAt int // steps after the hand-over when the old holder's count drops
+		wantGo  int // steps after the hand-over when the new holder may go
+	}{{"drains", 2, 2}, {"hung", -1, 5}} {
+		t.Run(c.name, func(t *testing.T) {
+			s := &Scheduler{Policy: testPolicy()}
+			ts := shares(50, 50)
+			now := time.Unix(100, 0)
+			ts[0].Inflight, ts[1].Inflight = 2, 2
+			h, vs := handOver(t, s, ts, &now)
+			old := 1 - h
+			if vs[h].Go {
+				t.Fatalf("new holder %d goes while the old one has %d bursts in flight", h, ts[old].Inflight)
+			}
+			ts[h].Inflight = 0
+			for step := 1; ; step++ {
+				if step == c.drainAt {
+					ts[old].Inflight = 0
+				}
+				now = now.Add(time.Millisecond)
+				mono := uint64(now.UnixNano())
+				ts[0].DemandNs, ts[1].DemandNs = mono, mono
+				vs = s.Step(now, mono, ts)
+				if vs[old].Go {
+					t.Fatalf("step %d: the old holder goes again", step)
+				}
+				if vs[h].Go {
+					if step != c.wantGo {
+						t.Fatalf("new holder goes %d steps after the hand-over, want %d", step, c.wantGo)
+					}
+					return
+				}
+				if step > 20 {
+					t.Fatal("the new holder never goes")
+				}
+			}
+		})
+	}
+}
+
+// What a tenant that died with bursts in flight left in its count is not
+// waited for: once it is idle, that count is its drained level.
+func TestLeftoverInflightIsNotWaitedFor(t *testing.T) {
+	s := &Scheduler{Policy: testPolicy()}
+	ts := shares(50, 50)
+	ts[0].Inflight = 3 // left by a killed process; tenant a is idle at first
+	now := time.Unix(100, 0)
+	for i := 0; i < 20; i++ {
+		now = now.Add(time.Millisecond)
+		ts[1].DemandNs = uint64(now.UnixNano())
+		s.Step(now, uint64(now.UnixNano()), ts)
+		ts[1].BusyNs += uint64(time.Millisecond)
+	}
+	h, vs := handOver(t, s, ts, &now)
+	if !vs[h].Go {
+		t.Fatalf("holder %d waits for a count that never comes down: %+v", h, vs)
+	}
+}
+
+// A tenant that looks idle for a moment (its process not scheduled on a
+// loaded node) keeps what it is owed; one idle for long starts level.
+func TestShortIdleKeepsCredit(t *testing.T) {
+	for _, c := range []struct {
+		idle     int // ticks tenant b looks idle
+		wantBack bool
+	}{{20, true}, {300, false}} {
+		ts := shares(10, 90)
+		wants := []func(int) bool{always, func(n int) bool { return n < 1000 || n >= 1000+c.idle }}
+		m := newSim(testPolicy(), ts, wants)
+		m.run(1000 + c.idle + 2000)
+		// Over the whole run b should get 90 % of the time both wanted plus
+		// the time it was away made up, if its credit was kept.
+		bothTicks := float64(3000)
+		gotB := m.got[1].Seconds() * 1000
+		madeUp := gotB - 0.9*bothTicks
+		// (The run ends anywhere in a quantum: a few ticks either way.)
+		if c.wantBack && madeUp < 0.5*0.9*float64(c.idle) {
+			t.Errorf("idle %d ticks: b made up %.0f ticks of the %.0f it missed", c.idle, madeUp, 0.9*float64(c.idle))
+		}
+		if !c.wantBack && madeUp > 0.1*0.9*float64(c.idle) {
+			t.Errorf("idle %d ticks: b made up %.0f ticks, want it to start level", c.idle, madeUp)
+		}
+	}
+}

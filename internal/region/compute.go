@@ -13,6 +13,7 @@ type Compute struct {
 	DemandNs      uint64 // CLOCK_MONOTONIC of the latest launch or wait to launch
 	ThrottledNs   uint64 // wall time launches waited for the grant
 	ThrottleWaits uint64
+	Inflight      uint64 // launch bursts opened and not yet accounted (all processes)
 }
 
 // Compute reads device i's compute words. Index out of range: zero.
@@ -27,6 +28,7 @@ func (r *Region) Compute(i int) Compute {
 		DemandNs:      atomic.LoadUint64(&c.DemandNs),
 		ThrottledNs:   atomic.LoadUint64(&c.ThrottledNs),
 		ThrottleWaits: atomic.LoadUint64(&c.ThrottleWaits),
+		Inflight:      atomic.LoadUint64(&c.Inflight),
 	}
 }
 

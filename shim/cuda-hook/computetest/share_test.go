@@ -112,9 +112,13 @@ func runShareCase(t *testing.T, c shareCase, seconds float64) result {
 		}
 		return w
 	}
+	var windows []string
 	for i := 0; i+1 < len(samples); i++ {
 		r.err100ms = math.Max(r.err100ms, worst(samples[i], samples[i+1]))
+		bp, _ := billing(samples[i], samples[i+1], groups)
+		windows = append(windows, fmt.Sprintf("%.0f(b%.0f)", shares(samples[i], samples[i+1], groups), bp))
 	}
+	t.Logf("100 ms windows, device share (billed share) of each tenant: %s", strings.Join(windows, " "))
 	for i := 0; i+10 < len(samples); i += 10 {
 		r.err1s = math.Max(r.err1s, worst(samples[i], samples[i+10]))
 	}

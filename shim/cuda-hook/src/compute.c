@@ -40,6 +40,10 @@ bool compute_enabled;
 
 static const tessera_limits *g_limits;
 static tessera_region *g_region;
+/* This process's part of each device's region `inflight` count: what an exit
+ * takes back (a thread's exit accounts its own; the rest leaves with the
+ * process, whose queued work the driver drops). */
+static _Atomic uint64_t g_proc_inflight[TESSERA_MAX_DEVICES];
 static _Atomic int g_ordinal_idx[MAX_ORDINALS]; /* index + 2; 1 = unmanaged; 0 = unresolved */
 /* Bumped by a fork (in the child) and by every context's end (destroy, primary
  * reset or last release); a thread whose epoch differs catches up before it
@@ -97,6 +101,29 @@ static uint64_t now_ns(void)
 }
 
 static bool managed_pct(uint32_t pct) { return pct > 0 && pct < 100; }
+
+/* Subtracts n from w, never below 0 (a count another process left behind
+ * may have been taken back already). */
+static void sub_floor(_Atomic uint64_t *w, uint64_t n)
+{
+    uint64_t cur = atomic_load_explicit(w, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak(w, &cur, cur > n ? cur - n : 0))
+        ;
+}
+
+/* Bursts of device idx opened (n > 0) or accounted/dropped (n < 0). */
+static void inflight_add(int idx, int64_t n)
+{
+    if (idx < 0 || idx >= TESSERA_MAX_DEVICES || n == 0)
+        return;
+    if (n > 0) {
+        atomic_fetch_add_explicit(&g_region->compute[idx].inflight, (uint64_t)n, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g_proc_inflight[idx], (uint64_t)n, memory_order_relaxed);
+        return;
+    }
+    sub_floor(&g_region->compute[idx].inflight, (uint64_t)-n);
+    sub_floor(&g_proc_inflight[idx], (uint64_t)-n);
+}
 
 bool compute_open(const tessera_limits *core_limits, tessera_region *core_region)
 {
@@ -170,6 +197,7 @@ static void account_oldest(struct ctx_state *cs, bool wait)
     if (REAL.cuEventElapsedTime(&ms, b->start, b->end) == CUDA_SUCCESS && ms > 0)
         busy = (uint64_t)((double)ms * 1e6);
     cs->count--;
+    inflight_add(cs->idx, -1);
     tessera_device_compute *c = &g_region->compute[cs->idx];
     atomic_fetch_add_explicit(&c->busy_ns, busy, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->launches, b->launches, memory_order_relaxed);
@@ -212,6 +240,7 @@ static void close_burst(struct ctx_state *cs)
         /* Capture began on its stream since it opened: its end cannot be
          * recorded there; the burst is dropped unaccounted. */
         cs->open = false;
+        inflight_add(cs->idx, -1);
         return;
     }
     REAL.cuEventRecord(slot(cs, cs->head)->end, cs->stream);
@@ -271,8 +300,10 @@ static void catch_up(uint64_t ep)
         for (int i = 0; i < CTX_SLOTS; i++) {
             struct ctx_state *cs = &thr.slots[i];
             /* Overwritten (more than GONE_RING ends since) or unknown: assume ours. */
-            if (cs->ctx != NULL && (written > e || ctx == 0 || ctx == (uintptr_t)cs->ctx))
+            if (cs->ctx != NULL && (written > e || ctx == 0 || ctx == (uintptr_t)cs->ctx)) {
+                inflight_add(cs->idx, -(int64_t)(cs->count + (cs->open ? 1u : 0u)));
                 memset(cs, 0, sizeof *cs);
+            }
         }
         thr.epoch = e;
     }
@@ -376,10 +407,12 @@ static void thread_exit(void *unused)
     thr.cur = NULL;
 }
 
-/* Waits while the container's grant leaves no tokens. */
-static void pace(int idx, tessera_device_compute *c, uint64_t now)
+/* Waits while the container's grant leaves no tokens, accounting this
+ * thread's bursts as they complete: a stopped holder's drained work is what
+ * lets the arbiter hand its turn on (`inflight`). */
+static void pace(struct ctx_state *cs, tessera_device_compute *c, uint64_t now)
 {
-    const tessera_device_limit *l = &g_limits->devices[idx];
+    const tessera_device_limit *l = &g_limits->devices[cs->idx];
     uint64_t waited = 0;
     for (;;) {
         uint32_t rate = pacing_rate(atomic_load_explicit(&l->compute_grant, memory_order_acquire),
@@ -395,6 +428,7 @@ static void pace(int idx, tessera_device_compute *c, uint64_t now)
             if ((tokens = pacing_tokens(c)) > 0)
                 break;
         }
+        account_done(cs);
         uint64_t w = pacing_wait_ns(tokens, rate);
         struct timespec ts = {(time_t)(w / 1000000000ull), (long)(w % 1000000000ull)};
         nanosleep(&ts, NULL);
@@ -442,10 +476,11 @@ void compute_admit_slow(CUstream s, bool per_thread)
     while (cs->count >= depth)
         account_oldest(cs, true);
     tessera_device_compute *c = &g_region->compute[cs->idx];
-    pace(cs->idx, c, now);
+    pace(cs, c, now);
     struct burst *b = slot(cs, cs->head);
     b->launches = 1;
     REAL.cuEventRecord(b->start, s);
+    inflight_add(cs->idx, 1);
     cs->stream = s;
     cs->open = true;
     cs->opened_ns = now_ns();
@@ -478,4 +513,20 @@ void compute_after_sync_slow(void)
         account_done(cs);
 }
 
-void compute_atfork_child(void) { atomic_store(&g_fork_epoch, atomic_fetch_add(&g_epoch, 1) + 1); }
+void compute_atfork_child(void)
+{
+    atomic_store(&g_fork_epoch, atomic_fetch_add(&g_epoch, 1) + 1);
+    for (int i = 0; i < TESSERA_MAX_DEVICES; i++)
+        atomic_store(&g_proc_inflight[i], 0); /* the parent's bursts stay the parent's */
+}
+
+void compute_process_exit(void)
+{
+    if (!compute_enabled)
+        return;
+    for (int i = 0; i < TESSERA_MAX_DEVICES; i++) {
+        uint64_t n = atomic_exchange(&g_proc_inflight[i], 0);
+        if (n > 0)
+            sub_floor(&g_region->compute[i].inflight, n);
+    }
+}
