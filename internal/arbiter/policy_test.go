@@ -311,3 +311,44 @@ func TestShortIdleKeepsCredit(t *testing.T) {
 		}
 	}
 }
+
+// Over 100 ms windows every tenant of a saturating set gets its share within
+// 5 pp on the idealised GPU (the design's own window error, before any CPU
+// noise): turns shorter in proportion to the share, so that a 10 % tenant
+// is not served 10 ms out of every 100 with nothing in between.
+func TestSharesOver100msWindows(t *testing.T) {
+	p := Policy{Quantum: 10 * time.Millisecond, IdleAfter: 5 * time.Millisecond, PriorityHold: 100 * time.Millisecond}
+	for _, c := range [][]float64{{10, 90}, {25, 75}, {30, 30, 40}, {10, 20, 30, 40}} {
+		for _, hard := range []bool{false, true} {
+			ts := shares(c...)
+			wants := make([]func(int) bool, len(ts))
+			for i := range ts {
+				ts[i].Hard = hard
+				wants[i] = always
+			}
+			m := newSim(p, ts, wants)
+			m.run(500) // settle
+			// Cumulative GPU time per tenant and in all after every tick;
+			// windows start at every tick (not only where turns line up).
+			var cum [][]time.Duration
+			var busy []time.Duration
+			for k := 0; k < 1000; k++ {
+				m.step()
+				cum = append(cum, append([]time.Duration(nil), m.got...))
+				busy = append(busy, m.busy)
+			}
+			worst := 0.0
+			for a := 0; a+100 < len(cum); a++ {
+				b := a + 100
+				for i, pct := range c {
+					got := 100 * (cum[b][i] - cum[a][i]).Seconds() / (busy[b] - busy[a]).Seconds()
+					worst = math.Max(worst, math.Abs(got-pct))
+				}
+			}
+			t.Logf("%v hard=%v: worst 100 ms window %.1f pp", c, hard, worst)
+			if worst > 5 {
+				t.Errorf("%v hard=%v: worst 100 ms window %.1f pp off, want ≤ 5", c, hard, worst)
+			}
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,6 +202,9 @@ type sample struct {
 	byPID  map[int]uint64
 	device uint64
 	billed []uint64 // busy_ns each recorded container's hooks published, read right after
+	// stall: the longest this test process (where the arbiter runs) was kept
+	// from running since the previous sample, by a 1 ms sleeper's lateness.
+	stall time.Duration
 }
 
 func (n *node) sample() sample {
@@ -236,9 +240,27 @@ func (n *node) record(every time.Duration, cs ...*container) *recorder {
 		}
 		regs = append(regs, reg)
 	}
+	var stall atomic.Int64 // longest lateness since the last sample, ns
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		for {
+			select {
+			case <-r.stop:
+				return
+			default:
+			}
+			t0 := time.Now()
+			time.Sleep(time.Millisecond)
+			late := int64(time.Since(t0) - time.Millisecond)
+			for cur := stall.Load(); late > cur && !stall.CompareAndSwap(cur, late); cur = stall.Load() {
+			}
+		}
+	}()
 	go func() {
 		defer close(r.done)
 		defer func() {
+			<-probeDone
 			for _, reg := range regs {
 				reg.Close()
 			}
@@ -247,6 +269,7 @@ func (n *node) record(every time.Duration, cs ...*container) *recorder {
 		defer t.Stop()
 		for {
 			s := n.sample()
+			s.stall = time.Duration(stall.Swap(0))
 			for _, reg := range regs {
 				s.billed = append(s.billed, reg.Compute(0).BusyNs)
 			}
