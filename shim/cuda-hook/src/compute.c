@@ -171,26 +171,40 @@ static int ordinal_index(CUdevice dev)
 
 static struct burst *slot(struct ctx_state *cs, uint32_t i) { return &cs->ring[i % RING]; }
 
-/* Waits for an event. A blocked tenant must not look idle to the arbiter, so
- * its demand is stamped first with when the wait should end (the work in flight
- * at the measured pace). */
-static void wait_event(struct ctx_state *cs, CUevent e, tessera_device_compute *c)
+static int event_done(void *e) { return REAL.cuEventQuery((CUevent)e) != CUDA_ERROR_NOT_READY; }
+
+/* Waits for an event, for a bounded time (pacing_inflight_bound_ns): false if
+ * it is still pending then. A blocked tenant must not look idle to the
+ * arbiter, so its demand is stamped first with when the wait should end (the
+ * work in flight at the measured pace), then every millisecond. */
+static bool wait_event(struct ctx_state *cs, CUevent e, tessera_device_compute *c)
 {
     if (REAL.cuEventQuery(e) != CUDA_ERROR_NOT_READY)
-        return;
+        return true;
     uint64_t ahead = cs->peak_launch_ns * (slot(cs, cs->head + RING - cs->count)->launches + 1u);
     atomic_store_explicit(&c->demand_ns, now_ns() + (ahead < 1000000000ull ? ahead : 1000000000ull),
                           memory_order_relaxed);
-    REAL.cuEventSynchronize(e);
+    return pacing_wait_bounded(event_done, e, pacing_inflight_bound_ns(ahead), &c->demand_ns);
 }
 
 /* Accounts the oldest closed burst: its GPU time into the region and the bucket. */
 static void account_oldest(struct ctx_state *cs, bool wait)
 {
     struct burst *b = slot(cs, cs->head + RING - cs->count);
-    if (wait)
-        wait_event(cs, b->end, &g_region->compute[cs->idx]);
-    else if (REAL.cuEventQuery(b->end) != CUDA_SUCCESS)
+    if (wait && !wait_event(cs, b->end, &g_region->compute[cs->idx])) {
+        /* Still running past the bound: no longer waited for nor billed
+         * (its events are recorded again when the ring comes round, which
+         * CUDA allows for a pending event). */
+        static _Atomic int warned;
+        if (!atomic_exchange(&warned, 1))
+            hook_log(HOOK_LOG_WARN, "compute: a launch burst is still running after %llu ms; no longer waiting "
+                                    "for it (work that waits on the host?)",
+                     (unsigned long long)(pacing_inflight_bound_ns(cs->peak_launch_ns * b->launches) / 1000000));
+        cs->count--;
+        inflight_add(cs->idx, -1);
+        return;
+    }
+    if (!wait && REAL.cuEventQuery(b->end) != CUDA_SUCCESS)
         return;
     float ms = 0;
     uint64_t busy = 0;
