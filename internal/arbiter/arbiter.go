@@ -160,6 +160,12 @@ func (a *Arbiter) Step(now time.Time, mono uint64) {
 			f.limits.SetGrant(where[uuid][v.Key], g, mono)
 			a.last[v.Key+"/"+uuid] = v
 		}
+		for _, t := range ts {
+			if t.Inflight > 0 && s.IdleLong(t.Key, now) {
+				f, i := a.files[t.Key], where[uuid][t.Key]
+				_ = region.Guard(f.entry.Dir, func() { f.region.ClearInflight(i, t.Inflight) }) // unreadable: dropped at the next step
+			}
+		}
 	}
 }
 

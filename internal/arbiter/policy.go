@@ -31,7 +31,7 @@ type Tenant struct {
 	Priority int     // 0 (highest) .. 3
 	BusyNs   uint64  // cumulative GPU time measured by its hook
 	DemandNs uint64  // CLOCK_MONOTONIC of its last launch or wait to launch
-	Inflight uint64  // launch bursts its hooks opened and have not accounted yet
+	Inflight uint64  // launch sequences of its hooks with work in flight
 }
 
 // soloAfter is how long the other tenants of a GPU must have been idle before
@@ -239,6 +239,13 @@ func (s *Scheduler) draining(now time.Time, ts []Tenant) bool {
 		return true
 	}
 	return false
+}
+
+// IdleLong reports whether tenant key has been idle for longer than it
+// keeps its credit (unknown tenants: true).
+func (s *Scheduler) IdleLong(key string, now time.Time) bool {
+	st := s.tenants[key]
+	return st == nil || (!st.active && s.idleLong(now, st))
 }
 
 // idleLong: idle for longer than creditKept (or never active).

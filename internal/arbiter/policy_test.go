@@ -352,3 +352,29 @@ func TestSharesOver100msWindows(t *testing.T) {
 		}
 	}
 }
+
+// IdleLong tells the arbiter when a tenant's left-over in-flight count may be
+// cleared: idle past creditKept, not a moment's idling.
+func TestIdleLong(t *testing.T) {
+	s := &Scheduler{Policy: testPolicy()}
+	ts := shares(50)
+	now := time.Unix(100, 0)
+	ts[0].DemandNs = uint64(now.UnixNano())
+	s.Step(now, uint64(now.UnixNano()), ts)
+	if s.IdleLong("a", now) {
+		t.Fatal("an active tenant is idle")
+	}
+	later := now.Add(20 * time.Millisecond)
+	s.Step(later, uint64(later.UnixNano()), ts)
+	if s.IdleLong("a", later) {
+		t.Fatal("idle for 20 ms counts as idle for long")
+	}
+	later = now.Add(creditKept + 10*time.Millisecond)
+	s.Step(later, uint64(later.UnixNano()), ts)
+	if !s.IdleLong("a", later) {
+		t.Fatal("idle past creditKept is not idle for long")
+	}
+	if !s.IdleLong("unknown", later) {
+		t.Fatal("an unknown tenant is not idle")
+	}
+}

@@ -40,9 +40,10 @@ bool compute_enabled;
 
 static const tessera_limits *g_limits;
 static tessera_region *g_region;
-/* This process's part of each device's region `inflight` count: what an exit
- * takes back (a thread's exit accounts its own; the rest leaves with the
- * process, whose queued work the driver drops). */
+/* This process's part of each device's region `inflight` count (its threads'
+ * launch sequences with work in flight): what an exit takes back (a thread's
+ * exit accounts its own; the rest leaves with the process, whose queued work
+ * the driver drops). */
 static _Atomic uint64_t g_proc_inflight[TESSERA_MAX_DEVICES];
 static _Atomic int g_ordinal_idx[MAX_ORDINALS]; /* index + 2; 1 = unmanaged; 0 = unresolved */
 /* Bumped by a fork (in the child) and by every context's end (destroy, primary
@@ -59,6 +60,7 @@ static struct {
 struct burst {
     CUevent start, end;
     uint32_t launches;
+    uint32_t beside; /* the container's sequences in flight when it opened */
 };
 
 /* One thread's bursts in one context. */
@@ -70,6 +72,7 @@ struct ctx_state {
     CUstream stream;
     uint64_t opened_ns;
     uint32_t head, count; /* count: closed bursts in flight, ring[(head - count) ..] */
+    bool live;            /* counted in the region's `inflight` (open or count > 0) */
     uint32_t target;      /* launches per burst */
     uint64_t per_launch_ns;  /* GPU time per launch: average */
     uint64_t peak_launch_ns; /* ... and a decaying peak: bursts are sized by it, so that
@@ -111,7 +114,8 @@ static void sub_floor(_Atomic uint64_t *w, uint64_t n)
         ;
 }
 
-/* Bursts of device idx opened (n > 0) or accounted/dropped (n < 0). */
+/* Launch sequences of device idx that have work in flight: started (n > 0)
+ * or ended (n < 0). */
 static void inflight_add(int idx, int64_t n)
 {
     if (idx < 0 || idx >= TESSERA_MAX_DEVICES || n == 0)
@@ -124,6 +128,7 @@ static void inflight_add(int idx, int64_t n)
     sub_floor(&g_region->compute[idx].inflight, (uint64_t)-n);
     sub_floor(&g_proc_inflight[idx], (uint64_t)-n);
 }
+
 
 bool compute_open(const tessera_limits *core_limits, tessera_region *core_region)
 {
@@ -171,6 +176,17 @@ static int ordinal_index(CUdevice dev)
 
 static struct burst *slot(struct ctx_state *cs, uint32_t i) { return &cs->ring[i % RING]; }
 
+/* Keeps the region's count of the container's launch sequences with work in
+ * flight (a thread's bursts in one context) in step with cs. */
+static void seq_update(struct ctx_state *cs)
+{
+    bool live = cs->idx >= 0 && (cs->open || cs->count > 0);
+    if (live != cs->live) {
+        inflight_add(cs->idx, live ? 1 : -1);
+        cs->live = live;
+    }
+}
+
 static int event_done(void *e) { return REAL.cuEventQuery((CUevent)e) != CUDA_ERROR_NOT_READY; }
 
 /* Waits for an event, for a bounded time (pacing_inflight_bound_ns): false if
@@ -201,7 +217,7 @@ static void account_oldest(struct ctx_state *cs, bool wait)
                                     "for it (work that waits on the host?)",
                      (unsigned long long)(pacing_inflight_bound_ns(cs->peak_launch_ns * b->launches) / 1000000));
         cs->count--;
-        inflight_add(cs->idx, -1);
+        seq_update(cs);
         return;
     }
     if (!wait && REAL.cuEventQuery(b->end) != CUDA_SUCCESS)
@@ -210,9 +226,18 @@ static void account_oldest(struct ctx_state *cs, bool wait)
     uint64_t busy = 0;
     if (REAL.cuEventElapsedTime(&ms, b->start, b->end) == CUDA_SUCCESS && ms > 0)
         busy = (uint64_t)((double)ms * 1e6);
-    cs->count--;
-    inflight_add(cs->idx, -1);
     tessera_device_compute *c = &g_region->compute[cs->idx];
+    /* Other launch sequences of the container in flight beside this one
+     * (fork/exec'd children, other threads) shared the GPU's time slices
+     * with it, and its events measured their slices too: each is billed its
+     * part, so the container is billed the time once. */
+    /* Sampled when it opened and now (a sibling may have started or drained
+     * meanwhile). */
+    uint64_t beside = atomic_load_explicit(&c->inflight, memory_order_relaxed) + b->beside;
+    if (beside > 2)
+        busy = busy * 2 / beside;
+    cs->count--;
+    seq_update(cs);
     atomic_fetch_add_explicit(&c->busy_ns, busy, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->launches, b->launches, memory_order_relaxed);
     pacing_charge(c, busy);
@@ -254,7 +279,7 @@ static void close_burst(struct ctx_state *cs)
         /* Capture began on its stream since it opened: its end cannot be
          * recorded there; the burst is dropped unaccounted. */
         cs->open = false;
-        inflight_add(cs->idx, -1);
+        seq_update(cs);
         return;
     }
     REAL.cuEventRecord(slot(cs, cs->head)->end, cs->stream);
@@ -283,6 +308,8 @@ static void retire(struct ctx_state *cs)
             REAL.cuEventDestroy_v2(cs->ring[i].end);
         }
     }
+    if (cs->live)
+        inflight_add(cs->idx, -1); /* what did not complete within the bound */
     memset(cs, 0, sizeof *cs);
 }
 
@@ -315,7 +342,8 @@ static void catch_up(uint64_t ep)
             struct ctx_state *cs = &thr.slots[i];
             /* Overwritten (more than GONE_RING ends since) or unknown: assume ours. */
             if (cs->ctx != NULL && (written > e || ctx == 0 || ctx == (uintptr_t)cs->ctx)) {
-                inflight_add(cs->idx, -(int64_t)(cs->count + (cs->open ? 1u : 0u)));
+                if (cs->live)
+                    inflight_add(cs->idx, -1);
                 memset(cs, 0, sizeof *cs);
             }
         }
@@ -494,9 +522,10 @@ void compute_admit_slow(CUstream s, bool per_thread)
     struct burst *b = slot(cs, cs->head);
     b->launches = 1;
     REAL.cuEventRecord(b->start, s);
-    inflight_add(cs->idx, 1);
     cs->stream = s;
     cs->open = true;
+    seq_update(cs);
+    b->beside = (uint32_t)atomic_load_explicit(&c->inflight, memory_order_relaxed);
     cs->opened_ns = now_ns();
 }
 
