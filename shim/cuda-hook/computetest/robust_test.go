@@ -93,14 +93,14 @@ func children(pid int) []int {
 // three processes of container A run together in its turns, time-sliced among
 // themselves, and each one's events measure its siblings' slices too; each
 // burst is billed its part (elapsed ÷ the container's sequences in flight).
-// Billed 2-3x, A got 13-18 % of the GPU for its 30 % share. Measured twice
+// Billed 2-3x, A got 13-18 % of the GPU for its 30 % share. Measured again
 // like the other timing checks.
 func TestChildrenCountAgainstTheShare(t *testing.T) {
 	n := newNode(t)
 	n.startArbiter(defaultPolicy())
 	try := 0
 	var pct, ratio float64
-	twice(t, func() error {
+	measureUnstarved(t, func() error {
 		try++
 		// Fresh containers each try: the first try's regions keep its billing.
 		ca := n.container(fmt.Sprintf("a%d", try), 30, false, 2)
