@@ -176,6 +176,27 @@ static int ordinal_index(CUdevice dev)
 
 static struct burst *slot(struct ctx_state *cs, uint32_t i) { return &cs->ring[i % RING]; }
 
+/* While another thread of the process captures a graph in GLOBAL mode, a
+ * thread in the default capture interaction mode may not make "potentially
+ * unsafe" calls: the hook's cuEventQuery at a burst's edge would fail and
+ * invalidate that capture (the application's cuStreamEndCapture then returns
+ * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED), as PyTorch's NCCL watchdog did.
+ * Around its own event calls the hook switches the thread to RELAXED and back
+ * (burst edges only, never per launch). */
+static CUstreamCaptureMode relax(void)
+{
+    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (REAL.cuThreadExchangeStreamCaptureMode == NULL || REAL.cuThreadExchangeStreamCaptureMode(&m) != CUDA_SUCCESS)
+        return CU_STREAM_CAPTURE_MODE_RELAXED;
+    return m;
+}
+
+static void unrelax(CUstreamCaptureMode m)
+{
+    if (m != CU_STREAM_CAPTURE_MODE_RELAXED)
+        REAL.cuThreadExchangeStreamCaptureMode(&m);
+}
+
 /* Keeps the region's count of the container's launch sequences with work in
  * flight (a thread's bursts in one context) in step with cs. */
 static void seq_update(struct ctx_state *cs)
@@ -378,6 +399,8 @@ static struct ctx_state *new_slot(CUcontext ctx)
     return cs;
 }
 
+static bool switch_context(struct ctx_state *cs, CUcontext ctx);
+
 /* This thread's state for the current context (thr.cur); false: launch unmanaged. */
 static bool bind_context(void)
 {
@@ -393,9 +416,18 @@ static bool bind_context(void)
     struct ctx_state *cs = thr.cur;
     if (__builtin_expect(cs != NULL && ctx == cs->ctx, 1))
         return cs->idx >= 0;
-    /* Another context: the last one's open burst ends here (in its own
-     * context); what it has in flight stays counted for when the thread
-     * comes back. */
+    CUstreamCaptureMode mode = relax();
+    bool ok = switch_context(cs, ctx);
+    unrelax(mode);
+    return ok;
+}
+
+/* The thread launches in ctx, not in cs's context (cs: NULL or the last):
+ * finds or makes its slot. */
+static bool switch_context(struct ctx_state *cs, CUcontext ctx)
+{
+    /* The last context's open burst ends here (in its own context); what it
+     * has in flight stays counted for when the thread comes back. */
     if (cs != NULL && cs->ctx != NULL && cs->open)
         in_context(cs, ctx, close_burst);
     thr.cur = NULL;
@@ -442,10 +474,12 @@ static void thread_exit(void *unused)
     CUcontext cur = NULL;
     if (REAL.cuCtxGetCurrent(&cur) != CUDA_SUCCESS)
         cur = NULL;
+    CUstreamCaptureMode mode = relax();
     for (int i = 0; i < CTX_SLOTS; i++) {
         if (thr.slots[i].ctx != NULL)
             in_context(&thr.slots[i], cur, retire);
     }
+    unrelax(mode);
     thr.cur = NULL;
 }
 
@@ -484,6 +518,8 @@ static void pace(struct ctx_state *cs, tessera_device_compute *c, uint64_t now)
     }
 }
 
+static void open_burst(struct ctx_state *cs, CUstream s);
+
 void compute_admit_slow(CUstream s, bool per_thread)
 {
     if (per_thread && s == NULL)
@@ -501,6 +537,15 @@ void compute_admit_slow(CUstream s, bool per_thread)
     }
     if (capturing(s))
         return;
+    CUstreamCaptureMode mode = relax();
+    open_burst(cs, s);
+    unrelax(mode);
+}
+
+/* Closes cs's open burst, accounts what finished, waits while too much is in
+ * flight or the grant says stop, and opens a burst on s. */
+static void open_burst(struct ctx_state *cs, CUstream s)
+{
     uint64_t now = now_ns();
     close_burst(cs);
     /* Account whatever finished; then bound the work in flight: the burst
@@ -545,15 +590,21 @@ static struct ctx_state *sync_slot(void)
 void compute_before_sync_slow(void)
 {
     struct ctx_state *cs = sync_slot();
-    if (cs != NULL)
+    if (cs != NULL) {
+        CUstreamCaptureMode mode = relax();
         close_burst(cs);
+        unrelax(mode);
+    }
 }
 
 void compute_after_sync_slow(void)
 {
     struct ctx_state *cs = sync_slot();
-    if (cs != NULL)
+    if (cs != NULL && cs->count > 0) {
+        CUstreamCaptureMode mode = relax();
         account_done(cs);
+        unrelax(mode);
+    }
 }
 
 void compute_atfork_child(void)
