@@ -113,7 +113,10 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 		st.lastBusy = t.BusyNs
 		wasActive, wasIdleLong := st.active, s.idleLong(now, st)
 		st.active = measured > 0 || s.demanding(t, mono)
-		if !st.active || t.Inflight < st.idleInflight {
+		if (!st.active && wasIdleLong) || t.Inflight < st.idleInflight {
+			// Idle for long: what is still counted will not drain. (Not on
+			// a moment's idling: a process the OS did not run has work in
+			// flight all the same.)
 			st.idleInflight = t.Inflight
 		}
 		used := measured * factor
@@ -213,12 +216,12 @@ func (s *Scheduler) overlapFactor(ts []Tenant, dt float64) float64 {
 // share (25/75 hard, 1 ms kernels: the 25 % tenant billed 1.5× what it ran).
 // Waiting costs the GPU the time between the previous holder's last
 // completion and the new holder's first launch (about a tick). Not waited
-// for: a previous holder that went idle (its hook neither launches nor waits:
-// nothing it could account), a lower priority than the holder's (the floor
-// is what a higher priority gets, at once), or beyond a quantum (a hung
-// kernel must not stall the GPU for everyone).
+// for: a count at the level a tenant idle for long kept (left by a killed
+// process), a lower priority than the holder's (the floor is what a higher
+// priority gets, at once), or beyond two quanta (a tail of two 10 ms kernels
+// drains within them; a hung one must not stall the GPU for everyone).
 func (s *Scheduler) draining(now time.Time, ts []Tenant) bool {
-	if s.holder == "" || now.Sub(s.handed) >= s.Policy.Quantum {
+	if s.holder == "" || now.Sub(s.handed) >= 2*s.Policy.Quantum {
 		return false
 	}
 	var holder *Tenant
@@ -233,7 +236,7 @@ func (s *Scheduler) draining(now time.Time, ts []Tenant) bool {
 	for i := range ts {
 		t := &ts[i]
 		st := s.tenants[t.Key]
-		if t.Key == s.holder || !st.active || t.Inflight <= st.idleInflight || t.Priority > holder.Priority {
+		if t.Key == s.holder || t.Inflight <= st.idleInflight || t.Priority > holder.Priority {
 			continue
 		}
 		return true

@@ -224,13 +224,13 @@ func handOver(t *testing.T, s *Scheduler, ts []Tenant, now *time.Time) (int, []V
 // tail would share the GPU's time slices with the new holder's first bursts,
 // and both would be billed for them), then goes; a previous holder whose
 // count never comes down (a process killed with bursts in flight) is waited
-// for at most a quantum.
+// for at most two quanta.
 func TestHandOverWaitsForThePreviousHoldersWork(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		drainAt int // steps after the hand-over when the old holder's count drops
 		wantGo  int // steps after the hand-over when the new holder may go
-	}{{"drains", 2, 2}, {"hung", -1, 5}} {
+	}{{"drains", 2, 2}, {"hung", -1, 10}} {
 		t.Run(c.name, func(t *testing.T) {
 			s := &Scheduler{Policy: testPolicy()}
 			ts := shares(50, 50)

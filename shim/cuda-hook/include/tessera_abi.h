@@ -136,7 +136,7 @@ typedef struct tessera_device_compute {
      * once the previous holder's count is back to what it was when that holder
      * last idled (a process killed with work in flight leaves its count
      * behind; the arbiter also clears a count left by a container idle for
-     * long), or a quantum has passed: turns that never overlap on the GPU are
+     * long), or two quanta have passed: turns that never overlap on the GPU are
      * what make the events measure each tenant's own time. Sequences in flight
      * together share the GPU's time slices, so each burst is billed its
      * elapsed time divided by this count (fork/exec'd children, threads). */
