@@ -217,7 +217,11 @@ func (s *Scheduler) overlapFactor(ts []Tenant, dt float64) float64 {
 // Waiting costs the GPU the time between the previous holder's last
 // completion and the new holder's first launch (about a tick). Not waited
 // for: a count at the level a tenant idle for long kept (left by a killed
-// process), a lower priority than the holder's (the floor is what a higher
+// process), a tenant idle for twice idleAfter since its last demand stamp
+// (killed or stopped: nothing it could still account, and its turn must pass
+// on within a control period or so; one the OS did not run for a moment is
+// waited for), a
+// lower priority than the holder's (the floor is what a higher
 // priority gets, at once), or beyond two quanta (a tail of two 10 ms kernels
 // drains within them; a hung one must not stall the GPU for everyone).
 func (s *Scheduler) draining(now time.Time, ts []Tenant) bool {
@@ -236,7 +240,8 @@ func (s *Scheduler) draining(now time.Time, ts []Tenant) bool {
 	for i := range ts {
 		t := &ts[i]
 		st := s.tenants[t.Key]
-		if t.Key == s.holder || t.Inflight <= st.idleInflight || t.Priority > holder.Priority {
+		if t.Key == s.holder || t.Inflight <= st.idleInflight || t.Priority > holder.Priority ||
+			(!st.active && now.Sub(st.lastFresh) >= s.Policy.IdleAfter) {
 			continue
 		}
 		return true

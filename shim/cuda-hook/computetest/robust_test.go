@@ -17,54 +17,60 @@ import (
 func TestStoppedTenantFreesItsShare(t *testing.T) {
 	for _, how := range []string{"SIGKILL", "SIGSTOP", "exit"} {
 		t.Run(how, func(t *testing.T) {
-			n := newNode(t)
-			pol := defaultPolicy()
-			n.startArbiter(pol)
-			n.start(n.container("a", 30, false, 2), "kernel", "1000", "3")
-			dur := "30"
-			if how == "exit" {
-				dur = "0.6"
-			}
-			b := n.start(n.container("b", 70, false, 2), "kernel", "1000", dur)
-			time.Sleep(500 * time.Millisecond)
-			switch how {
-			case "SIGKILL":
-				b.cmd.Process.Signal(syscall.SIGKILL)
-			case "SIGSTOP":
-				b.cmd.Process.Signal(syscall.SIGSTOP)
-				t.Cleanup(func() { b.cmd.Process.Signal(syscall.SIGCONT) })
-			}
-			// From the signal (or B's last launch), until A holds the GPU and B
-			// counts as idle.
-			start := time.Now()
-			freed := time.Duration(-1)
-			for time.Since(start) < 2*time.Second {
-				v, ok := n.arb.Verdict("core-a", n.uuid)
-				vb, okb := n.arb.Verdict("core-b", n.uuid)
-				if ok && okb && v.Go && !vb.Go && !vb.Throttled {
-					freed = time.Since(start)
-					break
-				}
-				time.Sleep(200 * time.Microsecond)
-			}
-			fmt.Printf("BENCH hook.freed_after_%s_ms %.2f ms\n", strings.ToLower(how), float64(freed.Microseconds())/1000)
-			if freed < 0 {
-				t.Fatalf("after %s of its neighbour, A never held the GPU alone", how)
-			}
-			// exit: B runs until its duration ends, so the wait includes that.
-			limit := pol.IdleAfter + 30*time.Millisecond // one period, plus the loaded machine's scheduling
-			if how == "exit" {
-				limit += 400 * time.Millisecond
-			}
-			if freed > limit {
-				t.Errorf("A alone after %v, want within one control period (%v)", freed, pol.IdleAfter)
-			}
-			u, _ := n.utilization(500*time.Millisecond, nil)
-			if u < 0.75 {
-				t.Errorf("after %s of B the GPU is %.0f%% busy, want A to use it", how, 100*u)
-			}
+			measureUnstarved(t, func() error { return stoppedTenantRun(t, how) })
 		})
 	}
+}
+
+func stoppedTenantRun(t *testing.T, how string) error {
+	n := newNode(t)
+	pol := defaultPolicy()
+	n.startArbiter(pol)
+	n.start(n.container("a", 30, false, 2), "kernel", "1000", "3")
+	dur := "30"
+	if how == "exit" {
+		dur = "0.6"
+	}
+	b := n.start(n.container("b", 70, false, 2), "kernel", "1000", dur)
+	time.Sleep(500 * time.Millisecond)
+	observeStarvation() // while B still runs
+	switch how {
+	case "SIGKILL":
+		b.cmd.Process.Signal(syscall.SIGKILL)
+	case "SIGSTOP":
+		b.cmd.Process.Signal(syscall.SIGSTOP)
+		defer b.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	// From the signal (or B's last launch), until A holds the GPU and B
+	// counts as idle.
+	start := time.Now()
+	freed := time.Duration(-1)
+	for time.Since(start) < 2*time.Second {
+		v, ok := n.arb.Verdict("core-a", n.uuid)
+		vb, okb := n.arb.Verdict("core-b", n.uuid)
+		if ok && okb && v.Go && !vb.Go && !vb.Throttled {
+			freed = time.Since(start)
+			break
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	fmt.Printf("BENCH hook.freed_after_%s_ms %.2f ms\n", strings.ToLower(how), float64(freed.Microseconds())/1000)
+	if freed < 0 {
+		return fmt.Errorf("after %s of its neighbour, A never held the GPU alone", how)
+	}
+	// exit: B runs until its duration ends, so the wait includes that.
+	limit := pol.IdleAfter + 30*time.Millisecond // one period, plus the loaded machine's scheduling
+	if how == "exit" {
+		limit += 400 * time.Millisecond
+	}
+	if freed > limit {
+		return fmt.Errorf("A alone after %v, want within one control period (%v)", freed, pol.IdleAfter)
+	}
+	u, _ := n.utilization(500*time.Millisecond, nil)
+	if u < 0.75 {
+		return fmt.Errorf("after %s of B the GPU is %.0f%% busy, want A to use it", how, 100*u)
+	}
+	return nil
 }
 
 // children lists the pids whose parent is pid.
