@@ -133,7 +133,7 @@ func (a *Arbiter) Step(now time.Time, mono uint64) {
 				continue // not managed by the hook
 			}
 			byGPU[d.UUID] = append(byGPU[d.UUID], Tenant{Key: key, Share: float64(d.CoreLimitPct) / 100,
-				Hard: d.Policy == region.PolicyHard, Priority: int(d.Priority), BusyNs: comp[i].BusyNs, DemandNs: comp[i].DemandNs})
+				Hard: d.Policy == region.PolicyHard, Priority: int(d.Priority), BusyNs: comp[i].BusyNs, DemandNs: comp[i].DemandNs, Inflight: comp[i].Inflight})
 			if where[d.UUID] == nil {
 				where[d.UUID] = map[string]int{}
 			}
@@ -159,6 +159,12 @@ func (a *Arbiter) Step(now time.Time, mono uint64) {
 			g := region.Grant{Unpaced: v.Go, Solo: v.Solo}
 			f.limits.SetGrant(where[uuid][v.Key], g, mono)
 			a.last[v.Key+"/"+uuid] = v
+		}
+		for _, t := range ts {
+			if t.Inflight > 0 && s.IdleLong(t.Key, now) {
+				f, i := a.files[t.Key], where[uuid][t.Key]
+				_ = region.Guard(f.entry.Dir, func() { f.region.ClearInflight(i, t.Inflight) }) // unreadable: dropped at the next step
+			}
 		}
 	}
 }

@@ -31,11 +31,20 @@ type Tenant struct {
 	Priority int     // 0 (highest) .. 3
 	BusyNs   uint64  // cumulative GPU time measured by its hook
 	DemandNs uint64  // CLOCK_MONOTONIC of its last launch or wait to launch
+	Inflight uint64  // launch sequences of its hooks with work in flight
 }
 
 // soloAfter is how long the other tenants of a GPU must have been idle before
 // the holder may queue deeper.
 const soloAfter = 100 * time.Millisecond
+
+// creditKept is how long a tenant may look idle and keep what it is owed
+// (GPU time behind its share, a hard tenant's tokens). A process the OS did
+// not run for a few ms (a loaded node) stops refreshing its demand and looks
+// idle; starting it level with the others on its return made a 90 % tenant
+// descheduled now and then come out at 75 %. Idle longer, it starts level
+// (work conservation without later starvation of the others).
+const creditKept = 100 * time.Millisecond
 
 // Verdict is the scheduler's answer for one tenant.
 type Verdict struct {
@@ -56,7 +65,10 @@ type tenantState struct {
 	vtime     float64 // GPU time received / share, seconds
 	tokens    float64 // seconds of GPU time a capped tenant may still use
 	active    bool
-	lastFresh time.Time
+	lastFresh time.Time // last step it was active
+	// idleInflight is the in-flight count it had when last idle: what dead
+	// processes left behind, never to be accounted (drained means back to it).
+	idleInflight uint64
 }
 
 // Scheduler is the policy of one GPU: an exclusive turn (the GPU's time
@@ -68,6 +80,7 @@ type Scheduler struct {
 	tenants map[string]*tenantState
 	holder  string
 	since   time.Time // holder's turn began
+	handed  time.Time // the turn last changed hands
 	// lastPrio[p]: when a tenant of priority p was last active.
 	lastPrio [4]time.Time
 	last     time.Time
@@ -98,8 +111,14 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 			measured = float64(t.BusyNs-st.lastBusy) / 1e9
 		}
 		st.lastBusy = t.BusyNs
-		wasActive := st.active
+		wasActive, wasIdleLong := st.active, s.idleLong(now, st)
 		st.active = measured > 0 || s.demanding(t, mono)
+		if (!st.active && wasIdleLong) || t.Inflight < st.idleInflight {
+			// Idle for long: what is still counted will not drain. (Not on
+			// a moment's idling: a process the OS did not run has work in
+			// flight all the same.)
+			st.idleInflight = t.Inflight
+		}
 		used := measured * factor
 		if st.active {
 			st.lastFresh = now
@@ -110,7 +129,7 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 		if t.Share > 0 {
 			st.vtime += used / t.Share
 		}
-		if !wasActive && st.active {
+		if !wasActive && st.active && wasIdleLong {
 			st.tokens = 0 // a capped tenant banks nothing while idle
 		}
 		if cap := s.capOf(now, t); cap < 1 {
@@ -129,7 +148,7 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 		}
 	}
 	for i := range ts {
-		if st := s.tenants[ts[i].Key]; !st.active && anyActive && st.vtime < minV {
+		if st := s.tenants[ts[i].Key]; !st.active && anyActive && st.vtime < minV && s.idleLong(now, st) {
 			st.vtime = minV
 		}
 	}
@@ -149,11 +168,12 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 			others++
 		}
 	}
+	draining := s.draining(now, ts)
 	out := make([]Verdict, 0, len(ts))
 	for i := range ts {
 		t := &ts[i]
 		st := s.tenants[t.Key]
-		v := Verdict{Key: t.Key, Go: t.Key == s.holder}
+		v := Verdict{Key: t.Key, Go: t.Key == s.holder && !draining}
 		v.Solo = v.Go && others == 0
 		if !v.Go && st.active {
 			v.Throttled = true
@@ -187,6 +207,58 @@ func (s *Scheduler) overlapFactor(ts []Tenant, dt float64) float64 {
 		return 1
 	}
 	return s.winWall / s.winMeasured
+}
+
+// draining: the holder got its turn from a tenant whose work is still on the
+// GPU, and must wait for it. A time-sliced GPU interleaves the two, and each
+// tenant's events would then measure the other's slices too: both billed for
+// the overlap, which at a hand-over every few ms is a large part of a small
+// share (25/75 hard, 1 ms kernels: the 25 % tenant billed 1.5× what it ran).
+// Waiting costs the GPU the time between the previous holder's last
+// completion and the new holder's first launch (about a tick). Not waited
+// for: a count at the level a tenant idle for long kept (left by a killed
+// process), a tenant idle for twice idleAfter since its last demand stamp
+// (killed or stopped: nothing it could still account, and its turn must pass
+// on within a control period or so; one the OS did not run for a moment is
+// waited for), a
+// lower priority than the holder's (the floor is what a higher
+// priority gets, at once), or beyond two quanta (a tail of two 10 ms kernels
+// drains within them; a hung one must not stall the GPU for everyone).
+func (s *Scheduler) draining(now time.Time, ts []Tenant) bool {
+	if s.holder == "" || now.Sub(s.handed) >= 2*s.Policy.Quantum {
+		return false
+	}
+	var holder *Tenant
+	for i := range ts {
+		if ts[i].Key == s.holder {
+			holder = &ts[i]
+		}
+	}
+	if holder == nil {
+		return false
+	}
+	for i := range ts {
+		t := &ts[i]
+		st := s.tenants[t.Key]
+		if t.Key == s.holder || t.Inflight <= st.idleInflight || t.Priority > holder.Priority ||
+			(!st.active && now.Sub(st.lastFresh) >= s.Policy.IdleAfter) {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+// IdleLong reports whether tenant key has been idle for longer than it
+// keeps its credit (unknown tenants: true).
+func (s *Scheduler) IdleLong(key string, now time.Time) bool {
+	st := s.tenants[key]
+	return st == nil || (!st.active && s.idleLong(now, st))
+}
+
+// idleLong: idle for longer than creditKept (or never active).
+func (s *Scheduler) idleLong(now time.Time, st *tenantState) bool {
+	return st.lastFresh.IsZero() || now.Sub(st.lastFresh) >= creditKept
 }
 
 // demanding: the tenant's hook launched or waited to within IdleAfter. A hook
@@ -285,15 +357,48 @@ func (s *Scheduler) pick(now time.Time, ts []Tenant) {
 		return s.tenants[a.Key].vtime < s.tenants[b.Key].vtime
 	})
 	best := cands[0]
-	keep := holder != nil && s.eligible(now, holder) && now.Sub(s.since) < s.Policy.Quantum &&
-		s.rank(now, holder) <= s.rank(now, best)
+	keep := holder != nil && s.eligible(now, holder) && s.rank(now, holder) <= s.rank(now, best) &&
+		s.holds(now, holder, cands)
 	if keep || (holder != nil && best.Key == holder.Key) {
 		if !keep {
 			s.since = now // a new quantum for the same holder
 		}
 		return
 	}
-	s.holder, s.since = best.Key, now
+	s.holder, s.since, s.handed = best.Key, now, now
+}
+
+// holds: the holder keeps its turn for at least a quarter quantum (a
+// hand-over costs the GPU about a tick while the previous holder's work
+// drains), at most a quantum, and in between until it is ahead of another
+// candidate of its rank by a lead of virtual time. Equal wall-time turns
+// served a 10 % tenant 10 ms out of every 100 (a 100 ms window saw 0, 10 or
+// 20 %); ending a turn on the lead gives each tenant GPU time in proportion
+// to its share within every few tens of ms, and whole-tick turns no longer
+// pile up into a double turn now and then.
+func (s *Scheduler) holds(now time.Time, h *Tenant, cands []*Tenant) bool {
+	elapsed := now.Sub(s.since)
+	if elapsed < s.Policy.Quantum/4 {
+		return true
+	}
+	if elapsed >= s.Policy.Quantum {
+		return false
+	}
+	most := 0.0
+	for _, c := range cands {
+		most = math.Max(most, c.Share)
+	}
+	if most <= 0 {
+		return true
+	}
+	lead := s.Policy.Quantum.Seconds() / (4 * most) // ~a quarter quantum of the largest share
+	hv := s.tenants[h.Key].vtime
+	for _, c := range cands {
+		if c.Key != h.Key && s.rank(now, c) == s.rank(now, h) && hv-s.tenants[c.Key].vtime >= lead {
+			return false
+		}
+	}
+	return true
 }
 
 // Holder is the tenant holding the turn ("" none).

@@ -93,7 +93,7 @@ type rawDeviceCompute struct {
 	RefillNs      uint64
 	ThrottledNs   uint64
 	ThrottleWaits uint64
-	Reserved      uint64
+	Inflight      uint64
 }
 
 // rawDeviceBalloon: the hook's per-device wait-for-reclaim request (see

@@ -13,6 +13,7 @@ type Compute struct {
 	DemandNs      uint64 // CLOCK_MONOTONIC of the latest launch or wait to launch
 	ThrottledNs   uint64 // wall time launches waited for the grant
 	ThrottleWaits uint64
+	Inflight      uint64 // launch sequences with work in flight (all threads and processes)
 }
 
 // Compute reads device i's compute words. Index out of range: zero.
@@ -27,7 +28,21 @@ func (r *Region) Compute(i int) Compute {
 		DemandNs:      atomic.LoadUint64(&c.DemandNs),
 		ThrottledNs:   atomic.LoadUint64(&c.ThrottledNs),
 		ThrottleWaits: atomic.LoadUint64(&c.ThrottleWaits),
+		Inflight:      atomic.LoadUint64(&c.Inflight),
 	}
+}
+
+// ClearInflight sets device i's in-flight count from seen to 0, unless it
+// changed meanwhile (a hook started or ended a launch sequence: then the
+// count is live and nothing is cleared). For the arbiter, on a container idle
+// for long: a count left there is what processes killed with work in flight
+// left behind, and it would both hold hand-overs and divide the container's
+// billing among sequences that no longer exist. Reports whether it cleared.
+func (r *Region) ClearInflight(i int, seen uint64) bool {
+	if i < 0 || i >= MaxDevices || seen == 0 {
+		return false
+	}
+	return atomic.CompareAndSwapUint64(&r.raw.Compute[i].Inflight, seen, 0)
 }
 
 // Grant is what the arbiter lets a container use on one device now.

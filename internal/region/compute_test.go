@@ -81,6 +81,18 @@ func TestGrantsSchedulingAndComputeWordsInPlace(t *testing.T) {
 	if c := r.Compute(MaxDevices); c != (Compute{}) {
 		t.Errorf("out of range: %+v", c)
 	}
+	// A left-over in-flight count is cleared only if it is still what the
+	// arbiter saw (a hook that changed it meanwhile is live).
+	atomic.StoreUint64(&r.raw.Compute[1].Inflight, 3)
+	if r.ClearInflight(1, 2) || r.Compute(1).Inflight != 3 {
+		t.Errorf("cleared a count that changed since it was seen: %d", r.Compute(1).Inflight)
+	}
+	if !r.ClearInflight(1, 3) || r.Compute(1).Inflight != 0 {
+		t.Errorf("did not clear the count seen: %d", r.Compute(1).Inflight)
+	}
+	if r.ClearInflight(MaxDevices, 1) {
+		t.Error("cleared out of range")
+	}
 	if p, err := ParsePolicy("hard"); err != nil || p != PolicyHard || PolicyName(p) != "hard" {
 		t.Errorf("ParsePolicy(hard) = %d, %v", p, err)
 	}

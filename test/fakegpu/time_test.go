@@ -56,6 +56,40 @@ func readState(t *testing.T, n *node) *fakegpu.State {
 
 const sharePP = 0.05 // ±5 percentage points: tenants on this shared 2-core machine miss wake-ups
 
+// starvedFrac: a window in which a tenant waited for a CPU for more than this
+// part of its run measured the host: a tenant that cannot run cannot keep its
+// queue full, and loses its share as it would on real hardware. On a quiet
+// 2-core machine tenants wait well under 1 %; beside other test packages at
+// load ~29 a 50/50 split measured 43.8/56.2.
+const starvedFrac = 0.10
+
+// measureUnstarved runs a share measurement (fresh tenants each time) until
+// its check passes: a failed try in which a tenant was starved of CPU
+// (fakegpu.Starvation) is measured again, up to 5 tries in all; a check that
+// fails in two tries without starvation, or in every try, fails the test. A
+// timeline that favours or starves a context fails unstarved tries too.
+func measureUnstarved(t *testing.T, measure func() (starved float64, err error)) {
+	t.Helper()
+	clean := 0
+	var err error
+	for try := 1; try <= 5; try++ {
+		var starved float64
+		starved, err = measure()
+		if err == nil {
+			return
+		}
+		if starved <= starvedFrac {
+			if clean++; clean == 2 {
+				break
+			}
+			t.Logf("try %d: %v; measuring again", try, err)
+			continue
+		}
+		t.Logf("try %d: %v (a tenant waited for a CPU %.0f%% of the window: the host, not the timeline); measuring again", try, err, 100*starved)
+	}
+	t.Error(err)
+}
+
 // tenantArgs: a saturating tenant with kernels of us µs and about 50 ms of its
 // own work queued (up to 256 kernels): deep enough to ride out this machine's
 // scheduling hiccups, which would otherwise leave the device idle.
@@ -97,21 +131,28 @@ func TestTimeTwoTenantsSplitEvenly(t *testing.T) {
 	for _, c := range cases {
 		apis := c.apis
 		t.Run(fmt.Sprintf("%s%d-%s%d", apis[0], c.us[0], apis[1], c.us[1]), func(t *testing.T) {
-			n := newNode(t)
-			a := n.start(tenantArgs(3000, c.us[0], apis[0])...)
-			b := n.start(tenantArgs(3000, c.us[1], apis[1])...)
-			time.Sleep(200 * time.Millisecond)
-			shares, busy, dt := shareWindow(t, n, time.Second, a.pid(), b.pid())
-			t.Logf("%s %d µs / %s %d µs over %v: %.2f%% / %.2f%%, device busy %.2f%%", apis[0], c.us[0], apis[1],
-				c.us[1], dt, 100*shares[a.pid()], 100*shares[b.pid()], 100*busy)
-			for _, p := range []*proc{a, b} {
-				if math.Abs(shares[p.pid()]-0.5) > sharePP {
-					t.Errorf("tenant %d got %.1f%% of the device, want 50 ± %.0f", p.pid(), 100*shares[p.pid()], 100*sharePP)
+			measureUnstarved(t, func() (float64, error) {
+				n := newNode(t)
+				a := n.start(tenantArgs(3000, c.us[0], apis[0])...)
+				b := n.start(tenantArgs(3000, c.us[1], apis[1])...)
+				time.Sleep(200 * time.Millisecond)
+				watch := fakegpu.WatchStarvation(a.pid(), b.pid())
+				shares, busy, dt := shareWindow(t, n, time.Second, a.pid(), b.pid())
+				starved := watch.Worst()
+				a.kill()
+				b.kill()
+				t.Logf("%s %d µs / %s %d µs over %v: %.2f%% / %.2f%%, device busy %.2f%% (tenants waited for a CPU ≤ %.1f%%)", apis[0], c.us[0], apis[1],
+					c.us[1], dt, 100*shares[a.pid()], 100*shares[b.pid()], 100*busy, 100*starved)
+				for _, p := range []*proc{a, b} {
+					if math.Abs(shares[p.pid()]-0.5) > sharePP {
+						return starved, fmt.Errorf("tenant %d got %.1f%% of the device, want 50 ± %.0f", p.pid(), 100*shares[p.pid()], 100*sharePP)
+					}
 				}
-			}
-			if busy < 0.95 {
-				t.Errorf("device busy %.1f%% while two tenants saturate it", 100*busy)
-			}
+				if busy < 0.95 {
+					return starved, fmt.Errorf("device busy %.1f%% while two tenants saturate it", 100*busy)
+				}
+				return starved, nil
+			})
 		})
 	}
 }
@@ -119,20 +160,27 @@ func TestTimeTwoTenantsSplitEvenly(t *testing.T) {
 // Over 100 ms windows the split stays within a slice or two of even: the
 // windows' edges cut at most a slice each.
 func TestTimeShares100msWindows(t *testing.T) {
-	n := newNode(t)
-	a := n.start(tenantArgs(3000, 1000, "launch")...)
-	b := n.start(tenantArgs(3000, 300, "launch")...)
-	time.Sleep(200 * time.Millisecond)
-	worst := 0.0
-	for i := 0; i < 10; i++ {
-		shares, _, _ := shareWindow(t, n, 100*time.Millisecond, a.pid(), b.pid())
-		worst = math.Max(worst, math.Abs(shares[a.pid()]-0.5))
-		worst = math.Max(worst, math.Abs(shares[b.pid()]-0.5))
-	}
-	t.Logf("worst deviation from 50%% over ten 100 ms windows: %.2f pp", 100*worst)
-	if worst > sharePP {
-		t.Errorf("a 100 ms window deviated %.1f pp from an even split", 100*worst)
-	}
+	measureUnstarved(t, func() (float64, error) {
+		n := newNode(t)
+		a := n.start(tenantArgs(3000, 1000, "launch")...)
+		b := n.start(tenantArgs(3000, 300, "launch")...)
+		time.Sleep(200 * time.Millisecond)
+		watch := fakegpu.WatchStarvation(a.pid(), b.pid())
+		worst := 0.0
+		for i := 0; i < 10; i++ {
+			shares, _, _ := shareWindow(t, n, 100*time.Millisecond, a.pid(), b.pid())
+			worst = math.Max(worst, math.Abs(shares[a.pid()]-0.5))
+			worst = math.Max(worst, math.Abs(shares[b.pid()]-0.5))
+		}
+		starved := watch.Worst()
+		a.kill()
+		b.kill()
+		t.Logf("worst deviation from 50%% over ten 100 ms windows: %.2f pp (tenants waited for a CPU ≤ %.1f%%)", 100*worst, 100*starved)
+		if worst > sharePP {
+			return starved, fmt.Errorf("a 100 ms window deviated %.1f pp from an even split", 100*worst)
+		}
+		return starved, nil
+	})
 }
 
 // One process alone gets the whole device.

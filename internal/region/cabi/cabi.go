@@ -111,6 +111,6 @@ func Layout() map[string]uintptr {
 		"rawDeviceCompute.RefillNs":      unsafe.Offsetof(dc.refill_ns),
 		"rawDeviceCompute.ThrottledNs":   unsafe.Offsetof(dc.throttled_ns),
 		"rawDeviceCompute.ThrottleWaits": unsafe.Offsetof(dc.throttle_waits),
-		"rawDeviceCompute.Reserved":      unsafe.Offsetof(dc.reserved),
+		"rawDeviceCompute.Inflight":      unsafe.Offsetof(dc.inflight),
 	}
 }

@@ -14,6 +14,7 @@ func (n *node) utilization(d time.Duration, groups [][]int) (float64, []float64)
 	a := n.sample()
 	time.Sleep(d)
 	b := n.sample()
+	observeStarvation()
 	if b.at <= a.at {
 		return 0, nil
 	}
@@ -29,7 +30,7 @@ func TestAlone(t *testing.T) {
 	t.Run("guaranteed30", func(t *testing.T) {
 		n := newNode(t)
 		n.startArbiter(defaultPolicy())
-		twice(t, func() error {
+		measureUnstarved(t, func() error {
 			p := n.start(n.container("g", 30, false, 2), "kernel", "1000", "2")
 			u, _ := n.utilization(d, nil)
 			p.wait(t)
@@ -45,7 +46,7 @@ func TestAlone(t *testing.T) {
 		// bursts) still keep the GPU busy.
 		n := newNode(t)
 		n.startArbiter(defaultPolicy())
-		twice(t, func() error {
+		measureUnstarved(t, func() error {
 			p := n.start(n.container("g", 30, false, 2), "kernel", "10000", "2")
 			u, _ := n.utilization(d, nil)
 			p.wait(t)
@@ -59,7 +60,7 @@ func TestAlone(t *testing.T) {
 	t.Run("hard30", func(t *testing.T) {
 		n := newNode(t)
 		n.startArbiter(defaultPolicy())
-		twice(t, func() error {
+		measureUnstarved(t, func() error {
 			p := n.start(n.container("h", 30, true, 2), "kernel", "1000", "2")
 			u, _ := n.utilization(d, nil)
 			p.wait(t)
@@ -73,7 +74,7 @@ func TestAlone(t *testing.T) {
 	t.Run("hard30_no_arbiter", func(t *testing.T) {
 		// Without the node agent the hook falls back to the static share.
 		n := newNode(t)
-		twice(t, func() error {
+		measureUnstarved(t, func() error {
 			p := n.start(n.container("s", 30, true, 2), "kernel", "1000", "2")
 			u, _ := n.utilization(d, nil)
 			p.wait(t)
@@ -91,7 +92,7 @@ func TestAlone(t *testing.T) {
 // share (and, with the arbiter, is never billed again).
 func TestAfterContextReset(t *testing.T) {
 	n := newNode(t)
-	twice(t, func() error {
+	measureUnstarved(t, func() error {
 		p := n.start(n.container("r", 30, true, 2), "kernel", "1000", "2", "reset=1")
 		u, _ := n.utilization(time.Second, nil)
 		p.wait(t)
@@ -107,7 +108,7 @@ func TestAfterContextReset(t *testing.T) {
 // keeps its threads: the work a thread left in flight counts.
 func TestThreadPerRequest(t *testing.T) {
 	n := newNode(t)
-	twice(t, func() error {
+	measureUnstarved(t, func() error {
 		p := n.start(n.container("t", 30, true, 2), "kernel", "1000", "2", "thread=2")
 		u, _ := n.utilization(time.Second, nil)
 		p.wait(t)

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,6 +155,7 @@ func (n *node) start(c *container, args ...string) *proc {
 		n.t.Fatal(err)
 	}
 	p := &proc{cmd: cmd, out: bufio.NewReader(stdout), pid: cmd.Process.Pid, done: make(chan string, 1)}
+	watchTenant(p.pid)
 	n.t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	line, err := p.out.ReadString('\n')
 	if strings.HasPrefix(line, "err") && strings.Contains(line, "not in this driver") {
@@ -200,6 +202,10 @@ type sample struct {
 	at     uint64
 	byPID  map[int]uint64
 	device uint64
+	billed []uint64 // busy_ns each recorded container's hooks published, read right after
+	// stall: the longest this test process (where the arbiter runs) was kept
+	// from running since the previous sample, by a 1 ms sleeper's lateness.
+	stall time.Duration
 }
 
 func (n *node) sample() sample {
@@ -223,14 +229,51 @@ type recorder struct {
 	done    chan struct{}
 }
 
-func (n *node) record(every time.Duration) *recorder {
+// record samples the device every interval; with containers, also what their
+// hooks billed (to tell billing errors from control errors).
+func (n *node) record(every time.Duration, cs ...*container) *recorder {
 	r := &recorder{stop: make(chan struct{}), done: make(chan struct{})}
+	var regs []*region.Region
+	for _, c := range cs {
+		reg, err := region.OpenRegion(c.entry.CoreRegion())
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		regs = append(regs, reg)
+	}
+	var stall atomic.Int64 // longest lateness since the last sample, ns
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		for {
+			select {
+			case <-r.stop:
+				return
+			default:
+			}
+			t0 := time.Now()
+			time.Sleep(time.Millisecond)
+			late := int64(time.Since(t0) - time.Millisecond)
+			for cur := stall.Load(); late > cur && !stall.CompareAndSwap(cur, late); cur = stall.Load() {
+			}
+		}
+	}()
 	go func() {
 		defer close(r.done)
+		defer func() {
+			<-probeDone
+			for _, reg := range regs {
+				reg.Close()
+			}
+		}()
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			s := n.sample()
+			s.stall = time.Duration(stall.Swap(0))
+			for _, reg := range regs {
+				s.billed = append(s.billed, reg.Compute(0).BusyNs)
+			}
 			r.mu.Lock()
 			r.samples = append(r.samples, s)
 			r.mu.Unlock()
@@ -245,6 +288,7 @@ func (n *node) record(every time.Duration) *recorder {
 }
 
 func (r *recorder) finish() []sample {
+	observeStarvation()
 	close(r.stop)
 	<-r.done
 	return r.samples
@@ -269,18 +313,69 @@ func shares(a, b sample, groups [][]int) []float64 {
 	return got
 }
 
-// twice runs a timing measurement and, if its check fails, once more: on a
-// loaded 2-core machine a process can be descheduled for tens of
-// milliseconds, which a single short run cannot tell from a regression; a real
-// regression fails both. The failure of the last try is reported.
-func twice(t *testing.T, measure func() error) {
+// starvation follows the tenants of the current try: how much of their run
+// they spent waiting for a CPU (fakegpu.Starvation), observed at the end of
+// each measurement window while they still run.
+var starvation struct {
+	sync.Mutex
+	watch *fakegpu.Starvation
+	worst float64
+}
+
+func watchTenant(pid int) {
+	starvation.Lock()
+	w := starvation.watch
+	starvation.Unlock()
+	if w != nil {
+		w.Add(pid)
+	}
+}
+
+// observeStarvation notes how starved the try's tenants have been so far.
+func observeStarvation() {
+	starvation.Lock()
+	defer starvation.Unlock()
+	if starvation.watch != nil {
+		starvation.worst = max(starvation.worst, starvation.watch.Worst())
+	}
+}
+
+// starvedFrac: a try in which a tenant waited for a CPU for more than this
+// part of its run measured the host, not the hook. On a quiet 2-core CI
+// machine tenants wait well under 1 %; at load 25 here, 20-60 %.
+const starvedFrac = 0.10
+
+// measureUnstarved runs a timing measurement and, if its check fails, again: a try in
+// which a tenant was starved of CPU (it cannot keep its queue full, and loses
+// its share as it would on real hardware) is measured again, up to 5 tries in
+// all; a check that fails in two tries without starvation (or in every try)
+// fails the test. A real regression fails unstarved tries too.
+func measureUnstarved(t *testing.T, measure func() error) {
 	t.Helper()
-	err := measure()
-	if err == nil {
-		return
+	clean := 0
+	var err error
+	for try := 1; try <= 5; try++ {
+		starvation.Lock()
+		starvation.watch, starvation.worst = fakegpu.WatchStarvation(), 0
+		starvation.Unlock()
+		err = measure()
+		observeStarvation()
+		starvation.Lock()
+		worst := starvation.worst
+		starvation.watch = nil
+		starvation.Unlock()
+		if err == nil {
+			return
+		}
+		if worst <= starvedFrac {
+			clean++
+			if clean == 2 {
+				break
+			}
+			t.Logf("try %d: %v; measuring again", try, err)
+			continue
+		}
+		t.Logf("try %d: %v (a tenant waited for a CPU %.0f%% of its run: the host, not the hook); measuring again", try, err, 100*worst)
 	}
-	t.Logf("first try: %v; measuring again", err)
-	if err := measure(); err != nil {
-		t.Error(err)
-	}
+	t.Error(err)
 }

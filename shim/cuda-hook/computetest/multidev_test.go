@@ -54,7 +54,7 @@ func TestOneThreadTwoDevices(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &container{n: n, entry: e}
-	twice(t, func() error {
+	measureUnstarved(t, func() error {
 		p := n.start(c, "kernel", "1000", "2", "devices=2")
 		time.Sleep(400 * time.Millisecond)
 		busy, err := n.busyPerDevice(time.Second)

@@ -49,7 +49,7 @@ func median(v []float64) float64 {
 // TestPriority: a P0 tenant issuing 2 ms of GPU work every 20 ms beside a
 // saturating P2 tenant. P0's burst latency against P0 alone, how long P2
 // takes to be stopped once P0 starts, and P2's share once P0 is idle again.
-func TestPriority(t *testing.T) { twice(t, func() error { return priorityRun(t) }) }
+func TestPriority(t *testing.T) { measureUnstarved(t, func() error { return priorityRun(t) }) }
 
 func priorityRun(t *testing.T) error {
 	secs := "1.5"
@@ -120,7 +120,7 @@ func priorityRun(t *testing.T) error {
 // must be bounded like long kernels are beside others (docs/hook.md: "≤ 2
 // kernels"), not 8 bursts (80 ms) deep.
 func TestPriorityAfterSoloWithLongKernels(t *testing.T) {
-	twice(t, func() error {
+	measureUnstarved(t, func() error {
 		n := newNode(t)
 		n.startArbiter(defaultPolicy())
 		p0c := n.container("p0", 50, false, 0)

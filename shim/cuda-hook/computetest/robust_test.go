@@ -2,6 +2,7 @@ package computetest
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,54 +17,60 @@ import (
 func TestStoppedTenantFreesItsShare(t *testing.T) {
 	for _, how := range []string{"SIGKILL", "SIGSTOP", "exit"} {
 		t.Run(how, func(t *testing.T) {
-			n := newNode(t)
-			pol := defaultPolicy()
-			n.startArbiter(pol)
-			n.start(n.container("a", 30, false, 2), "kernel", "1000", "3")
-			dur := "30"
-			if how == "exit" {
-				dur = "0.6"
-			}
-			b := n.start(n.container("b", 70, false, 2), "kernel", "1000", dur)
-			time.Sleep(500 * time.Millisecond)
-			switch how {
-			case "SIGKILL":
-				b.cmd.Process.Signal(syscall.SIGKILL)
-			case "SIGSTOP":
-				b.cmd.Process.Signal(syscall.SIGSTOP)
-				t.Cleanup(func() { b.cmd.Process.Signal(syscall.SIGCONT) })
-			}
-			// From the signal (or B's last launch), until A holds the GPU and B
-			// counts as idle.
-			start := time.Now()
-			freed := time.Duration(-1)
-			for time.Since(start) < 2*time.Second {
-				v, ok := n.arb.Verdict("core-a", n.uuid)
-				vb, okb := n.arb.Verdict("core-b", n.uuid)
-				if ok && okb && v.Go && !vb.Go && !vb.Throttled {
-					freed = time.Since(start)
-					break
-				}
-				time.Sleep(200 * time.Microsecond)
-			}
-			fmt.Printf("BENCH hook.freed_after_%s_ms %.2f ms\n", strings.ToLower(how), float64(freed.Microseconds())/1000)
-			if freed < 0 {
-				t.Fatalf("after %s of its neighbour, A never held the GPU alone", how)
-			}
-			// exit: B runs until its duration ends, so the wait includes that.
-			limit := pol.IdleAfter + 30*time.Millisecond // one period, plus the loaded machine's scheduling
-			if how == "exit" {
-				limit += 400 * time.Millisecond
-			}
-			if freed > limit {
-				t.Errorf("A alone after %v, want within one control period (%v)", freed, pol.IdleAfter)
-			}
-			u, _ := n.utilization(500*time.Millisecond, nil)
-			if u < 0.75 {
-				t.Errorf("after %s of B the GPU is %.0f%% busy, want A to use it", how, 100*u)
-			}
+			measureUnstarved(t, func() error { return stoppedTenantRun(t, how) })
 		})
 	}
+}
+
+func stoppedTenantRun(t *testing.T, how string) error {
+	n := newNode(t)
+	pol := defaultPolicy()
+	n.startArbiter(pol)
+	n.start(n.container("a", 30, false, 2), "kernel", "1000", "3")
+	dur := "30"
+	if how == "exit" {
+		dur = "0.6"
+	}
+	b := n.start(n.container("b", 70, false, 2), "kernel", "1000", dur)
+	time.Sleep(500 * time.Millisecond)
+	observeStarvation() // while B still runs
+	switch how {
+	case "SIGKILL":
+		b.cmd.Process.Signal(syscall.SIGKILL)
+	case "SIGSTOP":
+		b.cmd.Process.Signal(syscall.SIGSTOP)
+		defer b.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	// From the signal (or B's last launch), until A holds the GPU and B
+	// counts as idle.
+	start := time.Now()
+	freed := time.Duration(-1)
+	for time.Since(start) < 2*time.Second {
+		v, ok := n.arb.Verdict("core-a", n.uuid)
+		vb, okb := n.arb.Verdict("core-b", n.uuid)
+		if ok && okb && v.Go && !vb.Go && !vb.Throttled {
+			freed = time.Since(start)
+			break
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	fmt.Printf("BENCH hook.freed_after_%s_ms %.2f ms\n", strings.ToLower(how), float64(freed.Microseconds())/1000)
+	if freed < 0 {
+		return fmt.Errorf("after %s of its neighbour, A never held the GPU alone", how)
+	}
+	// exit: B runs until its duration ends, so the wait includes that.
+	limit := pol.IdleAfter + 30*time.Millisecond // one period, plus the loaded machine's scheduling
+	if how == "exit" {
+		limit += 400 * time.Millisecond
+	}
+	if freed > limit {
+		return fmt.Errorf("A alone after %v, want within one control period (%v)", freed, pol.IdleAfter)
+	}
+	u, _ := n.utilization(500*time.Millisecond, nil)
+	if u < 0.75 {
+		return fmt.Errorf("after %s of B the GPU is %.0f%% busy, want A to use it", how, 100*u)
+	}
+	return nil
 }
 
 // children lists the pids whose parent is pid.
@@ -88,38 +95,51 @@ func children(pid int) []int {
 	return out
 }
 
-// fork/exec'd children count against their container's share. Measured
-// twice like the other timing checks: a try that lands on a stall of this
-// loaded machine can read a point or two over the bound, but children that
-// escaped the share would take the container to ~75 % in both tries.
+// fork/exec'd children count against their container's share, once: the
+// three processes of container A run together in its turns, time-sliced among
+// themselves, and each one's events measure its siblings' slices too; each
+// burst is billed its part (elapsed ÷ the container's sequences in flight).
+// Billed 2-3x, A got 13-18 % of the GPU for its 30 % share. Measured again
+// like the other timing checks.
 func TestChildrenCountAgainstTheShare(t *testing.T) {
 	n := newNode(t)
 	n.startArbiter(defaultPolicy())
 	try := 0
-	var pct float64
-	twice(t, func() error {
+	var pct, ratio float64
+	measureUnstarved(t, func() error {
 		try++
 		// Fresh containers each try: the first try's regions keep its billing.
-		a := n.start(n.container(fmt.Sprintf("a%d", try), 30, false, 2), "kernel", "1000", "2.5", "children=2")
+		ca := n.container(fmt.Sprintf("a%d", try), 30, false, 2)
+		a := n.start(ca, "kernel", "1000", "2.5", "children=2")
 		b := n.start(n.container(fmt.Sprintf("b%d", try), 70, false, 2), "kernel", "1000", "2.5")
 		time.Sleep(200 * time.Millisecond)
 		kids := children(a.pid)
 		if len(kids) != 2 {
 			t.Fatalf("tenant A has children %v, want 2", kids)
 		}
-		_, got := n.utilization(1500*time.Millisecond, [][]int{append([]int{a.pid}, kids...), {b.pid}})
+		groups := [][]int{append([]int{a.pid}, kids...), {b.pid}}
+		time.Sleep(400 * time.Millisecond)
+		rec := n.record(100*time.Millisecond, ca)
+		time.Sleep(1500 * time.Millisecond)
+		samples := rec.finish()
 		a.wait(t)
 		b.wait(t)
-		t.Logf("container A (3 processes, 30 %%) %.1f%%, B (70 %%) %.1f%%", got[0], got[1])
-		pct = got[0]
-		// Three processes time-sliced against one would take 75 %: the
-		// children must not take the container past its share. (Their events
-		// overlap and bill the container more than it used, so it gets less:
-		// docs/hook.md.)
-		if got[0] > 38 || got[0] < 5 {
-			return fmt.Errorf("container A with two children got %.1f%%, want at most its 30 %% share", got[0])
+		first, last := samples[0], samples[len(samples)-1]
+		got := shares(first, last, groups)
+		_, bill := billing(sample{byPID: first.byPID, billed: []uint64{first.billed[0], 0}},
+			sample{byPID: last.byPID, billed: []uint64{last.billed[0], 0}}, groups)
+		t.Logf("container A (3 processes, 30 %%) %.1f%%, billed %.2f of what it ran; B (70 %%) %.1f%%", got[0], bill[0], got[1])
+		pct, ratio = got[0], bill[0]
+		// Three processes time-sliced against one would take 75 %; billed
+		// once per sibling, A got 13-18 %.
+		if math.Abs(bill[0]-1) > 0.15 {
+			return fmt.Errorf("container A with two children was billed %.2f of what it ran, want 1 ± 0.15", bill[0])
+		}
+		if math.Abs(got[0]-30) > 8 {
+			return fmt.Errorf("container A with two children got %.1f%%, want its 30 %% share (± 8 on this loaded machine)", got[0])
 		}
 		return nil
 	})
 	fmt.Printf("BENCH hook.children_container30_pct %.1f %%\n", pct)
+	fmt.Printf("BENCH hook.children_billed_ratio %.2f\n", ratio)
 }

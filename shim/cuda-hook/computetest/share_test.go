@@ -17,6 +17,8 @@ type shareCase struct {
 	kernel string
 	hard   bool
 	paths  []string // launch path per tenant (default "kernel")
+	noHook bool     // tenants without the hook, as the noise floor (the device's own 1/n split)
+	args   []string // extra tenant arguments
 }
 
 func (c shareCase) name() string {
@@ -32,14 +34,59 @@ func (c shareCase) name() string {
 	if c.paths != nil {
 		name += "/" + strings.Join(c.paths, "+")
 	}
+	if c.noHook {
+		name = strings.Join(s, "_") + "/" + c.kernel + "us/nohook"
+	}
 	return name
 }
 
 // result is a case's worst error, in percentage points of device busy time.
 type result struct {
 	err1s, err100ms float64
-	got             []float64 // whole-run shares
-	util            float64   // device busy / wall over the measured span
+	// The same over the windows in which this process (the arbiter's) was
+	// never kept from running for more than stallLimit: what the design
+	// does when the machine lets it decide on time.
+	err1sSteady, err100msSteady float64
+	steady1s, steady100ms       int       // such windows
+	got                         []float64 // whole-run shares
+	util                        float64   // device busy / wall over the measured span
+	billedPct                   []float64 // each tenant's part of what the hooks billed
+	billRatio                   []float64 // billed ÷ what the device ran for the tenant
+}
+
+// stallLimit: a window in which the arbiter's process was kept from running
+// longer than this is not steady (a turn then lasts as long as the stall).
+const stallLimit = 10 * time.Millisecond
+
+func maxStall(ss []sample) time.Duration {
+	var m time.Duration
+	for _, s := range ss {
+		m = max(m, s.stall)
+	}
+	return m
+}
+
+// billing is each group's part of the time its hooks billed between a and
+// b (percent), and billed ÷ run on the device per group.
+func billing(a, b sample, groups [][]int) (pct, ratio []float64) {
+	if len(a.billed) != len(groups) || len(b.billed) != len(groups) {
+		return nil, nil
+	}
+	var total float64
+	for i := range groups {
+		d := float64(b.billed[i] - min(a.billed[i], b.billed[i]))
+		pct = append(pct, d)
+		total += d
+		var run float64
+		for _, pid := range groups[i] {
+			run += float64(b.byPID[pid] - min(a.byPID[pid], b.byPID[pid]))
+		}
+		ratio = append(ratio, d/math.Max(run, 1))
+	}
+	for i := range pct {
+		pct[i] = 100 * pct[i] / math.Max(total, 1)
+	}
+	return pct, ratio
 }
 
 // benchMode: full durations (make bench) instead of the short ones of make test.
@@ -50,19 +97,25 @@ func runShareCase(t *testing.T, c shareCase, seconds float64) result {
 	n.startArbiter(defaultPolicy())
 	var groups [][]int
 	var procs []*proc
+	var cts []*container
 	for i, pct := range c.shares {
 		ct := n.container(fmt.Sprintf("t%d", i), pct, c.hard, 2)
+		cts = append(cts, ct)
 		path := "kernel"
 		if c.paths != nil {
 			path = c.paths[i]
 		}
-		p := n.start(ct, path, c.kernel, strconv.FormatFloat(seconds+0.5, 'f', 1, 64))
+		in := ct
+		if c.noHook {
+			in = nil
+		}
+		p := n.start(in, append([]string{path, c.kernel, strconv.FormatFloat(seconds+0.5, 'f', 1, 64)}, c.args...)...)
 		procs = append(procs, p)
 		groups = append(groups, []int{p.pid})
 	}
 	warm := 400 * time.Millisecond
 	time.Sleep(warm)
-	rec := n.record(100 * time.Millisecond)
+	rec := n.record(100*time.Millisecond, cts...)
 	time.Sleep(time.Duration(seconds * float64(time.Second)))
 	samples := rec.finish()
 	for _, p := range procs {
@@ -76,14 +129,27 @@ func runShareCase(t *testing.T, c shareCase, seconds float64) result {
 		}
 		return w
 	}
+	var windows []string
 	for i := 0; i+1 < len(samples); i++ {
 		r.err100ms = math.Max(r.err100ms, worst(samples[i], samples[i+1]))
+		if samples[i+1].stall <= stallLimit {
+			r.err100msSteady = math.Max(r.err100msSteady, worst(samples[i], samples[i+1]))
+			r.steady100ms++
+		}
+		bp, _ := billing(samples[i], samples[i+1], groups)
+		windows = append(windows, fmt.Sprintf("%.0f(b%.0f)", shares(samples[i], samples[i+1], groups), bp))
 	}
+	t.Logf("100 ms windows, device share (billed share) of each tenant: %s", strings.Join(windows, " "))
 	for i := 0; i+10 < len(samples); i += 10 {
 		r.err1s = math.Max(r.err1s, worst(samples[i], samples[i+10]))
+		if maxStall(samples[i+1:i+11]) <= stallLimit {
+			r.err1sSteady = math.Max(r.err1sSteady, worst(samples[i], samples[i+10]))
+			r.steady1s++
+		}
 	}
 	first, last := samples[0], samples[len(samples)-1]
 	r.got = shares(first, last, groups)
+	r.billedPct, r.billRatio = billing(first, last, groups)
 	if last.at > first.at {
 		r.util = float64(last.device-first.device) / float64(last.at-first.at)
 	}
@@ -105,24 +171,38 @@ func TestShareAccuracy(t *testing.T) {
 		}
 	}
 	cases = append(cases, shareCase{shares: []uint32{30, 70}, kernel: "1000", paths: []string{"graph", "ex"}})
-	var maxErr, maxErr100 float64
+	var maxErr, maxErr100, maxSteady, maxSteady100, maxBill float64
+	var steady, steady100 int
 	for _, c := range cases {
 		t.Run(c.name(), func(t *testing.T) {
 			measure := func() error {
 				r := runShareCase(t, c, seconds)
-				t.Logf("shares %v → %.1f (1 s error %.1f pp, 100 ms %.1f pp, device busy %.0f%%)", c.shares, r.got, r.err1s, r.err100ms, 100*r.util)
+				t.Logf("shares %v → %.1f (1 s error %.1f pp, 100 ms %.1f pp, device busy %.0f%%); billed %.1f, billed÷ran %.2f; "+
+					"steady windows (arbiter never stalled > %v): 1 s %.1f pp (%d), 100 ms %.1f pp (%d)",
+					c.shares, r.got, r.err1s, r.err100ms, 100*r.util, r.billedPct, r.billRatio,
+					stallLimit, r.err1sSteady, r.steady1s, r.err100msSteady, r.steady100ms)
 				fmt.Printf("BENCH hook.share_error_pp.%s %.2f pp\n", strings.ReplaceAll(c.name(), "/", "."), r.err1s)
 				maxErr, maxErr100 = math.Max(maxErr, r.err1s), math.Max(maxErr100, r.err100ms)
-				// Asserted loosely: short runs on a loaded 2-core machine. Small
-				// hard shares come out a few points low (both tenants are billed
-				// across a hand-over; docs/hook.md, "what remains"), so they get a
-				// wider bound; without enforcement 25/75 is off by ~25 pp.
-				limit := 6.0
-				if c.hard {
-					limit = 9
+				maxSteady, maxSteady100 = math.Max(maxSteady, r.err1sSteady), math.Max(maxSteady100, r.err100msSteady)
+				steady, steady100 = steady+r.steady1s, steady100+r.steady100ms
+				bill := 0.0
+				for _, b := range r.billRatio {
+					bill = math.Max(bill, math.Abs(b-1))
 				}
-				if r.err1s > limit {
-					return fmt.Errorf("worst 1 s share error %.1f pp, want ≤ %.0f (target 2)", r.err1s, limit)
+				maxBill = math.Max(maxBill, bill)
+				// Billing is exact whatever the load (each hook measures its
+				// own time once turns never overlap): before hand-overs waited
+				// for the previous holder's work, 25/75 hard billed its small
+				// tenant 1.54x what it ran.
+				if bill > 0.1 {
+					return fmt.Errorf("a tenant was billed %.2f of what it ran (%.2f), want 1 ± 0.1", 1+bill, r.billRatio)
+				}
+				// Shares asserted loosely: short runs on a loaded 2-core machine,
+				// where the arbiter's process is now and then not run for tens of
+				// ms (a turn lasts as long). Without enforcement 25/75 is off by
+				// ~25 pp.
+				if r.err1s > 6 {
+					return fmt.Errorf("worst 1 s share error %.1f pp, want ≤ 6 (target 2)", r.err1s)
 				}
 				return nil
 			}
@@ -132,9 +212,44 @@ func TestShareAccuracy(t *testing.T) {
 				}
 				return
 			}
-			twice(t, measure)
+			measureUnstarved(t, measure)
 		})
 	}
 	fmt.Printf("BENCH hook.share_error_pp_max %.2f pp\n", maxErr)
 	fmt.Printf("BENCH hook.share_error_100ms_pp_max %.2f pp\n", maxErr100)
+	fmt.Printf("BENCH hook.share_error_steady_pp_max %.2f pp (%d windows of 1 s without a stall > %v)\n", maxSteady, steady, stallLimit)
+	fmt.Printf("BENCH hook.share_error_steady_100ms_pp_max %.2f pp (%d windows of 100 ms)\n", maxSteady100, steady100)
+	fmt.Printf("BENCH hook.billing_error_max %.3f\n", maxBill)
+}
+
+// TestShareNoiseFloor measures, exactly as TestShareAccuracy does, two
+// tenants without the hook that the device splits 50/50 by itself: once with
+// deep queues (what the measurement alone adds: window edges cutting slices)
+// and once with the shallow queue a throttled tenant has (about 1 ms in
+// flight, refilled when it completes: every descheduling of the process on
+// this loaded machine shows as lost share). The accuracy targets are judged
+// against the second.
+func TestShareNoiseFloor(t *testing.T) {
+	seconds := 1.2
+	if benchMode() {
+		seconds = 3
+	}
+	for _, c := range []struct {
+		name  string
+		depth string
+	}{{"deep", "sync=64"}, {"shallow", "sync=1"}} {
+		t.Run(c.name, func(t *testing.T) {
+			sc := shareCase{shares: []uint32{50, 50}, kernel: "1000", noHook: true, args: []string{c.depth}}
+			r := runShareCase(t, sc, seconds)
+			t.Logf("no hook, %s queues: %.1f (1 s error %.1f pp, 100 ms %.1f pp, device busy %.0f%%)", c.name, r.got, r.err1s, r.err100ms, 100*r.util)
+			fmt.Printf("BENCH hook.share_noise_floor_pp.%s %.2f pp\n", c.name, r.err1s)
+			fmt.Printf("BENCH hook.share_noise_floor_100ms_pp.%s %.2f pp\n", c.name, r.err100ms)
+			// The device itself splits two saturating processes evenly
+			// (test/fakegpu TestTimeTwoTenantsSplitEvenly); deep queues must
+			// show it, or the measurement is broken.
+			if c.name == "deep" && r.err1s > 5 {
+				t.Errorf("two tenants without the hook, deep queues: 1 s error %.1f pp, want ≤ 5", r.err1s)
+			}
+		})
+	}
 }

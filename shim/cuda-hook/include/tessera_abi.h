@@ -130,7 +130,17 @@ typedef struct tessera_device_compute {
     TESSERA_ATOMIC(uint64_t) refill_ns;      /* last refill of tokens_ns */
     TESSERA_ATOMIC(uint64_t) throttled_ns;   /* wall time launches waited for the grant */
     TESSERA_ATOMIC(uint64_t) throttle_waits; /* launches that had to wait */
-    uint64_t reserved;
+    /* Launch sequences (one thread's bursts in one context) of the container,
+     * over all its processes, with work opened and not yet accounted: non-zero
+     * while work it launched may still run. The arbiter hands a turn over only
+     * once the previous holder's count is back to what it was when that holder
+     * last idled (a process killed with work in flight leaves its count
+     * behind; the arbiter also clears a count left by a container idle for
+     * long), or two quanta have passed: turns that never overlap on the GPU are
+     * what make the events measure each tenant's own time. Sequences in flight
+     * together share the GPU's time slices, so each burst is billed its
+     * elapsed time divided by this count (fork/exec'd children, threads). */
+    TESSERA_ATOMIC(uint64_t) inflight;
 } tessera_device_compute;
 
 /*

@@ -40,6 +40,11 @@ bool compute_enabled;
 
 static const tessera_limits *g_limits;
 static tessera_region *g_region;
+/* This process's part of each device's region `inflight` count (its threads'
+ * launch sequences with work in flight): what an exit takes back (a thread's
+ * exit accounts its own; the rest leaves with the process, whose queued work
+ * the driver drops). */
+static _Atomic uint64_t g_proc_inflight[TESSERA_MAX_DEVICES];
 static _Atomic int g_ordinal_idx[MAX_ORDINALS]; /* index + 2; 1 = unmanaged; 0 = unresolved */
 /* Bumped by a fork (in the child) and by every context's end (destroy, primary
  * reset or last release); a thread whose epoch differs catches up before it
@@ -55,6 +60,7 @@ static struct {
 struct burst {
     CUevent start, end;
     uint32_t launches;
+    uint32_t beside; /* the container's sequences in flight when it opened */
 };
 
 /* One thread's bursts in one context. */
@@ -66,6 +72,7 @@ struct ctx_state {
     CUstream stream;
     uint64_t opened_ns;
     uint32_t head, count; /* count: closed bursts in flight, ring[(head - count) ..] */
+    bool live;            /* counted in the region's `inflight` (open or count > 0) */
     uint32_t target;      /* launches per burst */
     uint64_t per_launch_ns;  /* GPU time per launch: average */
     uint64_t peak_launch_ns; /* ... and a decaying peak: bursts are sized by it, so that
@@ -97,6 +104,31 @@ static uint64_t now_ns(void)
 }
 
 static bool managed_pct(uint32_t pct) { return pct > 0 && pct < 100; }
+
+/* Subtracts n from w, never below 0 (a count another process left behind
+ * may have been taken back already). */
+static void sub_floor(_Atomic uint64_t *w, uint64_t n)
+{
+    uint64_t cur = atomic_load_explicit(w, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak(w, &cur, cur > n ? cur - n : 0))
+        ;
+}
+
+/* Launch sequences of device idx that have work in flight: started (n > 0)
+ * or ended (n < 0). */
+static void inflight_add(int idx, int64_t n)
+{
+    if (idx < 0 || idx >= TESSERA_MAX_DEVICES || n == 0)
+        return;
+    if (n > 0) {
+        atomic_fetch_add_explicit(&g_region->compute[idx].inflight, (uint64_t)n, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g_proc_inflight[idx], (uint64_t)n, memory_order_relaxed);
+        return;
+    }
+    sub_floor(&g_region->compute[idx].inflight, (uint64_t)-n);
+    sub_floor(&g_proc_inflight[idx], (uint64_t)-n);
+}
+
 
 bool compute_open(const tessera_limits *core_limits, tessera_region *core_region)
 {
@@ -144,33 +176,89 @@ static int ordinal_index(CUdevice dev)
 
 static struct burst *slot(struct ctx_state *cs, uint32_t i) { return &cs->ring[i % RING]; }
 
-/* Waits for an event. A blocked tenant must not look idle to the arbiter, so
- * its demand is stamped first with when the wait should end (the work in flight
- * at the measured pace). */
-static void wait_event(struct ctx_state *cs, CUevent e, tessera_device_compute *c)
+/* While another thread of the process captures a graph in GLOBAL mode, a
+ * thread in the default capture interaction mode may not make "potentially
+ * unsafe" calls: the hook's cuEventQuery at a burst's edge would fail and
+ * invalidate that capture (the application's cuStreamEndCapture then returns
+ * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED), as PyTorch's NCCL watchdog did.
+ * Around its own event calls the hook switches the thread to RELAXED and back
+ * (burst edges only, never per launch). */
+static CUstreamCaptureMode relax(void)
+{
+    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (REAL.cuThreadExchangeStreamCaptureMode == NULL || REAL.cuThreadExchangeStreamCaptureMode(&m) != CUDA_SUCCESS)
+        return CU_STREAM_CAPTURE_MODE_RELAXED;
+    return m;
+}
+
+static void unrelax(CUstreamCaptureMode m)
+{
+    if (m != CU_STREAM_CAPTURE_MODE_RELAXED)
+        REAL.cuThreadExchangeStreamCaptureMode(&m);
+}
+
+/* Keeps the region's count of the container's launch sequences with work in
+ * flight (a thread's bursts in one context) in step with cs. */
+static void seq_update(struct ctx_state *cs)
+{
+    bool live = cs->idx >= 0 && (cs->open || cs->count > 0);
+    if (live != cs->live) {
+        inflight_add(cs->idx, live ? 1 : -1);
+        cs->live = live;
+    }
+}
+
+static int event_done(void *e) { return REAL.cuEventQuery((CUevent)e) != CUDA_ERROR_NOT_READY; }
+
+/* Waits for an event, for a bounded time (pacing_inflight_bound_ns): false if
+ * it is still pending then. A blocked tenant must not look idle to the
+ * arbiter, so its demand is stamped first with when the wait should end (the
+ * work in flight at the measured pace), then every millisecond. */
+static bool wait_event(struct ctx_state *cs, CUevent e, tessera_device_compute *c)
 {
     if (REAL.cuEventQuery(e) != CUDA_ERROR_NOT_READY)
-        return;
+        return true;
     uint64_t ahead = cs->peak_launch_ns * (slot(cs, cs->head + RING - cs->count)->launches + 1u);
     atomic_store_explicit(&c->demand_ns, now_ns() + (ahead < 1000000000ull ? ahead : 1000000000ull),
                           memory_order_relaxed);
-    REAL.cuEventSynchronize(e);
+    return pacing_wait_bounded(event_done, e, pacing_inflight_bound_ns(ahead), &c->demand_ns);
 }
 
 /* Accounts the oldest closed burst: its GPU time into the region and the bucket. */
 static void account_oldest(struct ctx_state *cs, bool wait)
 {
     struct burst *b = slot(cs, cs->head + RING - cs->count);
-    if (wait)
-        wait_event(cs, b->end, &g_region->compute[cs->idx]);
-    else if (REAL.cuEventQuery(b->end) != CUDA_SUCCESS)
+    if (wait && !wait_event(cs, b->end, &g_region->compute[cs->idx])) {
+        /* Still running past the bound: no longer waited for nor billed
+         * (its events are recorded again when the ring comes round, which
+         * CUDA allows for a pending event). */
+        static _Atomic int warned;
+        if (!atomic_exchange(&warned, 1))
+            hook_log(HOOK_LOG_WARN, "compute: a launch burst is still running after %llu ms; no longer waiting "
+                                    "for it (work that waits on the host?)",
+                     (unsigned long long)(pacing_inflight_bound_ns(cs->peak_launch_ns * b->launches) / 1000000));
+        cs->count--;
+        seq_update(cs);
+        return;
+    }
+    if (!wait && REAL.cuEventQuery(b->end) != CUDA_SUCCESS)
         return;
     float ms = 0;
     uint64_t busy = 0;
     if (REAL.cuEventElapsedTime(&ms, b->start, b->end) == CUDA_SUCCESS && ms > 0)
         busy = (uint64_t)((double)ms * 1e6);
-    cs->count--;
     tessera_device_compute *c = &g_region->compute[cs->idx];
+    /* Other launch sequences of the container in flight beside this one
+     * (fork/exec'd children, other threads) shared the GPU's time slices
+     * with it, and its events measured their slices too: each is billed its
+     * part, so the container is billed the time once. */
+    /* Sampled when it opened and now (a sibling may have started or drained
+     * meanwhile). */
+    uint64_t beside = atomic_load_explicit(&c->inflight, memory_order_relaxed) + b->beside;
+    if (beside > 2)
+        busy = busy * 2 / beside;
+    cs->count--;
+    seq_update(cs);
     atomic_fetch_add_explicit(&c->busy_ns, busy, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->launches, b->launches, memory_order_relaxed);
     pacing_charge(c, busy);
@@ -212,6 +300,7 @@ static void close_burst(struct ctx_state *cs)
         /* Capture began on its stream since it opened: its end cannot be
          * recorded there; the burst is dropped unaccounted. */
         cs->open = false;
+        seq_update(cs);
         return;
     }
     REAL.cuEventRecord(slot(cs, cs->head)->end, cs->stream);
@@ -240,6 +329,8 @@ static void retire(struct ctx_state *cs)
             REAL.cuEventDestroy_v2(cs->ring[i].end);
         }
     }
+    if (cs->live)
+        inflight_add(cs->idx, -1); /* what did not complete within the bound */
     memset(cs, 0, sizeof *cs);
 }
 
@@ -271,8 +362,11 @@ static void catch_up(uint64_t ep)
         for (int i = 0; i < CTX_SLOTS; i++) {
             struct ctx_state *cs = &thr.slots[i];
             /* Overwritten (more than GONE_RING ends since) or unknown: assume ours. */
-            if (cs->ctx != NULL && (written > e || ctx == 0 || ctx == (uintptr_t)cs->ctx))
+            if (cs->ctx != NULL && (written > e || ctx == 0 || ctx == (uintptr_t)cs->ctx)) {
+                if (cs->live)
+                    inflight_add(cs->idx, -1);
                 memset(cs, 0, sizeof *cs);
+            }
         }
         thr.epoch = e;
     }
@@ -305,6 +399,8 @@ static struct ctx_state *new_slot(CUcontext ctx)
     return cs;
 }
 
+static bool switch_context(struct ctx_state *cs, CUcontext ctx);
+
 /* This thread's state for the current context (thr.cur); false: launch unmanaged. */
 static bool bind_context(void)
 {
@@ -320,9 +416,18 @@ static bool bind_context(void)
     struct ctx_state *cs = thr.cur;
     if (__builtin_expect(cs != NULL && ctx == cs->ctx, 1))
         return cs->idx >= 0;
-    /* Another context: the last one's open burst ends here (in its own
-     * context); what it has in flight stays counted for when the thread
-     * comes back. */
+    CUstreamCaptureMode mode = relax();
+    bool ok = switch_context(cs, ctx);
+    unrelax(mode);
+    return ok;
+}
+
+/* The thread launches in ctx, not in cs's context (cs: NULL or the last):
+ * finds or makes its slot. */
+static bool switch_context(struct ctx_state *cs, CUcontext ctx)
+{
+    /* The last context's open burst ends here (in its own context); what it
+     * has in flight stays counted for when the thread comes back. */
     if (cs != NULL && cs->ctx != NULL && cs->open)
         in_context(cs, ctx, close_burst);
     thr.cur = NULL;
@@ -369,17 +474,21 @@ static void thread_exit(void *unused)
     CUcontext cur = NULL;
     if (REAL.cuCtxGetCurrent(&cur) != CUDA_SUCCESS)
         cur = NULL;
+    CUstreamCaptureMode mode = relax();
     for (int i = 0; i < CTX_SLOTS; i++) {
         if (thr.slots[i].ctx != NULL)
             in_context(&thr.slots[i], cur, retire);
     }
+    unrelax(mode);
     thr.cur = NULL;
 }
 
-/* Waits while the container's grant leaves no tokens. */
-static void pace(int idx, tessera_device_compute *c, uint64_t now)
+/* Waits while the container's grant leaves no tokens, accounting this
+ * thread's bursts as they complete: a stopped holder's drained work is what
+ * lets the arbiter hand its turn on (`inflight`). */
+static void pace(struct ctx_state *cs, tessera_device_compute *c, uint64_t now)
 {
-    const tessera_device_limit *l = &g_limits->devices[idx];
+    const tessera_device_limit *l = &g_limits->devices[cs->idx];
     uint64_t waited = 0;
     for (;;) {
         uint32_t rate = pacing_rate(atomic_load_explicit(&l->compute_grant, memory_order_acquire),
@@ -395,6 +504,7 @@ static void pace(int idx, tessera_device_compute *c, uint64_t now)
             if ((tokens = pacing_tokens(c)) > 0)
                 break;
         }
+        account_done(cs);
         uint64_t w = pacing_wait_ns(tokens, rate);
         struct timespec ts = {(time_t)(w / 1000000000ull), (long)(w % 1000000000ull)};
         nanosleep(&ts, NULL);
@@ -407,6 +517,8 @@ static void pace(int idx, tessera_device_compute *c, uint64_t now)
         atomic_fetch_add_explicit(&c->throttle_waits, 1, memory_order_relaxed);
     }
 }
+
+static void open_burst(struct ctx_state *cs, CUstream s);
 
 void compute_admit_slow(CUstream s, bool per_thread)
 {
@@ -425,6 +537,15 @@ void compute_admit_slow(CUstream s, bool per_thread)
     }
     if (capturing(s))
         return;
+    CUstreamCaptureMode mode = relax();
+    open_burst(cs, s);
+    unrelax(mode);
+}
+
+/* Closes cs's open burst, accounts what finished, waits while too much is in
+ * flight or the grant says stop, and opens a burst on s. */
+static void open_burst(struct ctx_state *cs, CUstream s)
+{
     uint64_t now = now_ns();
     close_burst(cs);
     /* Account whatever finished; then bound the work in flight: the burst
@@ -442,12 +563,14 @@ void compute_admit_slow(CUstream s, bool per_thread)
     while (cs->count >= depth)
         account_oldest(cs, true);
     tessera_device_compute *c = &g_region->compute[cs->idx];
-    pace(cs->idx, c, now);
+    pace(cs, c, now);
     struct burst *b = slot(cs, cs->head);
     b->launches = 1;
     REAL.cuEventRecord(b->start, s);
     cs->stream = s;
     cs->open = true;
+    seq_update(cs);
+    b->beside = (uint32_t)atomic_load_explicit(&c->inflight, memory_order_relaxed);
     cs->opened_ns = now_ns();
 }
 
@@ -467,15 +590,37 @@ static struct ctx_state *sync_slot(void)
 void compute_before_sync_slow(void)
 {
     struct ctx_state *cs = sync_slot();
-    if (cs != NULL)
+    if (cs != NULL) {
+        CUstreamCaptureMode mode = relax();
         close_burst(cs);
+        unrelax(mode);
+    }
 }
 
 void compute_after_sync_slow(void)
 {
     struct ctx_state *cs = sync_slot();
-    if (cs != NULL)
+    if (cs != NULL && cs->count > 0) {
+        CUstreamCaptureMode mode = relax();
         account_done(cs);
+        unrelax(mode);
+    }
 }
 
-void compute_atfork_child(void) { atomic_store(&g_fork_epoch, atomic_fetch_add(&g_epoch, 1) + 1); }
+void compute_atfork_child(void)
+{
+    atomic_store(&g_fork_epoch, atomic_fetch_add(&g_epoch, 1) + 1);
+    for (int i = 0; i < TESSERA_MAX_DEVICES; i++)
+        atomic_store(&g_proc_inflight[i], 0); /* the parent's bursts stay the parent's */
+}
+
+void compute_process_exit(void)
+{
+    if (!compute_enabled)
+        return;
+    for (int i = 0; i < TESSERA_MAX_DEVICES; i++) {
+        uint64_t n = atomic_exchange(&g_proc_inflight[i], 0);
+        if (n > 0)
+            sub_floor(&g_region->compute[i].inflight, n);
+    }
+}

@@ -51,5 +51,8 @@ static inline void compute_after_sync(void)
 void compute_context_gone(CUcontext ctx);
 
 void compute_atfork_child(void);
+/* At exit: takes this process's bursts out of the region's in-flight counts
+ * (the driver drops its queued work). */
+void compute_process_exit(void);
 
 #endif

@@ -184,6 +184,8 @@ void hook_nvml_init(void)
  * usage disappears at once instead of at the next reap. */
 __attribute__((destructor)) static void hook_fini(void)
 {
-    if (atomic_load(&hook_ready))
+    if (atomic_load(&hook_ready)) {
+        compute_process_exit();
         limiter_release();
+    }
 }

@@ -102,6 +102,7 @@ static const struct {
     {"cuEventElapsedTime", (void **)&REAL.cuEventElapsedTime},
     {"cuEventDestroy_v2", (void **)&REAL.cuEventDestroy_v2},
     {"cuStreamIsCapturing", (void **)&REAL.cuStreamIsCapturing},
+    {"cuThreadExchangeStreamCaptureMode", (void **)&REAL.cuThreadExchangeStreamCaptureMode},
     {"nvmlDeviceGetUUID", (void **)&REAL_NVML.nvmlDeviceGetUUID},
 };
 

@@ -4,6 +4,7 @@
 #include "pacing.h"
 
 #include <stdatomic.h>
+#include <time.h>
 
 uint32_t pacing_rate(uint64_t grant, uint64_t heartbeat_ns, uint64_t policy, uint32_t share_pct, uint64_t now)
 {
@@ -70,4 +71,36 @@ uint64_t pacing_wait_ns(int64_t tokens, uint32_t rate)
         return 0;
     uint64_t w = (uint64_t)(-tokens) * 1000000u / rate;
     return w < min ? min : w > max ? max : w;
+}
+
+uint64_t pacing_inflight_bound_ns(uint64_t expect_ns)
+{
+    uint64_t b = expect_ns > PACING_INFLIGHT_MAX_NS / 8 ? PACING_INFLIGHT_MAX_NS : 8 * expect_ns;
+    return b < PACING_INFLIGHT_MIN_NS ? PACING_INFLIGHT_MIN_NS : b;
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+bool pacing_wait_bounded(int (*done)(void *), void *arg, uint64_t bound_ns, _Atomic uint64_t *demand)
+{
+    uint64_t start = mono_ns(), stamped = start, nap = 20000;
+    for (;;) {
+        if (done(arg))
+            return true;
+        uint64_t now = mono_ns();
+        if (now - start >= bound_ns)
+            return false;
+        if (demand != NULL && now - stamped >= 1000000) {
+            atomic_store_explicit(demand, now, memory_order_relaxed);
+            stamped = now;
+        }
+        nanosleep(&(struct timespec){0, (long)nap}, NULL);
+        if (nap < 200000)
+            nap += nap / 2;
+    }
 }

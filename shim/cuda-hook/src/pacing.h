@@ -33,4 +33,21 @@ int64_t pacing_tokens(tessera_device_compute *c);
 /* How long to sleep before tokens can be positive again at rate (bounded). */
 uint64_t pacing_wait_ns(int64_t tokens, uint32_t rate);
 
+/* The bound on waiting for one burst in flight: a generous multiple of the work
+ * it is expected to hold (expect_ns, from the measured time per launch), at
+ * least PACING_INFLIGHT_MIN_NS, at most PACING_INFLIGHT_MAX_NS. Past it the
+ * burst is no longer waited for: work that waits on the host (a kernel spinning
+ * on a flag the same thread sets after later launches, cuStreamWaitValue32, a
+ * collective waiting for a peer) must not wedge the thread in the limiter. */
+#define PACING_INFLIGHT_MIN_NS 100000000ull  /* 100 ms */
+#define PACING_INFLIGHT_MAX_NS 2000000000ull /* 2 s */
+uint64_t pacing_inflight_bound_ns(uint64_t expect_ns);
+
+/* Polls done(arg) until it returns non-zero or bound_ns passed, sleeping
+ * between polls (20 us at first, growing to 200 us: a burst in flight is
+ * ~0.5 ms of work, and a second one keeps the GPU busy meanwhile). While it
+ * waits, *demand is stamped with the time every millisecond (the tenant is
+ * not idle). Returns true if done, false on timeout. */
+bool pacing_wait_bounded(int (*done)(void *), void *arg, uint64_t bound_ns, _Atomic uint64_t *demand);
+
 #endif

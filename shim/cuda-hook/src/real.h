@@ -68,6 +68,7 @@ struct cuda_real {
     CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
     CUresult (*cuEventDestroy_v2)(CUevent);
     CUresult (*cuStreamIsCapturing)(CUstream, int *);
+    CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *);
     CUresult (*cuStreamSynchronize)(CUstream);
     CUresult (*cuStreamSynchronize_ptsz)(CUstream);
     CUresult (*cuEventSynchronize)(CUevent);

@@ -5,10 +5,11 @@
  * (cuLaunchKernelEx via dlsym), coop (cuLaunchCooperativeKernel via dlsym),
  * graph (a one-kernel CUDA graph, cuGraphLaunch via dlsym).
  *
- *   tenant PATH KERNEL_US SECONDS [burst=WORK_US/PERIOD_MS] [duty=ON_MS/OFF_MS] [children=N] [reset=1] [thread=K] [devices=2]
+ *   tenant PATH KERNEL_US SECONDS [burst=WORK_US/PERIOD_MS] [duty=ON_MS/OFF_MS] [children=N] [reset=1] [thread=K] [devices=2] [sync=N] [capture=global|global-query]
  *
  * KERNEL_US may be "mixed" (50 us, 1 ms, 10 ms, 200 us in turn). Saturating by
- * default (a queue kept full, synchronised every 64 launches); burst: WORK_US of
+ * default (a queue kept full, synchronised every 64 launches, or every N with
+ * sync=N: a shallow queue, which feels every descheduling of the process); burst: WORK_US of
  * kernels every PERIOD_MS, each burst synchronised and its latency reported;
  * duty: saturating for ON_MS, idle for OFF_MS. children: fork+exec N copies of
  * itself first (they count against the same container). reset=1: launch a few
@@ -17,6 +18,13 @@
  * that exits right after them (a thread per request). devices=2: one thread
  * launches on devices 0 and 1 in turn (cuCtxSetCurrent before each launch, as a
  * loop over cudaSetDevice does). Prints "ready" once
+ * capture=global: a second thread captures graphs of 20 kernels on its own
+ * stream in CU_STREAM_CAPTURE_MODE_GLOBAL over ~10 ms each, in a loop, while
+ * this one launches (it synchronises only between captures, which would
+ * otherwise be its own unsafe call); global-query: this thread also calls
+ * cuEventQuery during them (the application breaking its own captures).
+ * Reports "captures=C invalidated=I".
+ * Prints "ready" once
  * initialised and "done launches=N lat_us=a,b,..." at the end; any failure
  * "err ..." and exit 1. */
 #include <dlfcn.h>
@@ -61,6 +69,11 @@ static CUresult (*g_graph_add_kernel)(void **, void *, const void *, size_t, con
 static CUresult (*g_graph_instantiate)(void **, void *, unsigned long long);
 static void *g_graph_exec[5]; /* one per mixed size */
 static CUcontext g_ctx;
+static pthread_mutex_t g_capture_mu = PTHREAD_MUTEX_INITIALIZER; /* held while a capture is open */
+static volatile int g_capture_stop;
+static unsigned long g_captures, g_invalidated;
+static CUresult (*g_begin_capture)(CUstream, CUstreamCaptureMode);
+static CUresult (*g_end_capture)(CUstream, void **);
 static CUcontext g_ctxs[2];
 static CUfunction g_fs[2];
 static CUstream g_streams[2];
@@ -150,6 +163,45 @@ static void *build_graph(uint64_t ns)
     return exec;
 }
 
+/* Captures graphs in GLOBAL mode on its own stream until told to stop. */
+static void *capture_thread(void *arg)
+{
+    (void)arg;
+    CUstream cs;
+    CUresult r = cuCtxSetCurrent(g_ctx);
+    if (r == CUDA_SUCCESS)
+        r = cuStreamCreate(&cs, 0);
+    if (r != CUDA_SUCCESS)
+        die("capture thread", r);
+    static uint64_t ns = 100000;
+    void *params[] = {&ns};
+    while (!g_capture_stop) {
+        pthread_mutex_lock(&g_capture_mu);
+        if ((r = g_begin_capture(cs, CU_STREAM_CAPTURE_MODE_GLOBAL)) != CUDA_SUCCESS)
+            die("cuStreamBeginCapture_v2", r);
+        for (int i = 0; i < 20; i++) {
+            if ((r = cuLaunchKernel(g_f, 1, 1, 1, 1, 1, 1, 0, cs, params, NULL)) != CUDA_SUCCESS)
+                die("launch into capture", r);
+            nanosleep(&(struct timespec){0, 500000}, NULL);
+        }
+        void *graph = NULL, *exec = NULL;
+        r = g_end_capture(cs, &graph);
+        pthread_mutex_unlock(&g_capture_mu);
+        if (r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) {
+            g_invalidated++;
+            continue;
+        }
+        if (r != CUDA_SUCCESS)
+            die("cuStreamEndCapture", r);
+        g_captures++;
+        if ((r = g_graph_instantiate(&exec, graph, 0)) != CUDA_SUCCESS || (r = g_graph_launch(exec, cs)) != CUDA_SUCCESS ||
+            (r = cuStreamSynchronize(cs)) != CUDA_SUCCESS)
+            die("captured graph", r);
+        nanosleep(&(struct timespec){0, 2000000}, NULL);
+    }
+    return NULL;
+}
+
 static void sync_stream(void)
 {
     CUresult r = strcmp(g_path, "ptsz") == 0 ? cuCtxSynchronize() : cuStreamSynchronize(g_stream);
@@ -168,7 +220,8 @@ int main(int argc, char **argv)
     uint64_t kernel_ns = is_mixed ? 0 : strtoull(argv[2], NULL, 10) * 1000ull;
     double seconds = atof(argv[3]);
     uint64_t burst_work = 0, burst_period = 0, duty_on = 0, duty_off = 0;
-    int children = 0, reset = 0, per_thread = 0, ndev = 1;
+    int children = 0, reset = 0, per_thread = 0, ndev = 1, capture = 0;
+    uint64_t sync_every = 64;
     for (int i = 4; i < argc; i++) {
         unsigned long long a, b;
         if (sscanf(argv[i], "burst=%llu/%llu", &a, &b) == 2) {
@@ -183,6 +236,12 @@ int main(int argc, char **argv)
             reset = (int)a;
         } else if (sscanf(argv[i], "thread=%llu", &a) == 1) {
             per_thread = (int)a;
+        } else if (strcmp(argv[i], "capture=global") == 0) {
+            capture = 1;
+        } else if (strcmp(argv[i], "capture=global-query") == 0) {
+            capture = 2;
+        } else if (sscanf(argv[i], "sync=%llu", &a) == 1 && a > 0) {
+            sync_every = a;
         } else if (sscanf(argv[i], "devices=%llu", &a) == 1) {
             ndev = a == 2 ? 2 : 1;
         }
@@ -274,6 +333,18 @@ int main(int argc, char **argv)
         if (r != CUDA_SUCCESS)
             die("device 1", r);
     }
+    pthread_t capturer;
+    CUevent probe = NULL;
+    if (capture) {
+        g_begin_capture = need("cuStreamBeginCapture_v2");
+        g_end_capture = need("cuStreamEndCapture");
+        g_graph_instantiate = need("cuGraphInstantiateWithFlags");
+        g_graph_launch = need("cuGraphLaunch");
+        if ((r = cuEventCreate(&probe, 0)) != CUDA_SUCCESS)
+            die("cuEventCreate", r);
+        if (pthread_create(&capturer, NULL, capture_thread, NULL) != 0)
+            die("pthread_create", 0);
+    }
     printf("ready\n");
     fflush(stdout);
     uint64_t start = now_ns(), end = start + (uint64_t)(seconds * 1e9), launches = 0;
@@ -337,13 +408,30 @@ int main(int argc, char **argv)
             continue;
         }
         launch(ns, w);
-        if (++launches % 64 == 0)
+        if (capture == 2) {
+            cuEventRecord(probe, g_stream);
+            cuEventQuery(probe); /* unsafe during another thread's GLOBAL capture */
+        }
+        if (++launches % sync_every == 0) {
+            if (capture)
+                pthread_mutex_lock(&g_capture_mu); /* the sync is an unsafe call too */
             sync_stream();
+            if (capture)
+                pthread_mutex_unlock(&g_capture_mu);
+        }
+    }
+    if (capture) {
+        g_capture_stop = 1;
+        pthread_join(capturer, NULL);
     }
     sync_stream();
     for (int i = 0; i < children && i < 64; i++)
         waitpid(kids[i], NULL, 0);
-    printf("done launches=%llu lat_us=%s\n", (unsigned long long)launches, lat);
+    if (capture)
+        printf("done launches=%llu captures=%lu invalidated=%lu lat_us=%s\n", (unsigned long long)launches, g_captures,
+               g_invalidated, lat);
+    else
+        printf("done launches=%llu lat_us=%s\n", (unsigned long long)launches, lat);
     fflush(stdout);
     return 0;
 }

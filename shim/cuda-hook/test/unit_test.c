@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pacing.h"
@@ -383,6 +384,41 @@ static void test_pacing(void)
 
 /* A limits file's wait word, however corrupt, bounds the wait: 0 is the default,
  * anything past a minute is a minute. */
+static int never(void *arg)
+{
+    (*(int *)arg)++;
+    return 0;
+}
+
+static int after_three(void *arg) { return ++*(int *)arg >= 3; }
+
+/* The wait for a burst in flight is bounded: a burst that never completes (a
+ * hung stream, work that waits on the host) releases the thread after the
+ * bound, stamping the tenant's demand meanwhile; one that completes ends the
+ * wait at once. */
+static void test_inflight_wait_bound(void)
+{
+    CHECK(pacing_inflight_bound_ns(0) == PACING_INFLIGHT_MIN_NS);
+    CHECK(pacing_inflight_bound_ns(50000000ull) == 400000000ull); /* 8 x a 50 ms burst */
+    CHECK(pacing_inflight_bound_ns(10000000000ull) == PACING_INFLIGHT_MAX_NS);
+
+    int polls = 0;
+    _Atomic uint64_t demand = 0;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    CHECK(!pacing_wait_bounded(never, &polls, 30000000ull, &demand)); /* 30 ms */
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    uint64_t took = (uint64_t)(b.tv_sec - a.tv_sec) * 1000000000ull + (uint64_t)b.tv_nsec - (uint64_t)a.tv_nsec;
+    CHECK(took >= 30000000ull);
+    CHECK(took < 5000000000ull); /* returned: generous for a loaded machine */
+    CHECK(polls >= 2);
+    CHECK(atomic_load(&demand) != 0); /* stamped while waiting */
+
+    polls = 0;
+    CHECK(pacing_wait_bounded(after_three, &polls, 5000000000ull, NULL));
+    CHECK(polls == 3);
+}
+
 static void test_balloon_wait_bound(void)
 {
     CHECK(balloon_wait_ms(0) == TESSERA_BALLOON_DEFAULT_WAIT_MS);
@@ -408,6 +444,7 @@ int main(void)
     test_table_ranges_owners_and_vmm();
     test_sizes();
     test_pacing();
+    test_inflight_wait_bound();
     test_balloon_wait_bound();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

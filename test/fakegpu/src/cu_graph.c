@@ -6,6 +6,8 @@
  * accepted and ignored: the simulated device runs a process's kernels one at a
  * time anyway. cuGraphLaunch queues the whole graph on the stream as one piece
  * of work of the summed duration. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "cu_internal.h"
@@ -36,7 +38,54 @@ struct CUgraphExec_st {
 
 struct fg_capture {
     CUgraph graph;
+    CUstreamCaptureMode mode;
+    _Atomic int invalidated; /* an unsafe call was made while it ran */
+    struct fg_capture *next;  /* g_captures */
 };
+
+/* Capture interaction (cuStreamBeginCapture / cuThreadExchangeStreamCaptureMode,
+ * as NVIDIA documents them): while a capture begun in GLOBAL mode is active in
+ * the process, a thread whose own mode is GLOBAL (the default) may not make
+ * "potentially unsafe" calls (here: querying or synchronising events, streams
+ * or the context); nor may a thread, unless its mode is RELAXED, while it has
+ * a capture of its own begun in GLOBAL or THREAD_LOCAL mode. Such a call fails
+ * with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the captures
+ * concerned (all active non-relaxed ones here), whose cuStreamEndCapture then
+ * returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED. This is what made PyTorch's
+ * NCCL watchdog (cudaEventQuery from its own thread) break graph capture. */
+static pthread_mutex_t g_captures_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct fg_capture *g_captures;     /* active captures */
+static _Atomic int g_global_captures;     /* active ones begun in GLOBAL mode */
+static _Thread_local CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static _Thread_local int t_own_global, t_own_strict; /* this thread's active captures: GLOBAL; GLOBAL or THREAD_LOCAL */
+
+FG_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    if (!mode || *mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = t_mode;
+    t_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
+
+CUresult fg_capture_unsafe_call(void)
+{
+    if (t_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_SUCCESS;
+    int others = atomic_load(&g_global_captures) - t_own_global;
+    if (t_own_strict == 0 && (t_mode != CU_STREAM_CAPTURE_MODE_GLOBAL || others <= 0))
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&g_captures_mu);
+    for (struct fg_capture *c = g_captures; c; c = c->next) {
+        if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+            atomic_store(&c->invalidated, 1);
+    }
+    pthread_mutex_unlock(&g_captures_mu);
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+int fg_capture_invalidated(const struct fg_capture *c) { return atomic_load(&c->invalidated); }
 
 FG_API CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
@@ -236,6 +285,17 @@ static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode)
         free(c);
         return r;
     }
+    c->mode = mode;
+    pthread_mutex_lock(&g_captures_mu);
+    c->next = g_captures;
+    g_captures = c;
+    pthread_mutex_unlock(&g_captures_mu);
+    if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL) {
+        atomic_fetch_add(&g_global_captures, 1);
+        t_own_global++;
+    }
+    if (mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+        t_own_strict++;
     s->capture = c;
     return CUDA_SUCCESS;
 }
@@ -262,6 +322,29 @@ static CUresult end_capture(CUstream h, CUgraph *phGraph)
     if (!c)
         return FG_ERROR_ILLEGAL_STATE;
     s->capture = NULL;
+    pthread_mutex_lock(&g_captures_mu);
+    for (struct fg_capture **p = &g_captures; *p; p = &(*p)->next) {
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g_captures_mu);
+    /* Ended by the thread that began it (the real driver refuses another
+     * with CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD; not modelled). */
+    if (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL) {
+        atomic_fetch_sub(&g_global_captures, 1);
+        if (t_own_global > 0)
+            t_own_global--;
+    }
+    if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED && t_own_strict > 0)
+        t_own_strict--;
+    if (atomic_load(&c->invalidated)) {
+        cuGraphDestroy(c->graph);
+        free(c);
+        *phGraph = NULL;
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
     *phGraph = c->graph;
     free(c);
     return CUDA_SUCCESS;
@@ -288,7 +371,9 @@ static CUresult is_capturing(CUstream h, CUstreamCaptureStatus *status)
     struct fg_stream *s = fg_stream_resolve(h, ctx);
     if (!s)
         return CUDA_ERROR_INVALID_HANDLE;
-    *status = s->capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    *status = !s->capture                        ? CU_STREAM_CAPTURE_STATUS_NONE
+              : atomic_load(&s->capture->invalidated) ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                                      : CU_STREAM_CAPTURE_STATUS_ACTIVE;
     return CUDA_SUCCESS;
 }
 

@@ -41,6 +41,10 @@ struct fg_mark {
 };
 
 struct fg_capture; /* cu_graph.c */
+/* Before a "potentially unsafe" call (event/stream/context query or
+ * synchronisation): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (and the captures
+ * concerned invalidated) if a stream capture forbids it to this thread. */
+CUresult fg_capture_unsafe_call(void);
 
 struct fg_stream {
     uint32_t magic;

@@ -84,6 +84,7 @@ static const struct fg_proc procs[] = {
     {"cuGraphExecDestroy", 10000, (void *)cuGraphExecDestroy, NULL},
     {"cuStreamBeginCapture", 10010, (void *)cuStreamBeginCapture_v2, (void *)cuStreamBeginCapture_v2_ptsz},
     {"cuStreamEndCapture", 10000, (void *)cuStreamEndCapture, (void *)cuStreamEndCapture_ptsz},
+    {"cuThreadExchangeStreamCaptureMode", 10010, (void *)cuThreadExchangeStreamCaptureMode, NULL},
     {"cuStreamIsCapturing", 10000, (void *)cuStreamIsCapturing, (void *)cuStreamIsCapturing_ptsz},
     {"cuStreamCreate", 2000, (void *)cuStreamCreate, NULL},
     {"cuStreamDestroy", 4000, (void *)cuStreamDestroy_v2, NULL},

@@ -91,6 +91,8 @@ FG_API CUresult cuStreamSynchronize(CUstream hStream)
         return r;
     if (s->capture)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if ((r = fg_capture_unsafe_call()) != CUDA_SUCCESS)
+        return r;
     fg_mark_wait(s->ctx->dev, fg_stream_mark(s));
     fg_pools_sync(s->ctx->dev);
     return CUDA_SUCCESS;
@@ -104,6 +106,8 @@ FG_API CUresult cuStreamQuery(CUstream hStream)
         return r;
     if (s->capture)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if ((r = fg_capture_unsafe_call()) != CUDA_SUCCESS)
+        return r;
     return fg_mark_done(s->ctx->dev, fg_stream_mark(s)) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -112,6 +116,8 @@ FG_API CUresult cuCtxSynchronize(void)
     struct CUctx_st *ctx;
     CUresult r = fg_enter(&ctx);
     if (r != CUDA_SUCCESS)
+        return r;
+    if ((r = fg_capture_unsafe_call()) != CUDA_SUCCESS)
         return r;
     fg_mark_wait(ctx->dev, &ctx->tail);
     fg_pools_sync(ctx->dev);
@@ -188,6 +194,9 @@ FG_API CUresult cuEventSynchronize(CUevent hEvent)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!event_ok(hEvent))
         return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = fg_capture_unsafe_call();
+    if (r != CUDA_SUCCESS)
+        return r;
     fg_event_wait(hEvent);
     fg_pools_sync(hEvent->ctx->dev);
     return CUDA_SUCCESS;
@@ -199,6 +208,9 @@ FG_API CUresult cuEventQuery(CUevent hEvent)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!event_ok(hEvent))
         return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = fg_capture_unsafe_call();
+    if (r != CUDA_SUCCESS)
+        return r;
     return fg_event_done(hEvent) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
