@@ -37,6 +37,7 @@ type lendKey struct {
 type reservation struct {
 	pod  *Pod
 	node int
+	pin  pin                // the GPUs of node it may hold (a gang's island or NUMA node)
 	held placement.Decision // the placeholder grant; no shares and no CPU when nothing is held
 	on   bool
 }
@@ -59,9 +60,10 @@ func (rs *reservations) nodeReserved(i int) bool {
 
 // heldGrant is what to hold on node n for request q: of each resource the
 // pod needs, what the node has free now. GPUs: the pod's GPU count of the
-// node's emptiest GPUs, each up to the pod's per-GPU share; MIG devices:
-// up to the pod's count of the free ones of its profile.
-func heldGrant(n *partition.Node, q *placement.Request) partition.Grant {
+// node's emptiest GPUs that where admits, each up to the pod's per-GPU
+// share; MIG devices: up to the pod's count of the free ones of its
+// profile.
+func heldGrant(n *partition.Node, q *placement.Request, where pin) partition.Grant {
 	g := partition.Grant{CPU: min(q.CPUMilli, n.FreeCPU), MemMiB: min(q.MemMiB, n.FreeMemMiB)}
 	if q.NumMIG > 0 {
 		g.MIG = n.PickMIG(q.MIGProfile, min(q.NumMIG, n.FreeMIG(q.MIGProfile)))
@@ -71,7 +73,7 @@ func heldGrant(n *partition.Node, q *placement.Request) partition.Grant {
 	}
 	idx := make([]int, 0, len(n.GPUs))
 	for i := range n.GPUs {
-		if !n.GPUs[i].InMIGMode() && n.GPUs[i].FreeMilli > 0 {
+		if !n.GPUs[i].InMIGMode() && n.GPUs[i].FreeMilli > 0 && where.admits(&n.GPUs[i]) {
 			idx = append(idx, i)
 		}
 	}
@@ -102,7 +104,7 @@ func (e *Engine) chooseNode(p *Pod) int {
 		if len(n.GPUs) < p.Request.NumGPU || n.CPU < p.Request.CPUMilli || n.MemMiB < p.Request.MemMiB {
 			continue
 		}
-		g := heldGrant(n, &p.Request)
+		g := heldGrant(n, &p.Request, pin{})
 		var gpu int64
 		for _, s := range g.Shares {
 			gpu += int64(s.Milli)
@@ -134,7 +136,7 @@ func emptyNode(n *partition.Node, out *partition.Node) {
 
 // hold takes what node r.node has free of the pod's need.
 func (e *Engine) hold(r *reservation) {
-	g := heldGrant(&e.cluster.Nodes[r.node], &r.pod.Request)
+	g := heldGrant(&e.cluster.Nodes[r.node], &r.pod.Request, r.pin)
 	r.held = placement.Decision{Node: r.node, NodeName: e.cluster.Nodes[r.node].Name, Grant: g}
 	r.on = false
 	if r.empty() {
@@ -195,6 +197,9 @@ func (e *Engine) placeThroughReservations(p *Pod, now time.Time) bool {
 // effective is the class p competes in at now in the queue: escalated
 // after its maximum wait, then aged. (Queue order, not preemption rights.)
 func (e *Engine) effective(p *Pod, now time.Time) priority.Class {
+	if name := e.pendingGroup(p); name != "" {
+		return e.gangClass(name, now) // a group competes as one
+	}
 	qc, base, wait := e.q.Config(), p.Class, now.Sub(p.Submitted)
 	if p.MaxWait > 0 && wait >= p.MaxWait && qc.EscalateTo.Above(base) {
 		base = qc.EscalateTo
@@ -248,14 +253,25 @@ func (e *Engine) dropReservation(key string) {
 // is dropped.
 func (e *Engine) refreshReservations(now time.Time) {
 	for _, r := range slices.Clone(e.res.order) {
+		if e.res.byPod[r.pod.Key] != r {
+			continue // dropped with its group in this loop
+		}
 		if !e.cluster.Admits(r.node, &r.pod.Request) {
 			// The node was cordoned: what it holds serves nobody and the
 			// pod would wait for it forever. Let go; the pod's next failed
-			// attempt reserves a node that admits it.
+			// attempt reserves a node that admits it. A gang member's
+			// reservation is part of its group's: all go.
+			if r.pod.Gang != nil {
+				e.dropGangReservations(sortedKeys(e.gangs.pending[r.pod.Gang.Name])...)
+			}
 			e.dropReservation(r.pod.Key)
 			continue
 		}
 		e.unhold(r)
+		if r.pod.Gang != nil {
+			e.hold(r) // a group starts whole, when its entry's turn comes
+			continue
+		}
 		if d, ok := e.sched.ScheduleOn(r.node, &r.pod.Request); ok {
 			if en, queued := e.q.Get(r.pod.Key); queued && e.admitted(en.Pod, now) {
 				e.q.Remove(r.pod.Key)

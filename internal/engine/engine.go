@@ -168,6 +168,10 @@ func (e *Engine) Delete(key string) bool {
 			e.dropReservation(key)
 			_ = e.gangs.tracker.RemoveMember(name, key)
 			delete(m, key)
+			if len(m) == 0 {
+				e.forgetGroup(name)
+			}
+			e.syncToken(name) // the group may no longer be Ready, or of its class
 			return true
 		}
 	}
@@ -274,7 +278,7 @@ func (e *Engine) Events() []Event {
 func (e *Engine) Cycle(now time.Time) int {
 	e.q.Advance(now) // deadlines and escalations even when nothing is tried
 	e.searches = 0
-	e.cycleGangs(now)
+	e.gangClock(now)
 	e.refreshReservations(now)
 	var failed []*queue.Entry[*Pod]
 	tried := 0
@@ -297,6 +301,7 @@ func (e *Engine) Cycle(now time.Time) int {
 // Step tries the next ready pod, if any: pop, admit, fit, place or fail and
 // requeue. It reports whether a pod was ready.
 func (e *Engine) Step(now time.Time) bool {
+	e.gangClock(now)
 	en := e.q.Pop(now)
 	if en == nil {
 		return false
@@ -307,8 +312,12 @@ func (e *Engine) Step(now time.Time) bool {
 	return true
 }
 
-// attempt runs the stages for one popped pod; true when it was placed.
+// attempt runs the stages for one popped pod (or group); true when it was
+// placed.
 func (e *Engine) attempt(p *Pod, now time.Time) bool {
+	if p.group != "" {
+		return e.attemptGang(p, now)
+	}
 	if !e.admitted(p, now) {
 		return false
 	}
@@ -363,8 +372,17 @@ func (e *Engine) admitted(p *Pod, now time.Time) bool {
 	return false
 }
 
-// Pending is how many pods wait; Running how many hold a placement.
-func (e *Engine) Pending() int { return e.q.Len() + e.gangPending() }
+// Pending is how many pods wait (a Ready group's queue entry is not a pod:
+// its members are counted).
+func (e *Engine) Pending() int {
+	n := e.q.Len() + e.gangPending()
+	for _, tok := range e.gangs.tokens {
+		if _, queued := e.q.Get(tok.Key); queued {
+			n--
+		}
+	}
+	return n
+}
 
 // RunningCount is how many pods hold a placement.
 func (e *Engine) RunningCount() int { return len(e.running) }
@@ -413,7 +431,11 @@ func (e *Engine) HeldGrants() []placement.Decision {
 
 // EachPending calls fn for every pending pod, in no particular order.
 func (e *Engine) EachPending(fn func(p *Pod)) {
-	e.q.Each(func(en *queue.Entry[*Pod]) { fn(en.Pod) })
+	e.q.Each(func(en *queue.Entry[*Pod]) {
+		if en.Pod.group == "" { // a group's entry: its members follow
+			fn(en.Pod)
+		}
+	})
 	for _, m := range e.gangs.pending {
 		for _, p := range m {
 			fn(p)

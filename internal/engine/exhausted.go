@@ -36,6 +36,9 @@ func newExhaustion() *exhaustion {
 }
 
 func (e *Engine) keyOf(p *Pod) pairKey {
+	if p.group != "" {
+		return pairKey{team: p.Key} // a group is like no other entry
+	}
 	k := pairKey{shape: e.cluster.ShapeOf(&p.Request), class: p.Class}
 	if e.admit != nil {
 		k.team = p.Team // teams matter only to admission

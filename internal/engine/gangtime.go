@@ -8,13 +8,15 @@ import (
 	"github.com/tessera-gpu/tessera/internal/priority"
 )
 
-// Gang members bypass the queue, so the queue's clock (deadline, maximum
-// wait, ageing) is applied to a pending group here, with the same rules as
-// for a single pod: a group cannot start without any of its members, so
-// the first member deadline that passes drops the whole group; a member
-// that waited its MaxWait escalates the group to the queue's EscalateTo;
-// and the group ages like a pod from its first member's submission, up to
-// the ageing ceiling.
+// A pending group is one entry in the queue (its token, gangs.go) only
+// once Ready, and its members' deadlines and maximum waits are theirs, not
+// the token's, so the queue's clock is applied to a pending group here,
+// with the same rules as for a single pod: a group cannot start without
+// any of its members, so the first member deadline that passes drops the
+// whole group; a member that waited its MaxWait escalates the group to the
+// queue's EscalateTo (its token moves to that class); and the group ages
+// like a pod from its first member's submission, up to the ageing ceiling
+// (the queue ages the token).
 
 // expireGangDeadlines drops, whole, every pending group one of whose
 // members is past its deadline; every member is told why.
@@ -25,14 +27,12 @@ func (e *Engine) expireGangDeadlines(now time.Time) {
 			continue
 		}
 		reason := fmt.Sprintf("gang %s: member %s deadline %s passed", name, late.Key, late.Deadline.Format(time.RFC3339))
-		e.dropGangReservations(sortedKeys(e.gangs.pending[name])...)
-		for _, key := range sortedKeys(e.gangs.pending[name]) {
-			p := e.gangs.pending[name][key]
+		pending := e.gangs.pending[name]
+		e.forgetGroup(name)
+		for _, key := range sortedKeys(pending) {
 			_ = e.gangs.tracker.RemoveMember(name, key) // releases what it held
-			e.emit(Event{Kind: Dropped, Time: now, Pod: p, Reason: reason})
+			e.emit(Event{Kind: Dropped, Time: now, Pod: pending[key], Reason: reason})
 		}
-		delete(e.gangs.pending, name)
-		delete(e.gangs.escalated, name)
 	}
 }
 
@@ -57,6 +57,7 @@ func (e *Engine) escalateGangs(now time.Time) {
 			continue
 		}
 		e.gangs.escalated[name] = true
+		e.syncToken(name)
 		for _, key := range sortedKeys(e.gangs.pending[name]) {
 			e.emit(Event{Kind: Escalated, Time: now, Pod: e.gangs.pending[name][key]})
 		}
@@ -105,26 +106,6 @@ func (e *Engine) gangSubmitted(name string) time.Time {
 	return first
 }
 
-// gangOrder lists the pending groups most urgent first (class at now),
-// then oldest first, then by name: the order they are reserved in.
-func (e *Engine) gangOrder(now time.Time) []string {
-	names := e.gangNames()
-	class := make(map[string]priority.Class, len(names))
-	for _, n := range names {
-		class[n] = e.gangClass(n, now)
-	}
-	slices.SortStableFunc(names, func(a, b string) int {
-		switch {
-		case class[a] != class[b]:
-			return int(class[a]) - int(class[b])
-		case !e.gangSubmitted(a).Equal(e.gangSubmitted(b)):
-			return e.gangSubmitted(a).Compare(e.gangSubmitted(b))
-		}
-		return 0 // names are sorted already
-	})
-	return names
-}
-
 // nextGangEvent is the earliest member deadline or maximum wait still to
 // be applied to a pending group; zero when none.
 func (e *Engine) nextGangEvent() time.Time {
@@ -163,4 +144,16 @@ func sortedKeys(m map[string]*Pod) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// pendingGroup names the pending group p is the token or a pending member
+// of; "" otherwise.
+func (e *Engine) pendingGroup(p *Pod) string {
+	switch {
+	case p.group != "":
+		return p.group
+	case p.Gang != nil && e.gangs.pending[p.Gang.Name][p.Key] == p:
+		return p.Gang.Name
+	}
+	return ""
 }

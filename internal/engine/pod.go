@@ -37,8 +37,13 @@ type Pod struct {
 	// MinRun protects a pod from preemption until it has run this long.
 	MinRun time.Duration
 	// Gang, when set, makes the pod a member of a pod group placed all or
-	// nothing (internal/gang); such pods bypass the queue.
+	// nothing (internal/gang); the group, not the pod, takes a place in
+	// the queue once min-member members are present (gangs.go).
 	Gang *gang.Spec
+
+	// group is set on the queue entry of a Ready pod group (its token),
+	// which is not a pod: it names the group.
+	group string
 
 	// preemptedAt is when the pod was last evicted (zero: never): it is
 	// not evicted again within the engine's cooldown after that.

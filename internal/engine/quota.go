@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tessera-gpu/tessera/internal/partition"
 	"github.com/tessera-gpu/tessera/internal/placement"
 	"github.com/tessera-gpu/tessera/internal/quota"
 )
@@ -25,7 +26,7 @@ func usageBefore(p *Pod) quota.Usage {
 	if len(p.Request.Models) > 0 {
 		model = p.Request.Models[0]
 	}
-	return quota.UsageOf(&p.Request, model)
+	return quota.UsageOf(&p.Request, model, 0)
 }
 
 // Admit implements Admission.
@@ -62,7 +63,8 @@ func (a *QuotaAdmission) AdmitAll(pods []*Pod, now time.Time) error {
 
 // Charge implements Admission: the books take the model the pod landed on.
 func (a *QuotaAdmission) Charge(p *Pod, r *Running) {
-	u := quota.UsageOf(&p.Request, a.Cluster.Nodes[r.Decision.Node].Model)
+	n := &a.Cluster.Nodes[r.Decision.Node]
+	u := quota.UsageOf(&p.Request, n.Model, gpuMemOf(n, r.Decision))
 	if err := a.Books.Add(quota.Pod{ID: p.Key, Queue: p.Team, Class: int(p.Class), Start: r.Started, Usage: u}); err != nil {
 		panic("engine: quota books refused a placed pod: " + err.Error())
 	}
@@ -85,3 +87,12 @@ func (a *QuotaAdmission) WithinGuarantee(p *Pod) bool {
 
 // Cohort implements Admission.
 func (a *QuotaAdmission) Cohort(p *Pod) string { return a.Books.CohortOf(p.Team) }
+
+// gpuMemOf is the memory of the GPU a MIG pod's devices are on (one model
+// per node: every GPU's); 0 for a pod without MIG devices.
+func gpuMemOf(n *partition.Node, d placement.Decision) int32 {
+	if len(d.Grant.MIG) == 0 {
+		return 0
+	}
+	return n.GPUs[n.MIG[d.Grant.MIG[0]].GPU].MemMiB
+}

@@ -316,3 +316,13 @@ func memberNames(g *group) string {
 	}
 	return strings.Join(s, ",")
 }
+
+// Sum is the members as the one request Reserve places for a group of
+// locality loc (nvlink-island: SameIsland set; numa-node: SameNUMA): CPU,
+// memory and GPUs added up, as aggregate explains. A caller holding
+// capacity for the group asks the placement engine about it.
+func Sum(ms []Member, loc Locality) (placement.Request, error) {
+	sum, err := aggregate(ms)
+	sum.SameIsland, sum.SameNUMA = loc == SameIsland, loc == SameNUMA
+	return sum, err
+}

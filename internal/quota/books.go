@@ -8,6 +8,7 @@ import (
 	"time"
 
 	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
+	"github.com/tessera-gpu/tessera/internal/mig/profile"
 	"github.com/tessera-gpu/tessera/internal/placement"
 )
 
@@ -26,18 +27,35 @@ const (
 var resNames = [perSet]string{"gpuMemMiB", "gpuMilli", "gpus"}
 
 // Usage is what one pod holds, as placement granted it: GPUs GPUs of Model,
-// each with MilliPerGPU compute and MemMiBPerGPU memory.
+// each with MilliPerGPU compute and MemMiBPerGPU memory; with MIG, GPUs
+// MIG devices, each that part of its GPU.
 type Usage struct {
 	Model        string
 	GPUs         int
 	MilliPerGPU  int32
 	MemMiBPerGPU int32
+	// MIG: the pod holds MIG devices, which count in whole GPUs too, at
+	// their fraction (a GPU share holds no device and counts in compute
+	// and memory only).
+	MIG bool
 }
 
 // UsageOf is what a pod of request r holds on a GPU of model (the model of
 // the node placement chose; before placement, the model the pod would be
-// charged for, e.g. the heaviest it accepts).
-func UsageOf(r *placement.Request, model string) Usage {
+// charged for, e.g. the heaviest it accepts) with gpuMemMiB of memory (0:
+// not known yet). A MIG device is its profile's part of the GPU: its
+// compute slices of the GPU's and its memory slices' memory
+// (internal/mig/profile; 1g.10gb of an H100 80 GB is 142 milli and
+// 10 GiB). A profile no table or pattern reads counts as a whole GPU
+// rather than as nothing.
+func UsageOf(r *placement.Request, model string, gpuMemMiB int32) Usage {
+	if r.NumMIG > 0 {
+		s, err := profile.Of(r.MIGProfile, gpuMemMiB)
+		if err != nil {
+			s = profile.Share{ComputeMilli: 1000, MemMiB: max(gpuMemMiB, 0)}
+		}
+		return Usage{Model: model, GPUs: r.NumMIG, MilliPerGPU: s.ComputeMilli, MemMiBPerGPU: s.MemMiB, MIG: true}
+	}
 	return Usage{Model: model, GPUs: r.NumGPU, MilliPerGPU: r.GPUMilli, MemMiBPerGPU: r.GPUMemMiB}
 }
 
@@ -221,9 +239,12 @@ func (b *Books) weight(model string) int64 {
 func (b *Books) amounts(u Usage) []amount {
 	n := int64(u.GPUs)
 	mem, milli := n*int64(u.MemMiBPerGPU), n*int64(u.MilliPerGPU)
-	var whole int64
-	if u.MilliPerGPU >= 1000 {
-		whole = n
+	var devices int64 // GPUs held as devices, in thousandths of a GPU
+	switch {
+	case u.MIG:
+		devices = milli
+	case u.MilliPerGPU >= 1000:
+		devices = n * 1000
 	}
 	w := b.weight(u.Model)
 	out := make([]amount, 0, 2*perSet)
@@ -234,11 +255,11 @@ func (b *Books) amounts(u Usage) []amount {
 	}
 	add(resMem, mem*scale)
 	add(resMilli, milli*w)
-	add(resGPUs, whole*w)
+	add(resGPUs, devices*w/1000)
 	if m := b.models[u.Model]; m > 0 {
 		add(m*perSet+resMem, mem*scale)
 		add(m*perSet+resMilli, milli*scale)
-		add(m*perSet+resGPUs, whole*scale)
+		add(m*perSet+resGPUs, devices*scale/1000)
 	}
 	return out
 }

@@ -244,7 +244,7 @@ func BenchmarkDecideAddRemove(b *testing.B) {
 }
 
 func TestUsageOfRequest(t *testing.T) {
-	u := UsageOf(&placement.Request{NumGPU: 2, GPUMilli: 1000, GPUMemMiB: 4096}, "H100")
+	u := UsageOf(&placement.Request{NumGPU: 2, GPUMilli: 1000, GPUMemMiB: 4096}, "H100", 0)
 	if u != (Usage{Model: "H100", GPUs: 2, MilliPerGPU: 1000, MemMiBPerGPU: 4096}) {
 		t.Errorf("UsageOf = %+v", u)
 	}

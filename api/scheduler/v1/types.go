@@ -120,10 +120,14 @@ type BackfillConfig struct {
 type Resources struct {
 	// GPUMemMiB is GPU memory in MiB (never weighted: a MiB is a MiB).
 	GPUMemMiB int64 `json:"gpuMemMiB,omitempty"`
-	// GPUMilli is GPU compute, 1000 per whole GPU.
+	// GPUMilli is GPU compute, 1000 per whole GPU. A MIG device counts
+	// its compute slices of its GPU's (1g of 7: 142, rounded down).
 	GPUMilli int64 `json:"gpuMilli,omitempty"`
 	// GPUs counts whole GPUs, those a pod holds exclusively (1000 milli);
-	// shares of a GPU are counted by GPUMilli and GPUMemMiB only.
+	// shares of a GPU are counted by GPUMilli and GPUMemMiB only. A MIG
+	// device, held exclusively, counts as its fraction of a GPU (seven
+	// 1g.10gb devices: 0.994), its memory in GPUMemMiB
+	// (docs/scheduler.md, Quotas).
 	GPUs int64 `json:"gpus,omitempty"`
 }
 
