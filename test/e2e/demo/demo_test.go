@@ -1,0 +1,220 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tessera-gpu/tessera/test/e2e/process"
+	"github.com/tessera-gpu/tessera/test/e2e/tesserascheduler"
+	"github.com/tessera-gpu/tessera/test/fakegpu"
+)
+
+// repoRoot is the main module's checkout (this file is test/e2e/demo/demo_test.go).
+func repoRoot(t *testing.T) string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("cannot locate the test's source")
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}
+
+// reducedParts builds what the reduced form runs: the hook and simulated
+// driver (make), cudash, vgpu-monitor and cluster-scheduler.
+func reducedParts(t *testing.T, ctx context.Context) Config {
+	t.Helper()
+	lib, err := fakegpu.HookLibDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib, err = filepath.Abs(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	cudash := filepath.Join(tmp, "cudash")
+	if err := fakegpu.BuildCudash(cudash); err != nil {
+		t.Fatal(err)
+	}
+	root := repoRoot(t)
+	// make test-e2e names the binary make build made; otherwise build it.
+	monitor := os.Getenv("TESSERA_MONITOR_BIN")
+	if monitor == "" {
+		monitor = filepath.Join(tmp, "vgpu-monitor")
+		build := exec.CommandContext(ctx, "go", "build", "-o", monitor, "./cmd/vgpu-monitor")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build ./cmd/vgpu-monitor: %v\n%s", err, out)
+		}
+	}
+	sched, err := tesserascheduler.Binary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Config{
+		EUID:    1000,
+		Reduced: Options{LibDir: lib, Cudash: cudash, Monitor: monitor, ComputeWindow: 1500 * time.Millisecond},
+		OpenB: &OpenBOptions{Scheduler: sched, Shipped: filepath.Join(root, "internal", "placement", "testdata", "openb"),
+			Seeds: "42-43"},
+	}
+}
+
+// TestReducedFormAccount runs `make demo`'s reduced form and checks the
+// account's key lines, so the demo cannot rot: the pods' caps come from
+// Allocate and are enforced by the hook, the compute split follows the
+// shares, the monitor names both containers with their usage and caps,
+// a deleted pod's series and memory go, and the simulator's openb result
+// stands beside the published FGD number. Nothing may be left running.
+func TestReducedFormAccount(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	began := time.Now()
+	cfg := reducedParts(t, ctx)
+	t.Logf("parts built in %s", time.Since(began).Round(time.Millisecond))
+	began = time.Now()
+	var progress bytes.Buffer
+	cfg.Reduced.Progress = &progress
+	acc, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
+	}
+	t.Logf("demo ran in %s (simulator %s)", time.Since(began).Round(time.Millisecond), acc.OpenB.Took)
+	var buf bytes.Buffer
+	acc.Print(&buf)
+	out := buf.String()
+	t.Logf("account:\n%s", out)
+
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`== tessera demo \(reduced\) ==`),
+		regexp.MustCompile(`not root \(euid 1000\)`),
+		regexp.MustCompile(`demo-node: 4 simulated GPUs`),
+		regexp.MustCompile(`team-a/infer-a \(gpu-core: 30, gpu-mem: 8\) -> demo-node GPU \d`),
+		regexp.MustCompile(`team-b/train-b \(gpu-core: 70, gpu-mem: 16\) -> demo-node GPU \d`),
+		regexp.MustCompile(`kubelet allocated 8 gpu-mem IDs \+ 30 gpu-core IDs`),
+		regexp.MustCompile(`Allocate: env .*TESSERA_LIMITS=/run/tessera/limits`),
+		regexp.MustCompile(`infer-a  cuMemGetInfo: total 8\.0 GiB, free 8\.0 GiB`),
+		regexp.MustCompile(`train-b  cuMemGetInfo: total 16\.0 GiB, free 16\.0 GiB`),
+		regexp.MustCompile(`infer-a  cuMemAlloc\(1\.0 GiB\) -> CUDA_ERROR_OUT_OF_MEMORY; still 8\.0 GiB used of 8\.0 GiB`),
+		regexp.MustCompile(`team-a/infer-a: a 1\.0 GiB allocation past its 8\.0 GiB cap -> CUDA_ERROR_OUT_OF_MEMORY`),
+		regexp.MustCompile(`team-a/infer-a/server +GPU-\w+ +8\.0 GiB +8\.0 GiB +8\.0 GiB +1 +30 %`),
+		regexp.MustCompile(`team-b/train-b/trainer +GPU-\w+ +16\.0 GiB +16\.0 GiB +16\.0 GiB +1 +70 %`),
+		regexp.MustCompile(`GPU \d holds 24\.0 GiB in all \(NVML`),
+		regexp.MustCompile(`its series left /metrics and GPU \d fell to 16\.0 GiB in use`),
+		regexp.MustCompile(`fgd \(ours\) \d+\.\d\d %   tessera \d+\.\d\d %   published FGD 4\.77 %`),
+	} {
+		if !want.MatchString(out) {
+			t.Errorf("the account lacks %q", want)
+		}
+	}
+	// Compute: both saturate the shared GPU; without the arbiter and the
+	// hook's time slices each would get about half. The bound is loose for
+	// a loaded CI machine (shares' accuracy is computetest's subject).
+	if len(acc.Compute) != 2 {
+		t.Fatalf("compute shares: %+v", acc.Compute)
+	}
+	a, b := acc.Compute[0], acc.Compute[1]
+	if a.Pod != "infer-a" || a.GotPct < 15 || a.GotPct > 42 || b.GotPct < 58 {
+		t.Errorf("compute split %s %.1f %% / %s %.1f %%, want near 30/70", a.Pod, a.GotPct, b.Pod, b.GotPct)
+	}
+	if o := acc.OpenB; o == nil || o.Tessera >= o.Published || o.FGD-o.Published > 0.5 || o.Published-o.FGD > 0.5 {
+		t.Errorf("openb: %+v: want tessera below the published FGD and our fgd within 0.5 pp of it", acc.OpenB)
+	}
+	if !strings.Contains(progress.String(), "starting the device plugin") {
+		t.Errorf("no progress lines:\n%s", progress.String())
+	}
+	if live := process.Live(); len(live) > 0 {
+		t.Errorf("processes left running: %v", live)
+	}
+	if kids := children(t); len(kids) > 0 {
+		t.Errorf("child processes left running: %v", kids)
+	}
+}
+
+// children lists the live processes whose parent is this test.
+func children(t *testing.T) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	me := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
+		rest := string(stat[bytes.LastIndexByte(stat, ')')+1:])
+		f := strings.Fields(rest)
+		if len(f) > 1 && f[1] == strconv.Itoa(me) && f[0] != "Z" {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// fakeRealNode stands in for the real-node scenario.
+type fakeRealNode struct {
+	ran bool
+	err error
+}
+
+func (f *fakeRealNode) Run(_ context.Context, progress io.Writer) (*Account, error) {
+	f.ran = true
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &Account{Node: Node{Name: "realnode"}}, nil
+}
+
+// TestRootRunsTheRealNode: as root with a scenario, Run runs it (and not
+// the reduced form, whose parts are absent here); its failure is the
+// demo's failure, never a silent fallback.
+func TestRootRunsTheRealNode(t *testing.T) {
+	ctx := context.Background()
+	real := &fakeRealNode{}
+	acc, err := Run(ctx, Config{EUID: 0, Real: real})
+	if err != nil || !real.ran || acc.Form != "real node" || acc.Why != "" || acc.Node.Name != "realnode" {
+		t.Fatalf("Run as root: acc %+v, err %v, ran %v", acc, err, real.ran)
+	}
+	broken := &fakeRealNode{err: errors.New("kubelet never became Ready")}
+	if _, err := Run(ctx, Config{EUID: 0, Real: broken}); err == nil || !strings.Contains(err.Error(), "kubelet never became Ready") {
+		t.Fatalf("a failing real node: err %v", err)
+	}
+}
+
+// TestWhyReduced: the reduced form says why the real node did not run.
+func TestWhyReduced(t *testing.T) {
+	real := &fakeRealNode{}
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{EUID: 1000, Real: real}, "not root (euid 1000)"},
+		{Config{EUID: 0}, "no real-node scenario"},
+		{Config{EUID: 0, Real: real}, ""},
+	} {
+		got := whyReduced(c.cfg)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("whyReduced(euid %d, real %v) = %q, want %q", c.cfg.EUID, c.cfg.Real != nil, got, c.want)
+		}
+	}
+	if real.ran {
+		t.Error("whyReduced ran the scenario")
+	}
+}
