@@ -1,0 +1,363 @@
+// Package docs holds the tests that keep the documentation true: every
+// resource and annotation name the code defines is in the user guide, every
+// Pod spec in README.md and the user guide is a Pod the scheduler accepts,
+// every make target the docs name exists, and every Helm value they name is
+// in the chart's values.yaml.
+package docs
+
+import (
+	"bytes"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
+	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/allocation"
+	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
+	"github.com/tessera-gpu/tessera/internal/gang"
+	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
+	"github.com/tessera-gpu/tessera/internal/region"
+)
+
+const root = ".."
+
+// Names users put in Pod specs: each must appear in a Pod example of the
+// user guide. The resource names are built from resource.Domain, so they
+// are listed by constant, not found as literals.
+var (
+	resources = []string{resource.GPU, resource.Memory, resource.Core, resource.MIGPrefix}
+	podSet    = []string{schedv1.PriorityAnnotation, allocation.PolicyAnnotation, translate.QueueAnnotation,
+		translate.ModelsAnnotation, gang.GroupAnnotation, gang.MinMemberAnnotation, gang.LocalityAnnotation, annv1.BalloonKey}
+	// Names tessera writes and users read.
+	written = []string{annv1.AssignmentKey, annv1.AllocatedKey, annv1.BorrowedKey, annv1.NodeGPUsKey, annv1.NodeBalloonsKey}
+)
+
+func read(t *testing.T, rel string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// codeNames finds every string literal of the product code that is a
+// tessera.io/ name (not the domain itself).
+func codeNames(t *testing.T) []string {
+	t.Helper()
+	name := regexp.MustCompile(`^tessera\.io/[a-z0-9][a-z0-9.-]*$`)
+	seen := map[string]bool{}
+	fset := token.NewFileSet()
+	for _, dir := range []string{"api", "cmd", "internal", "shim"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() && d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return nil
+			}
+			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+			if err != nil {
+				return err
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					if s, err := strconv.Unquote(lit.Value); err == nil && name.MatchString(s) {
+						seen[s] = true
+					}
+				}
+				return true
+			})
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out []string
+	for s := range seen {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestEveryNameIsInTheUserGuide: each resource and annotation name in the
+// code is documented in the user guide, and each is classified here (a new
+// one fails until it is both documented and classified).
+func TestEveryNameIsInTheUserGuide(t *testing.T) {
+	guide := read(t, "docs/user-guide.md")
+	known := map[string]bool{}
+	for _, list := range [][]string{resources, podSet, written} {
+		for _, n := range list {
+			known[n] = true
+		}
+	}
+	found := codeNames(t)
+	if len(found) < 10 {
+		t.Fatalf("found only %d tessera.io/ names in the code: %v", len(found), found)
+	}
+	for _, n := range found {
+		if !known[n] {
+			t.Errorf("%s is in the code but not classified in docs_test.go (resource, set on pods, or written by tessera)", n)
+		}
+	}
+	for n := range known {
+		if !strings.Contains(guide, "`"+n) {
+			t.Errorf("docs/user-guide.md does not name `%s`", n)
+		}
+	}
+}
+
+// yamlBlocks returns the fenced ```yaml blocks of a Markdown file.
+func yamlBlocks(md string) []string {
+	var out []string
+	for _, m := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(md, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// TestPodExamplesAreAcceptedPods: every Pod spec in README.md and the user
+// guide decodes strictly as a Pod, its tessera names are real, the
+// scheduler's translation accepts it, and its annotation values parse. The
+// guide's examples together use every resource and every annotation users set.
+func TestPodExamplesAreAcceptedPods(t *testing.T) {
+	used := map[string]bool{}
+	pods := 0
+	for _, file := range []string{"README.md", "docs/user-guide.md"} {
+		for i, block := range yamlBlocks(read(t, file)) {
+			if !regexp.MustCompile(`(?m)^kind: Pod$`).MatchString(block) {
+				continue
+			}
+			pods++
+			var p corev1.Pod
+			if err := yaml.UnmarshalStrict([]byte(block), &p); err != nil {
+				t.Errorf("%s, yaml block %d: not a Pod: %v", file, i+1, err)
+				continue
+			}
+			where := file + ": pod " + p.Name
+			for _, c := range p.Spec.Containers {
+				for res := range c.Resources.Limits {
+					name := string(res)
+					if strings.HasPrefix(name, resource.MIGPrefix) {
+						name = resource.MIGPrefix
+					}
+					if strings.HasPrefix(string(res), resource.Domain) && !contains(resources, name) {
+						t.Errorf("%s: unknown resource %s", where, res)
+					}
+					used[name] = true
+				}
+			}
+			for k, v := range p.Annotations {
+				if strings.HasPrefix(k, resource.Domain) && !contains(podSet, k) {
+					t.Errorf("%s: %s is not an annotation users set", where, k)
+				}
+				used[k] = true
+				if k == allocation.PolicyAnnotation {
+					if _, err := region.ParsePolicy(v); err != nil {
+						t.Errorf("%s: %s: %v", where, k, err)
+					}
+				}
+				if k == annv1.BalloonKey && v != "true" {
+					t.Errorf("%s: %s: %q, only \"true\" opts in", where, k, v)
+				}
+			}
+			if _, _, err := translate.EnginePod(&p, schedv1.Default(), 1024); err != nil {
+				t.Errorf("%s: the scheduler refuses it: %v", where, err)
+			}
+		}
+	}
+	if pods < 5 {
+		t.Fatalf("only %d Pod examples found", pods)
+	}
+	for _, n := range append(append([]string{}, resources...), podSet...) {
+		if !used[n] {
+			t.Errorf("no Pod example uses %s", n)
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// codeSpans are the inline code spans and fenced code blocks' lines of a
+// Markdown file: where commands and values are written.
+func codeSpans(md string) []string {
+	var out []string
+	fences := regexp.MustCompile("(?s)```[a-z]*\n(.*?)```")
+	for _, m := range fences.FindAllStringSubmatch(md, -1) {
+		out = append(out, strings.Split(m[1], "\n")...)
+	}
+	prose := fences.ReplaceAllString(md, "")
+	for _, m := range regexp.MustCompile("`([^`\n]+)`").FindAllStringSubmatch(prose, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(files, filepath.Join(root, "README.md"))
+}
+
+// makeTargets is every target make knows (its database, nothing run).
+func makeTargets(t *testing.T) map[string]bool {
+	t.Helper()
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("make", "-C", abs, "-pq", "--no-print-directory", "__docs_test_no_such_target__")
+	out, _ := cmd.Output() // exits 2: the goal does not exist; the database is printed first
+	targets := map[string]bool{}
+	rule := regexp.MustCompile(`^([^\s#%:=][^:=]*?):(?:[^=]|$)`)
+	for _, line := range strings.Split(string(out), "\n") {
+		if m := rule.FindStringSubmatch(line); m != nil {
+			for _, tg := range strings.Fields(m[1]) {
+				targets[strings.TrimPrefix(tg, abs+"/")] = true
+			}
+		}
+	}
+	if !targets["test"] || !targets["demo"] {
+		t.Fatalf("make's database lists no test or demo target (make -pq said %d bytes)", len(out))
+	}
+	return targets
+}
+
+// TestMakeTargetsInDocsExist: every `make <target>` in the docs' code is a
+// target of the Makefile or a fragment.
+func TestMakeTargetsInDocsExist(t *testing.T) {
+	targets := makeTargets(t)
+	invocation := regexp.MustCompile(`(?:^|[\s;&|(])make\s+((?:[^\s;&|)#]+\s*)+)`)
+	checked := 0
+	for _, file := range docFiles(t) {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, span := range codeSpans(string(b)) {
+			for _, m := range invocation.FindAllStringSubmatch(span, -1) {
+				args := strings.Fields(m[1])
+				for i := 0; i < len(args); i++ {
+					a := args[i]
+					switch {
+					case a == "-C" || a == "-f" || a == "-j":
+						i++ // the option's argument
+					case strings.HasPrefix(a, "-") || strings.Contains(a, "=") || strings.ContainsAny(a, "`'\"$<>…*"):
+					default:
+						checked++
+						if !targets[a] {
+							t.Errorf("%s: `make %s`: no such target", filepath.Base(file), a)
+						}
+					}
+				}
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("only %d make targets found in the docs", checked)
+	}
+}
+
+// freeForm are values whose keys are the components' own configuration
+// (validated by their parsers, not listed in values.yaml).
+var freeForm = []string{"node.devicePlugin.config", "node.monitor.config", "scheduler.queues"}
+
+// TestHelmValuesInDocsExist: every Helm value the docs name (`a.b.c`,
+// `a.b=c`, `a.b: c`, --set a.b=c) is a key of the chart's values.yaml.
+func TestHelmValuesInDocsExist(t *testing.T) {
+	var values map[string]any
+	if err := yaml.Unmarshal([]byte(read(t, "deploy/helm/tessera/values.yaml")), &values); err != nil {
+		t.Fatal(err)
+	}
+	var tops []string
+	for k := range values {
+		tops = append(tops, regexp.QuoteMeta(k))
+	}
+	ref := regexp.MustCompile(`(?:^|--set\s+|\s)((?:` + strings.Join(tops, "|") + `)(?:\.[A-Za-z][A-Za-z0-9]*)+)(?:$|=|:\s|\s)`)
+	fileLike := regexp.MustCompile(`\.(md|go|yaml|sh|so|csv|json|txt)$`)
+	checked := 0
+	for _, file := range docFiles(t) {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, span := range codeSpans(string(b)) {
+			for _, m := range ref.FindAllStringSubmatch(span, -1) {
+				path := m[1]
+				if fileLike.MatchString(path) {
+					continue
+				}
+				checked++
+				if err := lookup(values, path); err != "" {
+					t.Errorf("%s: Helm value `%s`: %s", filepath.Base(file), path, err)
+				}
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("only %d Helm values found in the docs", checked)
+	}
+}
+
+// lookup walks a dotted path through values; "" when it exists (or lies
+// under a free-form configuration that exists).
+func lookup(values map[string]any, path string) string {
+	var cur any = values
+	parts := strings.Split(path, ".")
+	for i, p := range parts {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return strings.Join(parts[:i], ".") + " is not a map"
+		}
+		next, ok := m[p]
+		if !ok {
+			for _, f := range freeForm {
+				if strings.HasPrefix(path, f+".") && i >= len(strings.Split(f, ".")) {
+					return ""
+				}
+			}
+			return "no key " + p + " under " + strings.Join(parts[:i], ".") + " in values.yaml"
+		}
+		cur = next
+	}
+	return ""
+}
+
+// TestCodeSpansParse guards the extractors themselves with a known input.
+func TestCodeSpansParse(t *testing.T) {
+	md := "run `make demo` and\n```sh\nmake test\nhelm install x --set webhook.enabled=true\n```\n"
+	got := strings.Join(codeSpans(md), "|")
+	for _, want := range []string{"make demo", "make test", "--set webhook.enabled=true"} {
+		if !bytes.Contains([]byte(got), []byte(want)) {
+			t.Errorf("codeSpans(%q) = %q, lacks %q", md, got, want)
+		}
+	}
+}
