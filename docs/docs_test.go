@@ -361,3 +361,24 @@ func TestCodeSpansParse(t *testing.T) {
 		}
 	}
 }
+
+// TestCodePathsInDocsExist: every repository path the docs name in code
+// (`internal/region`, [cmd/vgpu-monitor], …) exists, so a diagram or table
+// cannot point at code that moved or went.
+func TestCodePathsInDocsExist(t *testing.T) {
+	path := regexp.MustCompile(`(?:^|[\s\[(])((?:api|cmd|internal|shim|test|deploy|hack)/[A-Za-z0-9_./-]*[A-Za-z0-9_])`)
+	checked := 0
+	for _, file := range []string{"README.md", "docs/architecture.md", "docs/user-guide.md"} {
+		for _, span := range codeSpans(read(t, file)) {
+			for _, m := range path.FindAllStringSubmatch(span, -1) {
+				checked++
+				if _, err := os.Stat(filepath.Join(root, m[1])); err != nil {
+					t.Errorf("%s names %s, which is not in the repository", file, m[1])
+				}
+			}
+		}
+	}
+	if checked < 15 {
+		t.Fatalf("only %d paths found", checked)
+	}
+}

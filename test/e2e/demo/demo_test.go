@@ -218,3 +218,20 @@ func TestWhyReduced(t *testing.T) {
 		t.Error("whyReduced ran the scenario")
 	}
 }
+
+// TestUserGuideOpensWithTheDemoPod: the user guide's first example is the
+// demo's first pod, so what the guide says of it is what make demo shows.
+func TestUserGuideOpensWithTheDemoPod(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "user-guide.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "```yaml\n"+PodSpecs[0]+"```") {
+		t.Errorf("docs/user-guide.md does not show the demo's pod:\n%s", PodSpecs[0])
+	}
+	for _, spec := range PodSpecs {
+		if _, err := ParsePod(spec); err != nil {
+			t.Error(err)
+		}
+	}
+}
