@@ -25,7 +25,10 @@ type Account struct {
 	// Enforced lists what tessera refused or reclaimed, one line each.
 	Enforced []string
 	Compute  []ComputeShare
-	Metrics  []MetricRow
+	// Latency is the P0 pod's burst latency alone and beside a saturating
+	// P3 pod on its GPU (nil when they got different GPUs).
+	Latency *Latency
+	Metrics []MetricRow
 	// Deleted is what happened when a pod was deleted.
 	Deleted []string
 	OpenB   *OpenB
@@ -74,6 +77,14 @@ type ComputeShare struct {
 	Pod      string
 	SharePct float64
 	GotPct   float64
+}
+
+// Latency is a P0 pod's burst latency (median, 2 ms of kernels launched
+// and synchronised) alone on its GPU and beside a saturating P3 pod.
+type Latency struct {
+	P0, P3            string
+	AloneMs, BesideMs float64
+	Bursts            int
 }
 
 // MetricRow is one container's series on one GPU, as scraped from the
@@ -140,6 +151,10 @@ func (a *Account) Print(w io.Writer) {
 		for _, c := range a.Compute {
 			fmt.Fprintf(w, "    %-8s share %3.0f %%  got %5.1f %%\n", c.Pod, c.SharePct, c.GotPct)
 		}
+	}
+	if l := a.Latency; l != nil {
+		fmt.Fprintf(w, "  priority: %s's bursts (2 ms of kernels, launch to sync, median of %d): alone %.1f ms, beside saturating %s %.1f ms\n",
+			l.P0, l.Bursts, l.AloneMs, l.P3, l.BesideMs)
 	}
 	section(w, "Metrics (vgpu-monitor /metrics)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -110,6 +110,8 @@ func TestReducedFormAccount(t *testing.T) {
 		regexp.MustCompile(`team-b/train-b/trainer +GPU-\w+ +16\.0 GiB +16\.0 GiB +16\.0 GiB +1 +70 %`),
 		regexp.MustCompile(`GPU \d holds 24\.0 GiB in all \(NVML`),
 		regexp.MustCompile(`its series left /metrics and GPU \d fell to 16\.0 GiB in use`),
+		regexp.MustCompile(`priority: chat-p0's bursts \(2 ms of kernels, launch to sync, median of 14\): alone \d+\.\d ms, beside saturating batch-p3 \d+\.\d ms`),
+		regexp.MustCompile(`team-a/chat-p0/server +GPU-\w+ +0\.0 GiB +4\.0 GiB +0\.0 GiB +0 +50 %`),
 		regexp.MustCompile(`fgd \(ours\) \d+\.\d\d %   tessera \d+\.\d\d %   published FGD 4\.77 %`),
 	} {
 		if !want.MatchString(out) {
@@ -229,7 +231,7 @@ func TestUserGuideOpensWithTheDemoPod(t *testing.T) {
 	if !strings.Contains(string(b), "```yaml\n"+PodSpecs[0]+"```") {
 		t.Errorf("docs/user-guide.md does not show the demo's pod:\n%s", PodSpecs[0])
 	}
-	for _, spec := range PodSpecs {
+	for _, spec := range append(append([]string{}, PodSpecs...), PrioritySpecs...) {
 		if _, err := ParsePod(spec); err != nil {
 			t.Error(err)
 		}

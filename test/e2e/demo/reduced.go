@@ -144,6 +144,9 @@ func (r *run) scenario(ctx context.Context) error {
 	if err := r.compute(); err != nil {
 		return err
 	}
+	if err := r.priority(ctx, sched); err != nil {
+		return err
+	}
 	if err := r.metrics(ctx); err != nil {
 		return err
 	}
@@ -292,6 +295,59 @@ func (r *run) compute() error {
 		r.acc.Compute = append(r.acc.Compute, ComputeShare{Pod: p.acc.Name, SharePct: share, GotPct: 100 * got[i] / total})
 	}
 	return nil
+}
+
+// priority: a P0 pod's short bursts, timed alone on its GPU and then beside
+// a P3 pod that saturates the GPU; the arbiter holds P3 back while P0 works.
+func (r *run) priority(ctx context.Context, sched *scheduler) error {
+	for _, spec := range PrioritySpecs {
+		if err := r.admit(ctx, sched, spec); err != nil {
+			return err
+		}
+	}
+	p0, p3 := r.pods[len(r.pods)-2], r.pods[len(r.pods)-1]
+	if p0.acc.GPUIndex != p3.acc.GPUIndex {
+		r.acc.Enforced = append(r.acc.Enforced, "the P0 and P3 pods got different GPUs: no priority to show")
+		return nil
+	}
+	const bursts = 15
+	r.step("%s alone on GPU %d: %d bursts of 2 ms", p0.acc.Name, p0.acc.GPUIndex, bursts)
+	alone, err := burstLatency(p0.ctr, bursts)
+	if err != nil {
+		return err
+	}
+	r.step("%s beside %s, which saturates GPU %d", p0.acc.Name, p3.acc.Name, p0.acc.GPUIndex)
+	if err := p3.ctr.send("launch 1000000 1000000"); err != nil {
+		return err
+	}
+	time.Sleep(300 * time.Millisecond)
+	beside, err := burstLatency(p0.ctr, bursts)
+	if err != nil {
+		return err
+	}
+	r.acc.Latency = &Latency{P0: p0.acc.Name, P3: p3.acc.Name, AloneMs: alone, BesideMs: beside, Bursts: bursts - 1}
+	return nil
+}
+
+// burstLatency is the median time of n bursts (two 1 ms kernels, then a
+// synchronise), the first left out (it loads the module), in ms.
+func burstLatency(c *container, n int) (float64, error) {
+	var ms []float64
+	for i := range n {
+		began := time.Now()
+		if _, err := c.must("launch 2 1000000"); err != nil {
+			return 0, err
+		}
+		if _, err := c.must("sync"); err != nil {
+			return 0, err
+		}
+		if i > 0 {
+			ms = append(ms, float64(time.Since(began).Microseconds())/1000)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	sort.Float64s(ms)
+	return ms[len(ms)/2], nil
 }
 
 // busy is each process's kernel time on device dev so far.

@@ -45,6 +45,42 @@ spec:
         tessera.io/gpu-core: 70
 `}
 
+// PrioritySpecs are the scenario's second pair: a P0 server issuing short
+// bursts beside a P3 batch pod that saturates the GPU they share.
+var PrioritySpecs = []string{`apiVersion: v1
+kind: Pod
+metadata:
+  name: chat-p0
+  namespace: team-a
+  annotations:
+    tessera.io/priority: P0
+spec:
+  schedulerName: tessera-scheduler
+  containers:
+  - name: server
+    image: registry.example.com/chat:3.2
+    resources:
+      limits:
+        tessera.io/gpu-mem: 4
+        tessera.io/gpu-core: 50
+`, `apiVersion: v1
+kind: Pod
+metadata:
+  name: batch-p3
+  namespace: team-b
+  annotations:
+    tessera.io/priority: P3
+spec:
+  schedulerName: tessera-scheduler
+  containers:
+  - name: job
+    image: registry.example.com/batch:1.0
+    resources:
+      limits:
+        tessera.io/gpu-mem: 4
+        tessera.io/gpu-core: 50
+`}
+
 // ParsePod reads a Pod spec (YAML), refusing unknown fields.
 func ParsePod(spec string) (*corev1.Pod, error) {
 	var p corev1.Pod
