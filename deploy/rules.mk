@@ -18,7 +18,7 @@ $(HELM):
 
 # OCI image archives of the binaries and the hook, tagged with the chart's
 # appVersion; the hook installer is linked statically (its image has no C library).
-images: go-build lib/libtessera-hook.so
+images: go-build $(LIB)/libtessera-hook.so
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/hook-installer ./cmd/hook-installer
 	cd $(ROOT)/deploy && $(GO) run -mod=mod ./cmd/tessera-images --bin $(BIN) --lib $(LIB) \
 		--chart $(ROOT)/deploy/helm/tessera --out $(IMAGES_DIR)

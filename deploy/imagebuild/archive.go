@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -38,10 +39,34 @@ func WriteArchive(file, ref string, img v1.Image) error {
 	if i := lastColonAfterSlash(ref); i >= 0 {
 		tag = ref[i+1:]
 	}
-	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{annotationRefName: tag, annotationContainerdName: ref})); err != nil {
+	full, err := ContainerdName(ref)
+	if err != nil {
+		return err
+	}
+	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{annotationRefName: tag, annotationContainerdName: full})); err != nil {
 		return fmt.Errorf("OCI layout: %w", err)
 	}
 	return tarDir(dir, file)
+}
+
+// ContainerdName is ref as the kubelet's image lookup through containerd's
+// CRI finds it: fully qualified, with Docker Hub named docker.io
+// ("tessera/hook:0.1.0" → "docker.io/tessera/hook:0.1.0", "x:1" →
+// "docker.io/library/x:1"). `ctr images import` names an OCI archive's image
+// exactly by its io.containerd.image.name annotation, without normalising
+// it; an image imported as "tessera/hook:0.1.0" is invisible to a pod whose
+// image is "tessera/hook:0.1.0", which the CRI looks up as
+// docker.io/tessera/hook:0.1.0 (and then tries to pull).
+func ContainerdName(ref string) (string, error) {
+	t, err := name.NewTag(ref)
+	if err != nil {
+		return "", fmt.Errorf("image reference %q: %w", ref, err)
+	}
+	reg := t.RegistryStr()
+	if reg == name.DefaultRegistry {
+		reg = "docker.io"
+	}
+	return reg + "/" + t.RepositoryStr() + ":" + t.TagStr(), nil
 }
 
 // lastColonAfterSlash finds the tag separator of a reference (a registry

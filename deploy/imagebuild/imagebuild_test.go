@@ -246,7 +246,7 @@ func TestArchiveIsAnOCILayoutNamedForContainerd(t *testing.T) {
 	}
 	want, _ := img.Digest()
 	if len(m.Manifests) != 1 || m.Manifests[0].Digest != want ||
-		m.Manifests[0].Annotations["io.containerd.image.name"] != "tessera/cluster-scheduler:0.1.0" ||
+		m.Manifests[0].Annotations["io.containerd.image.name"] != "docker.io/tessera/cluster-scheduler:0.1.0" ||
 		m.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != "0.1.0" {
 		j, _ := json.Marshal(m)
 		t.Fatalf("index %s, want one manifest %s", j, want)
@@ -303,5 +303,27 @@ func TestImageRuns(t *testing.T) {
 	}
 	if out, err := exec.Command("chroot", root, "/usr/local/bin/device-plugin").CombinedOutput(); err != nil {
 		t.Fatalf("the image's program does not start in its own root: %v %s", err, out)
+	}
+}
+
+// TestContainerdName: the names containerd's CRI looks images up by, which
+// `ctr images import` must give the archives' images (it does not
+// normalise an OCI archive's io.containerd.image.name).
+func TestContainerdName(t *testing.T) {
+	for ref, want := range map[string]string{
+		"tessera/hook:0.1.0":              "docker.io/tessera/hook:0.1.0",
+		"busybox:1":                       "docker.io/library/busybox:1",
+		"docker.io/tessera/hook:0.1.0":    "docker.io/tessera/hook:0.1.0",
+		"tessera.local/e2e/probe:v1":      "tessera.local/e2e/probe:v1",
+		"localhost:5000/tessera/hook:0.1": "localhost:5000/tessera/hook:0.1",
+		"ghcr.io/tessera-gpu/hook:0.1.0":  "ghcr.io/tessera-gpu/hook:0.1.0",
+	} {
+		got, err := ContainerdName(ref)
+		if err != nil || got != want {
+			t.Errorf("ContainerdName(%q) = %q, %v; want %q", ref, got, err, want)
+		}
+	}
+	if _, err := ContainerdName("Bad Name"); err == nil {
+		t.Error("an invalid reference is accepted")
 	}
 }

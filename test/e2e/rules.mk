@@ -13,7 +13,7 @@ BENCH_TARGETS += bench-e2e
 LINT_TARGETS  += lint-e2e
 DEMO_TARGETS  += demo-scenario
 
-E2E_BINARIES := etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubelet containerd
+E2E_BINARIES := etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubelet containerd helm
 # The real node (realnode) also runs Debian's runc and CNI plugins.
 E2E_NODE_PACKAGES := runc containernetworking-plugins
 # E2E_SKIPPED succeeds (saying so) when the suite is to be skipped, fails

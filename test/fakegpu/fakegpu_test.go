@@ -345,3 +345,51 @@ func TestConcurrentFillNeverExceedsCapacity(t *testing.T) {
 		t.Errorf("processes stopped at %d bytes of %d: refused far from full", total, 1024*MiB)
 	}
 }
+
+// TestCUDAVisibleDevices: the simulated driver enumerates the devices
+// CUDA_VISIBLE_DEVICES lists, by index or (prefix of) UUID, in that order,
+// up to the first entry that names none, as NVIDIA's driver does; the
+// device plugin's CDI strategies narrow a container's GPUs with it.
+func TestCUDAVisibleDevices(t *testing.T) {
+	u0, u1 := fakegpu.UUID("", 0), fakegpu.UUID("", 1)
+	line := func(ordinal, dev int) string {
+		u := fakegpu.UUIDBytes("", dev)
+		return fmt.Sprintf("device %d uuid %x bus %d", ordinal, u[:], 0x18+8*dev)
+	}
+	for _, tc := range []struct {
+		visible string
+		want    []string // the info lines, by ordinal
+	}{
+		{"1", []string{line(0, 1)}},
+		{u1, []string{line(0, 1)}},
+		{u1[:12], []string{line(0, 1)}},
+		{"1,0", []string{line(0, 1), line(1, 0)}},
+		{" 0 ," + u1, []string{line(0, 0), line(1, 1)}},
+		{"0,7,1", []string{line(0, 0)}},
+		{"0,0", []string{line(0, 0)}},
+		{u0 + ",MIG-x", []string{line(0, 0)}},
+	} {
+		n := newNode(t)
+		n.extra = append(n.extra, "CUDA_VISIBLE_DEVICES="+tc.visible)
+		out, _, err := n.run("info")
+		if err != nil {
+			t.Fatalf("CUDA_VISIBLE_DEVICES=%q: info: %v\n%s", tc.visible, err, out)
+		}
+		if got := strings.Count(out, "device "); got != len(tc.want) {
+			t.Errorf("CUDA_VISIBLE_DEVICES=%q: %d devices, want %d:\n%s", tc.visible, got, len(tc.want), out)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("CUDA_VISIBLE_DEVICES=%q: want line %q in\n%s", tc.visible, w, out)
+			}
+		}
+	}
+	for _, none := range []string{"", "2", "GPU-", "x,0"} {
+		n := newNode(t)
+		n.extra = append(n.extra, "CUDA_VISIBLE_DEVICES="+none)
+		out, _, _ := n.run("errors")
+		if !strings.Contains(out, "cuInit(0) = 100, want 0") {
+			t.Errorf("CUDA_VISIBLE_DEVICES=%q: want CUDA_ERROR_NO_DEVICE from cuInit:\n%s", none, out)
+		}
+	}
+}

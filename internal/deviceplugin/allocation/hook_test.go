@@ -89,7 +89,9 @@ func (n *hookNode) driverEnv() []string {
 }
 
 // capScript allocates 3 GiB, then 2 GiB, then 1 GiB on GPU 1.
-const capScript = "init\nuuid 1\nctx 1\ninfo\nalloc a 3221225472\nalloc b 2147483648\nalloc c 1073741824\nexit\n"
+// The container's CUDA_VISIBLE_DEVICES lists only its GPU (the node's GPU
+// 1), so the driver enumerates it as ordinal 0, as NVIDIA's does.
+const capScript = "init\nuuid 0\nctx 0\ninfo\nalloc a 3221225472\nalloc b 2147483648\nalloc c 1073741824\nexit\n"
 
 // wantCap checks cudash's answers to capScript under a 4 GiB cap.
 func (n *hookNode) wantCap(t *testing.T, out string) {

@@ -235,7 +235,9 @@ func TestOnlyPreloadMountedUsesEnvironment(t *testing.T) {
 			resp.Mounts = append(resp.Mounts, m)
 		}
 	}
-	env := map[string]string{"TESSERA_LIMITS": host[allocation.LimitsPath], "TESSERA_REGION": host[allocation.RegionPath]}
+	// The runtime still hands the container its one GPU.
+	env := map[string]string{"TESSERA_LIMITS": host[allocation.LimitsPath], "TESSERA_REGION": host[allocation.RegionPath],
+		allocation.EnvCUDAVisible: full.Envs[allocation.EnvCUDAVisible]}
 	out, stderr := n.runInContainer(t, resp, env, "")
 	n.wantCap(t, out)
 	if t.Failed() {

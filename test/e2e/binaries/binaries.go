@@ -29,6 +29,8 @@ var (
 	Containerd     = Binary{"containerd", "v2.4.2"}
 	ContainerdShim = Binary{"containerd-shim-runc-v2", "v2.4.2"}
 	Ctr            = Binary{"ctr", "v2.4.2"}
+	// Helm installs the chart onto the real node (package gpunode).
+	Helm = Binary{"helm", "v3.22.0"}
 )
 
 // Dir is where the binaries live.

@@ -79,15 +79,21 @@ func Unavailable() string {
 // exit code for os.Exit. Not root: the tests run here and skip, except
 // under CI=true, where that is a failure.
 func Main(m *testing.M) int {
-	if os.Getenv(envID) != "" {
-		return m.Run()
+	if os.Geteuid() != 0 && os.Getenv(envID) == "" && os.Getenv("CI") == "true" {
+		fmt.Fprintln(os.Stderr, "realnode: CI=true and not root: the real node cannot start, and CI must not skip it")
+		return 1
 	}
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			fmt.Fprintln(os.Stderr, "realnode: CI=true and not root: the real node cannot start, and CI must not skip it")
-			return 1
-		}
-		return m.Run()
+	return MainFunc(m.Run)
+}
+
+// MainFunc is Main for any program (make demo's, for one): as root it
+// runs this program again, with the same arguments, inside a fresh network
+// namespace, where run is called; it cleans up after the inner run and
+// returns its exit code. Not root, or already inside, it calls run here
+// (where Unavailable says why a node cannot start).
+func MainFunc(run func() int) int {
+	if os.Getenv(envID) != "" || os.Geteuid() != 0 {
+		return run()
 	}
 	code, err := superviseInNamespace()
 	if err != nil {

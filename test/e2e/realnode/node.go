@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -54,8 +58,10 @@ type Node struct {
 	containerd *process.Process
 	kubelet    *process.Process
 	shims      map[int]bool // every shim PID seen, for the leftovers check
-	stopped    bool
-	stopErr    error
+	// serviceProxy serves the kubernetes Service (ServeKubernetesService).
+	serviceProxy net.Listener
+	stopped      bool
+	stopErr      error
 }
 
 // Start brings up containerd and the kubelet beside cp, imports the locally
@@ -317,6 +323,11 @@ func (n *Node) Stop() error {
 	n.mu.Unlock()
 
 	var errs []error
+	n.mu.Lock()
+	if n.serviceProxy != nil {
+		_ = n.serviceProxy.Close()
+	}
+	n.mu.Unlock()
 	n.StopKubelet()
 	n.recordShims()
 	n.mu.Lock()
@@ -528,4 +539,99 @@ func netnsInode(pid string) (uint64, error) {
 		return 0, fmt.Errorf("network namespace of %s: %w", pid, err)
 	}
 	return st.Ino, nil
+}
+
+// ImportImage imports an image archive (docker save or OCI layout, as
+// `make images` writes them) into the node's containerd, where the kubelet
+// finds it (the CRI's k8s.io namespace).
+func (n *Node) ImportImage(ctx context.Context, archive string) error {
+	if _, err := n.ctr(ctx, "images", "import", archive); err != nil {
+		return fmt.Errorf("real node: import %s: %w", archive, err)
+	}
+	return nil
+}
+
+// DevicePluginDir is the kubelet's device plugin directory: the kubelet
+// fixes it at /var/lib/kubelet/device-plugins whatever its root directory
+// (the supervisor removes it after the run when the run created it).
+func (n *Node) DevicePluginDir() string { return "/var/lib/kubelet/device-plugins" }
+
+// PodResourcesDir holds the kubelet's PodResources socket (kubelet.sock).
+func (n *Node) PodResourcesDir() string { return n.layout.KubeletRoot() + "/pod-resources" }
+
+// KubernetesServiceIP is the kubernetes Service's cluster IP: the first
+// address of controlplane.ServiceCIDR.
+const KubernetesServiceIP = "10.0.0.1"
+
+// ServeKubernetesService makes the API server reachable from pods the way
+// in-cluster clients look for it, at the kubernetes Service's address
+// (KUBERNETES_SERVICE_HOST:443), as kube-proxy would: the address goes on
+// the namespace's loopback and a proxy here forwards each connection to
+// the API server on 127.0.0.1. The API server's certificate names the
+// address. Refused outside the node's namespace; Stop ends the proxy.
+func (n *Node) ServeKubernetesService() error {
+	if err := n.checkInsideNamespace(); err != nil {
+		return fmt.Errorf("kubernetes Service: %w", err)
+	}
+	u, err := url.Parse(n.cp.URL)
+	if err != nil {
+		return fmt.Errorf("kubernetes Service: API server URL: %w", err)
+	}
+	if err := exec.Command("ip", "addr", "add", KubernetesServiceIP+"/32", "dev", "lo").Run(); err != nil {
+		if out, _ := exec.Command("ip", "-o", "addr", "show", "dev", "lo").Output(); !strings.Contains(string(out), KubernetesServiceIP+"/32") {
+			return fmt.Errorf("kubernetes Service: ip addr add %s/32 dev lo: %w", KubernetesServiceIP, err)
+		}
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(KubernetesServiceIP, "443"))
+	if err != nil {
+		return fmt.Errorf("kubernetes Service: %w", err)
+	}
+	n.mu.Lock()
+	n.serviceProxy = l
+	n.mu.Unlock()
+	go proxy(l, u.Host)
+	return nil
+}
+
+// proxy forwards every connection accepted on l to target until l closes.
+func proxy(l net.Listener, target string) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			up, err := net.DialTimeout("tcp", target, 10*time.Second)
+			if err != nil {
+				return
+			}
+			defer up.Close()
+			done := make(chan struct{}, 2)
+			go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+			go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+			<-done
+		}()
+	}
+}
+
+// checkInsideNamespace verifies that this process runs in the network
+// namespace the supervisor pinned for this run (/run/netns/tessera-e2e-<id>).
+func (n *Node) checkInsideNamespace() error {
+	env, err := inside()
+	if err != nil {
+		return err
+	}
+	var pinned, own syscall.Stat_t
+	path := netnsDir + "/tessera-e2e-" + env.id
+	if err := syscall.Stat(path, &pinned); err != nil {
+		return fmt.Errorf("the run's network namespace: %w", err)
+	}
+	if err := syscall.Stat("/proc/self/ns/net", &own); err != nil {
+		return fmt.Errorf("own network namespace: %w", err)
+	}
+	if pinned.Ino != own.Ino || pinned.Dev != own.Dev {
+		return fmt.Errorf("this process is not inside %s", path)
+	}
+	return nil
 }

@@ -53,8 +53,12 @@ func TestRuntimeRunsLocalImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.WriteSimulatedGPUSpec(libDir); err != nil {
+	gpu, err := n.InstallSimulatedGPU(ctx, "NVIDIA H200:143771:132;NVIDIA H200:143771:132", libDir)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if got := len(gpu.UUIDs()); got != 2 {
+		t.Fatalf("simulated GPU spec devices %v, want 2 GPUs and all", gpu.DeviceNames)
 	}
 	var libs []string
 	for _, l := range DriverLibraries {
@@ -87,9 +91,10 @@ func TestRuntimeRunsLocalImages(t *testing.T) {
 		}
 		if tc.gpu {
 			// The simulated driver, injected by containerd from the CDI spec.
-			cc.CDIDevices = []*cri.CDIDevice{{Name: SimulatedGPUAll}}
-			cc.Args = append(cc.Args, "-stat", strings.Join(libs, ","))
-			say = "stat " + libs[len(libs)-1] + ": present"
+			// One GPU by its UUID, as the device plugin's cdi-cri strategy names it.
+			cc.CDIDevices = []*cri.CDIDevice{{Name: gpu.DeviceNames[1]}}
+			cc.Args = append(cc.Args, "-stat", strings.Join(append(libs, "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", gpu.StatePath), ","))
+			say = "stat " + gpu.StatePath + ": present"
 		}
 		c, err := rt.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, SandboxConfig: cfg, Config: cc})
 		if err != nil {
@@ -121,10 +126,13 @@ func TestRuntimeRunsLocalImages(t *testing.T) {
 		}
 		if tc.gpu {
 			b, _ := os.ReadFile(logFile)
-			for _, l := range libs {
+			for _, l := range append(libs, "/dev/nvidia1", "/dev/nvidiactl", gpu.StatePath) {
 				if !strings.Contains(string(b), "stat "+l+": present") {
-					t.Errorf("%s: the container does not see the simulated driver's %s (CDI %s); log:\n%s", name, l, SimulatedGPUAll, b)
+					t.Errorf("%s: the container does not see the simulated driver's %s (CDI %s); log:\n%s", name, l, gpu.DeviceNames[1], b)
 				}
+			}
+			if !strings.Contains(string(b), "stat /dev/nvidia0: missing") {
+				t.Errorf("%s: the container got GPU 0's node too; log:\n%s", name, b)
 			}
 		}
 		if !hostNet {

@@ -9,7 +9,7 @@ FG_API CUresult cuDeviceGetCount(int *count)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!count)
         return CUDA_ERROR_INVALID_VALUE;
-    *count = fg.cfg.count;
+    *count = fg.visible_count;
     return CUDA_SUCCESS;
 }
 
@@ -19,9 +19,9 @@ FG_API CUresult cuDeviceGet(CUdevice *device, int ordinal)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!device)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!fg_valid_dev(ordinal))
+    if (ordinal < 0 || ordinal >= fg.visible_count)
         return CUDA_ERROR_INVALID_DEVICE;
-    *device = ordinal;
+    *device = fg.visible[ordinal];
     return CUDA_SUCCESS;
 }
 

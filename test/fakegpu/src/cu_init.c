@@ -18,6 +18,9 @@ static CUresult init_locked(void)
     }
     if (fg.cfg.count == 0)
         return CUDA_ERROR_NO_DEVICE;
+    fg_visible_load();
+    if (fg.visible_count == 0)
+        return CUDA_ERROR_NO_DEVICE;
     if (fg_config_context_mib(&fg.ctx_bytes, err, sizeof err) != 0) {
         fprintf(stderr, "fakegpu: %s\n", err);
         return CUDA_ERROR_INVALID_VALUE;

@@ -101,6 +101,13 @@ struct fg_driver {
     CUresult init_err;
     unsigned gen;     /* bumped in a fork child: older thread stacks are void */
     struct fg_config cfg;
+    /* CUDA_VISIBLE_DEVICES, read once at cuInit: the devices this process
+     * enumerates, in its order. A CUdevice is the simulated device's index
+     * (a handle, as the driver API allows), so state, limits and contexts
+     * stay keyed by index; only enumeration and validity narrow. */
+    int visible_count;
+    int visible[FG_MAX_DEVICES];
+    unsigned char is_visible[FG_MAX_DEVICES];
     struct fg_state *st;
     struct fg_state_slot *slot;
     uint64_t ctx_bytes; /* FAKEGPU_CONTEXT_MIB: device memory each live context takes */
@@ -164,8 +171,11 @@ static inline CUresult fg_enter(struct CUctx_st **ctx)
 
 static inline int fg_valid_dev(CUdevice d)
 {
-    return d >= 0 && d < fg.cfg.count;
+    return d >= 0 && d < fg.cfg.count && fg.is_visible[d];
 }
+
+/* Applies CUDA_VISIBLE_DEVICES (cu_visible.c); call once per cuInit. */
+void fg_visible_load(void);
 
 /* Whether ctx is a context this process created (safe to dereference). */
 int fg_ctx_known(struct CUctx_st *ctx);

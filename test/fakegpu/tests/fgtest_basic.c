@@ -199,17 +199,19 @@ int scenario_info(int argc, char **argv)
     if (cuInit(0) != CUDA_SUCCESS)
         return 1;
     CHECK(cuDeviceGetCount(&n), CUDA_SUCCESS);
-    for (int d = 0; d < n; d++) {
+    for (int ordinal = 0; ordinal < n; ordinal++) {
         CUuuid u, u2;
         int bus, sms;
         char name[96];
+        CUdevice d;
+        CHECK(cuDeviceGet(&d, ordinal), CUDA_SUCCESS);
         CHECK(cuDeviceGetUuid_v2(&u, d), CUDA_SUCCESS);
         CHECK(cuDeviceGetUuid(&u2, d), CUDA_SUCCESS);
         EXPECT(memcmp(u.bytes, u2.bytes, 16) == 0);
         CHECK(cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d), CUDA_SUCCESS);
         CHECK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d), CUDA_SUCCESS);
         CHECK(cuDeviceGetName(name, sizeof name, d), CUDA_SUCCESS);
-        printf("device %d uuid ", d);
+        printf("device %d uuid ", ordinal);
         for (int i = 0; i < 16; i++)
             printf("%02x", (unsigned char)u.bytes[i]);
         printf(" bus %d sms %d name %s\n", bus, sms, name);

@@ -75,6 +75,12 @@ func run(args []string, stderr io.Writer) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// The state file stands for the driver's device nodes, which are
+	// 0666: a container's program runs as any user and must open it
+	// read-write (discovery created it with this process's umask).
+	if err := os.Chmod(*state, 0o666); err != nil {
+		return "", fmt.Errorf("state file: %w", err)
+	}
 	spec, err := cdispec.Generate(gpus, cdispec.Options{
 		Kind:      *kind,
 		DevRoot:   *devRoot,

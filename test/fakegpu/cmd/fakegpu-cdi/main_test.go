@@ -43,6 +43,9 @@ func TestSpecOfTheSimulatedNode(t *testing.T) {
 	if raw.Devices[1].ContainerEdits.DeviceNodes[0].HostPath != "/run/fakegpu/dev/nvidia1" {
 		t.Errorf("GPU 1 node %+v", raw.Devices[1].ContainerEdits.DeviceNodes[0])
 	}
+	if st, err := os.Stat(state); err != nil || st.Mode().Perm() != 0o666 {
+		t.Errorf("state file %s: %v, %v; want mode 0666 (containers run as any user)", state, st, err)
+	}
 	body, _ := os.ReadFile(path)
 	for _, s := range []string{filepath.Join(lib, "libcuda.so.1"), "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "FAKEGPU_STATE=" + state, "FAKEGPU_UUID_SEED=cdi"} {
 		if !strings.Contains(string(body), s) {
