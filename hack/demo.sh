@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # make demo: builds what the demo needs (each part cached; says what it
 # builds, with progress, and how long it took), then runs bin/tessera-demo
-# (test/e2e/cmd/tessera-demo), which prints the account. Root with a
-# real-node scenario also gets the pinned Kubernetes binaries
-# (hack/e2e-binaries.sh, which prints its own progress).
+# (test/e2e/cmd/tessera-demo), which prints the account. As root the
+# scenario runs on a real node, which also needs the pinned Kubernetes
+# binaries (hack/e2e-binaries.sh, which prints its own progress), runc and
+# the CNI plugins, and `make images` (run by the scenario, cached by make).
+# DEMO_FLAGS are passed to tessera-demo (-reduced: the reduced form even as
+# root; -seeds 42-43: a shorter simulator run).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,7 +42,8 @@ start=$SECONDS
 (cd test/e2e && $GO build -mod=mod -v -o ../../bin/tessera-demo ./cmd/tessera-demo 2>&1) | compiled "tessera-demo"
 say "  done in $((SECONDS - start)) s"
 
-if [ "$(id -u)" = 0 ] && bin/tessera-demo -real-node-available; then
+DEMO_FLAGS=${DEMO_FLAGS:-}
+if [ "$(id -u)" = 0 ] && [[ " $DEMO_FLAGS " != *" -reduced "* ]] && bin/tessera-demo -real-node-available; then
 	say "root: building the real node's binaries (kubelet, containerd, control plane, helm; cold: about 8 minutes)"
 	start=$SECONDS
 	$MAKE --no-print-directory e2e-binaries e2e-node-deps
@@ -48,5 +52,6 @@ fi
 
 say "builds took $((SECONDS - began)) s; running the scenario"
 run=$SECONDS
-bin/tessera-demo -root "$root"
+# shellcheck disable=SC2086 # DEMO_FLAGS is a list of flags
+bin/tessera-demo -root "$root" $DEMO_FLAGS
 say "ran in $((SECONDS - run)) s; $((SECONDS - began)) s in all; nothing left running"

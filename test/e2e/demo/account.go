@@ -32,6 +32,8 @@ type Account struct {
 	// Deleted is what happened when a pod was deleted.
 	Deleted []string
 	OpenB   *OpenB
+	// Timings are measured steps of the real node, one line each.
+	Timings []string
 }
 
 // Node is the GPU node the pods ran on.
@@ -123,7 +125,11 @@ func (a *Account) Print(w io.Writer) {
 	section(w, "The node")
 	fmt.Fprintf(w, "  %s: %d simulated GPUs\n", a.Node.Name, len(a.Node.GPUs))
 	for _, g := range a.Node.GPUs {
-		fmt.Fprintf(w, "    GPU %d  %s  %s  %s\n", g.Index, g.Model, GiB(g.Memory), g.UUID)
+		if g.Memory > 0 {
+			fmt.Fprintf(w, "    GPU %d  %s  %s  %s\n", g.Index, g.Model, GiB(g.Memory), g.UUID)
+		} else {
+			fmt.Fprintf(w, "    GPU %d  %s  %s\n", g.Index, g.Model, g.UUID)
+		}
 	}
 	for _, l := range a.Node.Where {
 		fmt.Fprintf(w, "  %s\n", l)
@@ -132,9 +138,13 @@ func (a *Account) Print(w io.Writer) {
 	for _, p := range a.Pods {
 		fmt.Fprintf(w, "  %s/%s (%s) -> %s GPU %d\n", p.Namespace, p.Name, strings.Join(p.Requests, ", "), a.Node.Name, p.GPUIndex)
 		fmt.Fprintf(w, "    tessera.io/assignment: %s\n", p.Assignment)
-		fmt.Fprintf(w, "    kubelet allocated %s\n", devices(p.Devices))
-		fmt.Fprintf(w, "    Allocate: env %s\n", strings.Join(p.Env, " "))
-		fmt.Fprintf(w, "              mounts %s\n", strings.Join(p.Mounts, " "))
+		if len(p.Devices) > 0 {
+			fmt.Fprintf(w, "    kubelet allocated %s\n", devices(p.Devices))
+		}
+		if len(p.Env) > 0 {
+			fmt.Fprintf(w, "    Allocate: env %s\n", strings.Join(p.Env, " "))
+			fmt.Fprintf(w, "              mounts %s\n", strings.Join(p.Mounts, " "))
+		}
 	}
 	section(w, "What each container saw")
 	for _, p := range a.Pods {
@@ -167,6 +177,12 @@ func (a *Account) Print(w io.Writer) {
 	if len(a.Deleted) > 0 {
 		section(w, "A pod deleted")
 		for _, l := range a.Deleted {
+			fmt.Fprintf(w, "  %s\n", l)
+		}
+	}
+	if len(a.Timings) > 0 {
+		section(w, "How long it took")
+		for _, l := range a.Timings {
 			fmt.Fprintf(w, "  %s\n", l)
 		}
 	}

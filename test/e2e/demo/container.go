@@ -26,8 +26,9 @@ type container struct {
 	cmd  *exec.Cmd
 	in   io.WriteCloser
 	out  *bufio.Scanner
-	// ordinal is the CUDA device ordinal of the container's GPU.
-	ordinal int
+	// ordinal is the CUDA device ordinal of the container's GPU; devices
+	// how many CUDA devices the container sees.
+	ordinal, devices int
 }
 
 // containerEnv is what the container's processes get: the responses'
@@ -84,12 +85,18 @@ func startContainer(cudash, name string, env []string, uuid string) (*container,
 		c.kill()
 		return nil, err
 	}
-	for i := range gpuCount {
-		line, err := c.must(fmt.Sprintf("uuid %d", i))
+	// The devices it sees: CUDA_VISIBLE_DEVICES from Allocate narrows them
+	// (the driver honours it), the hook matches its limits by UUID.
+	for i := 0; i < gpuCount; i++ {
+		line, err := c.do(fmt.Sprintf("uuid %d", i))
 		if err != nil {
 			c.kill()
 			return nil, err
 		}
+		if !strings.HasPrefix(line, "ok") {
+			break // no device i
+		}
+		c.devices++
 		if strings.TrimPrefix(field(line, 1), "uuid=") == uuid {
 			c.ordinal = i
 		}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tessera-gpu/tessera/test/e2e/gpunode"
 	"github.com/tessera-gpu/tessera/test/e2e/process"
 	"github.com/tessera-gpu/tessera/test/e2e/tesserascheduler"
 	"github.com/tessera-gpu/tessera/test/fakegpu"
@@ -62,7 +63,7 @@ func reducedParts(t *testing.T, ctx context.Context) Config {
 		t.Fatal(err)
 	}
 	return Config{
-		EUID:    1000,
+		Real:    &fakeRealNode{why: "not root (test)"},
 		Reduced: Options{LibDir: lib, Cudash: cudash, Monitor: monitor, ComputeWindow: 1500 * time.Millisecond},
 		OpenB: &OpenBOptions{Scheduler: sched, Shipped: filepath.Join(root, "internal", "placement", "testdata", "openb"),
 			Seeds: "42-43"},
@@ -96,14 +97,14 @@ func TestReducedFormAccount(t *testing.T) {
 
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`== tessera demo \(reduced\) ==`),
-		regexp.MustCompile(`not root \(euid 1000\)`),
+		regexp.MustCompile(`not root \(test\); this is the reduced form`),
 		regexp.MustCompile(`demo-node: 4 simulated GPUs`),
 		regexp.MustCompile(`team-a/infer-a \(gpu-core: 30, gpu-mem: 8\) -> demo-node GPU \d`),
 		regexp.MustCompile(`team-b/train-b \(gpu-core: 70, gpu-mem: 16\) -> demo-node GPU \d`),
 		regexp.MustCompile(`kubelet allocated 8 gpu-mem IDs \+ 30 gpu-core IDs`),
 		regexp.MustCompile(`Allocate: env .*TESSERA_LIMITS=/run/tessera/limits`),
-		regexp.MustCompile(`infer-a  cuMemGetInfo: total 8\.0 GiB, free 8\.0 GiB`),
-		regexp.MustCompile(`train-b  cuMemGetInfo: total 16\.0 GiB, free 16\.0 GiB`),
+		regexp.MustCompile(`infer-a  1 CUDA device\(s\); cuMemGetInfo: total 8\.0 GiB, free 8\.0 GiB`),
+		regexp.MustCompile(`train-b  1 CUDA device\(s\); cuMemGetInfo: total 16\.0 GiB, free 16\.0 GiB`),
 		regexp.MustCompile(`infer-a  cuMemAlloc\(1\.0 GiB\) -> CUDA_ERROR_OUT_OF_MEMORY; still 8\.0 GiB used of 8\.0 GiB`),
 		regexp.MustCompile(`team-a/infer-a: a 1\.0 GiB allocation past its 8\.0 GiB cap -> CUDA_ERROR_OUT_OF_MEMORY`),
 		regexp.MustCompile(`team-a/infer-a/server +GPU-\w+ +8\.0 GiB +8\.0 GiB +8\.0 GiB +1 +30 %`),
@@ -172,14 +173,17 @@ func children(t *testing.T) []int {
 
 // fakeRealNode stands in for the real-node scenario.
 type fakeRealNode struct {
+	why string
 	ran bool
 	err error
 }
 
+func (f *fakeRealNode) Unavailable() string { return f.why }
+
 func (f *fakeRealNode) Run(_ context.Context, progress io.Writer) (*Account, error) {
 	f.ran = true
 	if f.err != nil {
-		return nil, f.err
+		return &Account{Node: Node{Name: "half-made"}}, f.err
 	}
 	return &Account{Node: Node{Name: "realnode"}}, nil
 }
@@ -190,33 +194,36 @@ func (f *fakeRealNode) Run(_ context.Context, progress io.Writer) (*Account, err
 func TestRootRunsTheRealNode(t *testing.T) {
 	ctx := context.Background()
 	real := &fakeRealNode{}
-	acc, err := Run(ctx, Config{EUID: 0, Real: real})
+	acc, err := Run(ctx, Config{Real: real})
 	if err != nil || !real.ran || acc.Form != "real node" || acc.Why != "" || acc.Node.Name != "realnode" {
 		t.Fatalf("Run as root: acc %+v, err %v, ran %v", acc, err, real.ran)
 	}
 	broken := &fakeRealNode{err: errors.New("kubelet never became Ready")}
-	if _, err := Run(ctx, Config{EUID: 0, Real: broken}); err == nil || !strings.Contains(err.Error(), "kubelet never became Ready") {
-		t.Fatalf("a failing real node: err %v", err)
+	acc, err = Run(ctx, Config{Real: broken})
+	if err == nil || !strings.Contains(err.Error(), "kubelet never became Ready") || acc == nil || acc.Node.Name != "half-made" {
+		t.Fatalf("a failing real node: acc %+v, err %v", acc, err)
 	}
 }
 
 // TestWhyReduced: the reduced form says why the real node did not run.
 func TestWhyReduced(t *testing.T) {
-	real := &fakeRealNode{}
+	can := &fakeRealNode{}
+	cannot := &fakeRealNode{why: "the real node needs root"}
 	for _, c := range []struct {
 		cfg  Config
 		want string
 	}{
-		{Config{EUID: 1000, Real: real}, "not root (euid 1000)"},
-		{Config{EUID: 0}, "no real-node scenario"},
-		{Config{EUID: 0, Real: real}, ""},
+		{Config{Real: cannot}, "the real node needs root; this is the reduced form"},
+		{Config{}, "no real-node scenario"},
+		{Config{Real: can, ForceReduced: true}, "asked for (-reduced)"},
+		{Config{Real: can}, ""},
 	} {
 		got := whyReduced(c.cfg)
 		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
-			t.Errorf("whyReduced(euid %d, real %v) = %q, want %q", c.cfg.EUID, c.cfg.Real != nil, got, c.want)
+			t.Errorf("whyReduced(%+v) = %q, want %q", c.cfg, got, c.want)
 		}
 	}
-	if real.ran {
+	if can.ran || cannot.ran {
 		t.Error("whyReduced ran the scenario")
 	}
 }
@@ -235,5 +242,40 @@ func TestUserGuideOpensWithTheDemoPod(t *testing.T) {
 		if _, err := ParsePod(spec); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// TestFromReport: the real node's report becomes the same account, with
+// its failed checks marked, its metrics in bytes and its GPUs indexed.
+func TestFromReport(t *testing.T) {
+	rep := &gpunode.Report{
+		Node:    gpunode.NodeReport{Name: "node-1", IP: "10.200.0.7", GPUs: []string{"GPU-a", "GPU-b"}, CDISpec: "/etc/cdi/x.yaml"},
+		Install: gpunode.InstallReport{Release: "tessera", Namespace: "tessera-system", Chart: "deploy/helm/tessera", Leader: "sched-0"},
+		Workloads: []gpunode.Workload{{Namespace: "team-a", Pod: "infer-a", Container: "server", GPU: "GPU-b", Devices: 1,
+			TotalMiB: 8192, AllocatedMiB: 8192, RefusedWith: "CUDA_ERROR_OUT_OF_MEMORY",
+			Requests: map[string]string{"tessera.io/gpu-mem": "8", "tessera.io/gpu-core": "30"}}},
+		Checks:  []gpunode.Check{{What: "cap", OK: true, Detail: "8 GiB"}, {What: "series gone", OK: false, Detail: "still listed"}},
+		Metrics: []gpunode.MetricRow{{Namespace: "team-a", Pod: "infer-a", Container: "server", GPU: "GPU-b", UsedMiB: 8192, CapMiB: 8192, ComputeRatio: 0.3}},
+		Timings: []gpunode.Timing{{Step: "helm install", Took: 16 * time.Second}},
+	}
+	acc := FromReport(rep)
+	var b bytes.Buffer
+	acc.Print(&b)
+	out := b.String()
+	for _, want := range []string{
+		"== tessera demo (real node) ==",
+		"team-a/infer-a (gpu-core: 30, gpu-mem: 8) -> node-1 GPU 1",
+		"1 GPU(s): GPU-b with 8192 MiB; held at most 8192 MiB; past the cap: CUDA_ERROR_OUT_OF_MEMORY",
+		"ok   cap: 8 GiB",
+		"FAIL series gone: still listed",
+		"tessera-scheduler leader: sched-0",
+		"helm install",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("account lacks %q:\n%s", want, out)
+		}
+	}
+	if len(acc.Metrics) != 1 || acc.Metrics[0].Used != 8<<30 || acc.Metrics[0].Limit != 8<<30 {
+		t.Errorf("metrics %+v", acc.Metrics)
 	}
 }

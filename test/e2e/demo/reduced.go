@@ -225,7 +225,7 @@ func (r *run) memory() error {
 			return err
 		}
 		phys := r.acc.Node.GPUs[p.acc.GPUIndex].Memory
-		p.acc.Saw = append(p.acc.Saw, fmt.Sprintf("cuMemGetInfo: total %s, free %s (the GPU has %s)", GiB(total), GiB(free), GiB(phys)))
+		p.acc.Saw = append(p.acc.Saw, fmt.Sprintf("%d CUDA device(s); cuMemGetInfo: total %s, free %s (the GPU has %s)", p.ctr.devices, GiB(total), GiB(free), GiB(phys)))
 		half := p.capB / 2
 		for _, b := range []uint64{half, p.capB - half, gib} {
 			result, said, err := p.ctr.alloc(b)

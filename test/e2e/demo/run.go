@@ -7,24 +7,29 @@ import (
 )
 
 // RealNode runs the scenario on a real node (kubelet, containerd, the
-// tessera chart installed with Helm) and accounts for it. It needs root.
+// tessera chart installed with Helm) and accounts for it (GPUNode).
 type RealNode interface {
+	// Unavailable says why the node cannot start here ("" when it can):
+	// it needs root.
+	Unavailable() string
+	// Run runs the scenario; on a failure, the account so far and the error.
 	Run(ctx context.Context, progress io.Writer) (*Account, error)
 }
 
 // Config is what `make demo` runs.
 type Config struct {
 	Reduced Options
-	// Real is the real-node scenario; nil when this tree has none.
+	// Real is the real-node scenario; nil when this build has none.
 	Real RealNode
-	// EUID is the effective user ID (os.Geteuid; a parameter for tests).
-	EUID int
+	// ForceReduced runs the reduced form even where the real node could run.
+	ForceReduced bool
 	// OpenB runs the scheduler simulator; nil skips it.
 	OpenB *OpenBOptions
 }
 
-// Run runs the real-node scenario when it can (root and a scenario), else
-// says why not and runs the reduced form; then the simulator.
+// Run runs the real-node scenario when it can, else says why not and runs
+// the reduced form; then the simulator. A failed real node returns its
+// account so far with the error (no silent fallback).
 func Run(ctx context.Context, c Config) (*Account, error) {
 	progress := c.Reduced.Progress
 	if progress == nil {
@@ -34,9 +39,9 @@ func Run(ctx context.Context, c Config) (*Account, error) {
 	var err error
 	switch why := whyReduced(c); why {
 	case "":
-		fmt.Fprintln(progress, "demo: running as root: the scenario runs on a real node (kubelet, containerd, Helm)")
+		fmt.Fprintln(progress, "demo: the scenario runs on a real node (kubelet, containerd, tessera installed with Helm)")
 		if acc, err = c.Real.Run(ctx, progress); err != nil {
-			return nil, fmt.Errorf("real node: %w", err)
+			return acc, fmt.Errorf("real node: %w", err)
 		}
 		acc.Form = "real node"
 	default:
@@ -55,13 +60,17 @@ func Run(ctx context.Context, c Config) (*Account, error) {
 	return acc, nil
 }
 
-// whyReduced says why the real node cannot run ("" when it can).
+// whyReduced says why the real node does not run ("" when it does).
 func whyReduced(c Config) string {
+	const reduced = "; this is the reduced form: the same components as processes, the demo in kubelet's place, no containers"
 	switch {
-	case c.EUID != 0:
-		return fmt.Sprintf("not root (euid %d): a real node needs root (a network namespace, kubelet's cgroups and mounts, containerd), so this is the reduced form: the same components as processes, without kubelet and containers", c.EUID)
+	case c.ForceReduced:
+		return "the reduced form was asked for (-reduced)" + reduced
 	case c.Real == nil:
-		return "root, but this tree has no real-node scenario yet: the reduced form runs instead"
+		return "this build has no real-node scenario" + reduced
+	}
+	if why := c.Real.Unavailable(); why != "" {
+		return why + reduced
 	}
 	return ""
 }

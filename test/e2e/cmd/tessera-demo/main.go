@@ -1,7 +1,7 @@
 // Command tessera-demo is `make demo`: the scenario of docs/architecture.md
-// on a real node as root, its reduced form otherwise, then the scheduler
-// simulator on the openb trace. It prints a readable account and leaves
-// nothing running.
+// on a real node when it can start one (root: package gpunode), its reduced
+// form otherwise (package demo), then the scheduler simulator on the openb
+// trace. It prints a readable account and leaves nothing running.
 package main
 
 import (
@@ -14,50 +14,62 @@ import (
 	"syscall"
 
 	"github.com/tessera-gpu/tessera/test/e2e/demo"
+	"github.com/tessera-gpu/tessera/test/e2e/gpunode"
 )
 
 func main() {
 	root := flag.String("root", ".", "repository root (lib/, bin/, build/)")
 	openbDir := flag.String("openb-dir", os.Getenv("OPENB_DIR"), "openb directory with fgd_expected_results/ (optional)")
 	seeds := flag.String("seeds", "42-51", "simulator seeds")
-	available := flag.Bool("real-node-available", false, "exit 0 when this build has the real-node scenario, 1 otherwise")
+	reduced := flag.Bool("reduced", false, "run the reduced form even where a real node could start")
+	available := flag.Bool("real-node-available", false, "exit 0 when this build has the real-node scenario")
 	flag.Parse()
 	if *available {
-		if realNode() == nil {
-			os.Exit(1)
-		}
-		return
+		return // this build has package gpunode
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	r, err := filepath.Abs(*root)
+	abs, err := filepath.Abs(*root)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
-	cfg := demo.Config{
-		EUID: os.Geteuid(),
-		Real: realNode(),
+	cfg := config(abs, *openbDir, *seeds, *reduced)
+	if *reduced {
+		os.Exit(run(cfg))
+	}
+	// As root: again inside the real node's network namespace (and cleaned
+	// up after); otherwise run is called here.
+	os.Exit(gpunode.Main(func() int { return run(cfg) }))
+}
+
+func config(root, openbDir, seeds string, reduced bool) demo.Config {
+	return demo.Config{
+		Real:         demo.GPUNode{Options: gpunode.Options{RepoRoot: root}},
+		ForceReduced: reduced,
 		Reduced: demo.Options{
-			LibDir:   filepath.Join(r, "lib"),
-			Cudash:   filepath.Join(r, "build", "hook", "cudash"),
-			Monitor:  filepath.Join(r, "bin", "vgpu-monitor"),
+			LibDir:   filepath.Join(root, "lib"),
+			Cudash:   filepath.Join(root, "build", "hook", "cudash"),
+			Monitor:  filepath.Join(root, "bin", "vgpu-monitor"),
 			Progress: os.Stdout,
 		},
 		OpenB: &demo.OpenBOptions{
-			Scheduler: filepath.Join(r, "bin", "cluster-scheduler"),
-			Shipped:   filepath.Join(r, "internal", "placement", "testdata", "openb"),
-			OpenBDir:  *openbDir,
-			Seeds:     *seeds,
+			Scheduler: filepath.Join(root, "bin", "cluster-scheduler"),
+			Shipped:   filepath.Join(root, "internal", "placement", "testdata", "openb"),
+			OpenBDir:  openbDir,
+			Seeds:     seeds,
 		},
 	}
-	acc, err := demo.Run(ctx, cfg)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo failed:", err)
-		os.Exit(1)
-	}
-	acc.Print(os.Stdout)
 }
 
-// realNode is the real-node scenario; this tree has none yet.
-func realNode() demo.RealNode { return nil }
+func run(cfg demo.Config) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	acc, err := demo.Run(ctx, cfg)
+	if acc != nil {
+		acc.Print(os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo failed:", err)
+		return 1
+	}
+	return 0
+}
