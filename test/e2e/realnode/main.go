@@ -108,6 +108,11 @@ func MainFunc(run func() int) int {
 // superviseInNamespace creates the namespace and the node directory, runs
 // this test binary again inside, then cleans up and checks.
 func superviseInNamespace() (code int, err error) {
+	unlock, err := lockHost()
+	if err != nil {
+		return 1, err
+	}
+	defer unlock()
 	id, err := randomID()
 	if err != nil {
 		return 1, err
@@ -169,4 +174,27 @@ func superviseInNamespace() (code int, err error) {
 	}
 	fmt.Fprintf(os.Stderr, "realnode: namespace %s deleted; no processes, mounts or cgroups left; kernel settings as before\n", ns.Name)
 	return code, nil
+}
+
+// hostLock serialises real nodes on this machine: the kubelet's
+// device-plugin directory (/var/lib/kubelet/device-plugins) and the other
+// hostPaths are fixed, so two nodes at once (go test runs the packages
+// that start one in parallel) would take over each other's kubelet.sock,
+// and one run's cleanup would remove what the other uses.
+const hostLock = "/run/tessera-realnode.lock"
+
+// lockHost waits for the machine's real-node lock and returns its release.
+func lockHost() (func(), error) {
+	f, err := os.OpenFile(hostLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("real node lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		fmt.Fprintf(os.Stderr, "realnode: another real node runs on this machine; waiting for it (%s)\n", hostLock)
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("real node lock: %w", err)
+		}
+	}
+	return func() { f.Close() }, nil
 }
