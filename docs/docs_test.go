@@ -24,11 +24,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
+	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
 	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/allocation"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
 	"github.com/tessera-gpu/tessera/internal/gang"
 	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
+	"github.com/tessera-gpu/tessera/internal/priority"
 	"github.com/tessera-gpu/tessera/internal/region"
 )
 
@@ -182,6 +184,7 @@ func TestPodExamplesAreAcceptedPods(t *testing.T) {
 			if _, _, err := translate.EnginePod(&p, schedv1.Default(), 1024); err != nil {
 				t.Errorf("%s: the scheduler refuses it: %v", where, err)
 			}
+			checkDevicePluginScheduling(t, where, &p)
 		}
 	}
 	if pods < 5 {
@@ -191,6 +194,26 @@ func TestPodExamplesAreAcceptedPods(t *testing.T) {
 		if !used[n] {
 			t.Errorf("no Pod example uses %s", n)
 		}
+	}
+}
+
+// checkDevicePluginScheduling: the device plugin, with its default
+// configuration, reads the pod's priority and compute policy as written (it
+// has its own priority table; a name only the scheduler knows makes it fall
+// back to guaranteed at the lowest priority, dropping compute-policy too).
+func checkDevicePluginScheduling(t *testing.T, where string, p *corev1.Pod) {
+	t.Helper()
+	table, err := priority.ComputeTable(configv1.Default().ComputePriority)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := allocation.SchedulingOf(p, table)
+	if err != nil {
+		t.Errorf("%s: the device plugin's default configuration refuses its annotations (it would run guaranteed at P3): %v", where, err)
+		return
+	}
+	if want, err := region.ParsePolicy(p.Annotations[allocation.PolicyAnnotation]); err == nil && got.Policy != want {
+		t.Errorf("%s: the device plugin applies compute policy %s, the example asks for %q", where, got, p.Annotations[allocation.PolicyAnnotation])
 	}
 }
 
