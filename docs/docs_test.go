@@ -29,6 +29,7 @@ import (
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/allocation"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
 	"github.com/tessera-gpu/tessera/internal/gang"
+	"github.com/tessera-gpu/tessera/internal/gpu"
 	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
 	"github.com/tessera-gpu/tessera/internal/priority"
 	"github.com/tessera-gpu/tessera/internal/region"
@@ -372,6 +373,54 @@ func lookup(values map[string]any, path string) string {
 		cur = next
 	}
 	return ""
+}
+
+// TestAllocatableExample: what the docs say an 8×H200 node advertises is
+// what the device plugin's resource manager, with its default
+// configuration, advertises for eight GPUs of the H200 memory size the user
+// guide's tessera.io/node-gpus example shows.
+func TestAllocatableExample(t *testing.T) {
+	h200 := regexp.MustCompile(`"model":"NVIDIA H200","memoryMiB":(\d+)`).FindStringSubmatch(read(t, "docs/user-guide.md"))
+	if h200 == nil {
+		t.Fatal("docs/user-guide.md: no NVIDIA H200 in a tessera.io/node-gpus example")
+	}
+	mib, _ := strconv.ParseUint(h200[1], 10, 64)
+	cfg := configv1.Default()
+	var gpus []gpu.GPU
+	for i := range 8 {
+		gpus = append(gpus, gpu.GPU{UUID: "GPU-" + strconv.Itoa(i), Index: i, Model: "NVIDIA H200", MemoryBytes: mib << 20})
+	}
+	m, err := resource.NewManager(gpus, resource.Options{SplitCount: cfg.SplitCount, MemoryUnit: cfg.MemoryUnitBytes(),
+		ReservedMemory: uint64(cfg.ReservedMemory.Value())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{}
+	for _, res := range []string{resource.GPU, resource.Memory, resource.Core} {
+		for _, g := range gpus {
+			want[strings.TrimPrefix(res, resource.Domain)] += m.Capacity(res, g.UUID)
+		}
+	}
+	claim := regexp.MustCompile(`8×H200 node shows(.*?)\.(?:\s|$)`)
+	amount := regexp.MustCompile("`(?:tessera\\.io/)?(gpu|gpu-mem|gpu-core): (\\d+)`")
+	checked := 0
+	for _, file := range docFiles(t) {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range claim.FindAllStringSubmatch(strings.Join(strings.Fields(string(b)), " "), -1) {
+			for _, a := range amount.FindAllStringSubmatch(c[1], -1) {
+				checked++
+				if n, _ := strconv.Atoi(a[2]); n != want[a[1]] {
+					t.Errorf("%s: an 8×H200 node (%d MiB each) shows %s: %d, the device plugin advertises %d", filepath.Base(file), mib, a[1], n, want[a[1]])
+				}
+			}
+		}
+	}
+	if checked < 3 {
+		t.Fatalf("only %d amounts of an 8×H200 node found in the docs", checked)
+	}
 }
 
 // TestCodeSpansParse guards the extractors themselves with a known input.
