@@ -57,14 +57,16 @@ func read(t *testing.T, rel string) string {
 	return string(b)
 }
 
-// codeNames finds every string literal of the product code that is a
-// tessera.io/ name (not the domain itself).
-func codeNames(t *testing.T) []string {
+// codeNames finds every tessera.io/ name (not the domain itself) of the
+// product code: string literals, and string constants however they are
+// built (resource.GPU is resource.Domain + "gpu").
+func codeNames(t *testing.T, dirs ...string) []string {
 	t.Helper()
 	name := regexp.MustCompile(`^tessera\.io/[a-z0-9][a-z0-9.-]*$`)
 	seen := map[string]bool{}
+	files := map[string][]*ast.File{} // package name → its files
 	fset := token.NewFileSet()
-	for _, dir := range []string{"api", "cmd", "internal", "shim"} {
+	for _, dir := range dirs {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -79,6 +81,7 @@ func codeNames(t *testing.T) []string {
 			if err != nil {
 				return err
 			}
+			files[f.Name.Name] = append(files[f.Name.Name], f)
 			ast.Inspect(f, func(n ast.Node) bool {
 				if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
 					if s, err := strconv.Unquote(lit.Value); err == nil && name.MatchString(s) {
@@ -93,6 +96,11 @@ func codeNames(t *testing.T) []string {
 			t.Fatal(err)
 		}
 	}
+	for _, v := range stringConstants(files) {
+		if name.MatchString(v) {
+			seen[v] = true
+		}
+	}
 	var out []string
 	for s := range seen {
 		out = append(out, s)
@@ -100,6 +108,86 @@ func codeNames(t *testing.T) []string {
 	sort.Strings(out)
 	return out
 }
+
+// stringConstants evaluates the string constants of the packages' files
+// that are literals or sums of literals and other such constants (Domain +
+// "gpu", resource.Domain + "x"), keyed by package.Name. A selector's
+// package is taken to be named as it is imported.
+func stringConstants(files map[string][]*ast.File) map[string]string {
+	consts := map[string]string{}
+	var eval func(pkg string, e ast.Expr) (string, bool)
+	eval = func(pkg string, e ast.Expr) (string, bool) {
+		switch e := e.(type) {
+		case *ast.BasicLit:
+			if e.Kind != token.STRING {
+				return "", false
+			}
+			s, err := strconv.Unquote(e.Value)
+			return s, err == nil
+		case *ast.Ident:
+			v, ok := consts[pkg+"."+e.Name]
+			return v, ok
+		case *ast.SelectorExpr:
+			if x, ok := e.X.(*ast.Ident); ok {
+				v, ok := consts[x.Name+"."+e.Sel.Name]
+				return v, ok
+			}
+		case *ast.ParenExpr:
+			return eval(pkg, e.X)
+		case *ast.BinaryExpr:
+			if e.Op == token.ADD {
+				l, lok := eval(pkg, e.X)
+				r, rok := eval(pkg, e.Y)
+				return l + r, lok && rok
+			}
+		}
+		return "", false
+	}
+	for grew := true; grew; { // until no constant resolves anew
+		grew = false
+		for pkg, fs := range files {
+			for _, f := range fs {
+				for _, decl := range f.Decls {
+					gd, ok := decl.(*ast.GenDecl)
+					if !ok || gd.Tok != token.CONST {
+						continue
+					}
+					for _, spec := range gd.Specs {
+						vs := spec.(*ast.ValueSpec)
+						for i, id := range vs.Names {
+							if _, done := consts[pkg+"."+id.Name]; done || i >= len(vs.Values) {
+								continue
+							}
+							if v, ok := eval(pkg, vs.Values[i]); ok {
+								consts[pkg+"."+id.Name], grew = v, true
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return consts
+}
+
+// TestCodeNamesSeeConstants: names built from constants are found, not only
+// literals (a new resource is Domain + "something").
+func TestCodeNamesSeeConstants(t *testing.T) {
+	got := codeNames(t, filepath.Join("docs", "testdata", "names"))
+	want := []string{"tessera.io/gpu-new", "tessera.io/lit", "tessera.io/mig-x", "tessera.io/other-pkg"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("codeNames(docs/testdata/names) = %v, want %v", got, want)
+	}
+	found := codeNames(t, productDirs...)
+	for _, r := range resources {
+		if !contains(found, r) {
+			t.Errorf("resource %s is not among the names found in the code", r)
+		}
+	}
+}
+
+// productDirs hold the product's code.
+var productDirs = []string{"api", "cmd", "internal", "shim"}
 
 // TestEveryNameIsInTheUserGuide: each resource and annotation name in the
 // code is documented in the user guide, and each is classified here (a new
@@ -112,7 +200,7 @@ func TestEveryNameIsInTheUserGuide(t *testing.T) {
 			known[n] = true
 		}
 	}
-	found := codeNames(t)
+	found := codeNames(t, productDirs...)
 	if len(found) < 10 {
 		t.Fatalf("found only %d tessera.io/ names in the code: %v", len(found), found)
 	}
