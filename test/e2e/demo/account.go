@@ -191,10 +191,20 @@ func (a *Account) Print(w io.Writer) {
 		fmt.Fprintf(w, "  %s, %d seeds, pods arriving up to %.0f %% of GPU capacity (%s):\n", o.Trace, o.Seeds, o.Arrival, o.Took)
 		fmt.Fprintf(w, "    unallocated GPU, median   fgd (ours) %.2f %%   tessera %.2f %%   published FGD %.2f %%\n",
 			o.FGD, o.Tessera, o.Published)
-		fmt.Fprintf(w, "    tessera leaves %.2f pp less GPU unallocated than the published FGD (%s)\n",
-			o.Published-o.Tessera, o.PublishedFrom)
+		fmt.Fprintf(w, "    %s (%s)\n", o.comparison(), o.PublishedFrom)
 	}
 	fmt.Fprintln(w)
+}
+
+// comparison says how tessera's median stands against the published FGD's.
+func (o *OpenB) comparison() string {
+	switch d := o.Published - o.Tessera; {
+	case d > 0:
+		return fmt.Sprintf("tessera leaves %.2f pp less GPU unallocated than the published FGD", d)
+	case d < 0:
+		return fmt.Sprintf("tessera leaves %.2f pp MORE GPU unallocated than the published FGD", -d)
+	}
+	return "tessera leaves as much GPU unallocated as the published FGD"
 }
 
 func section(w io.Writer, title string) { fmt.Fprintf(w, "\n-- %s\n", title) }

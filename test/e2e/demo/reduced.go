@@ -375,8 +375,9 @@ func (r *run) metrics(ctx context.Context) error {
 		if len(rows) >= len(r.pods) {
 			r.acc.Metrics = rows
 			if used, ok := gpuUsed(fams, r.pods[0].acc.GPUUUID); ok {
-				r.acc.Enforced = append(r.acc.Enforced, fmt.Sprintf("GPU %d holds %s in all (NVML, below the hook): what the caps allowed, nothing more",
-					r.pods[0].acc.GPUIndex, GiB(used)))
+				line, err := gpuHolds(r.pods[0].acc.GPUIndex, used, r.capsOn(r.pods[0].acc.GPUUUID))
+				r.acc.Enforced = append(r.acc.Enforced, line)
+				return err
 			}
 			return nil
 		}
@@ -385,6 +386,27 @@ func (r *run) metrics(ctx context.Context) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// capsOn is the sum of the memory caps of the pods on GPU uuid.
+func (r *run) capsOn(uuid string) uint64 {
+	var sum uint64
+	for _, p := range r.pods {
+		if p.acc.GPUUUID == uuid {
+			sum += p.capB
+		}
+	}
+	return sum
+}
+
+// gpuHolds says what a GPU holds (NVML, below the hook) against what its
+// containers' caps allow; more than that is the demo's failure.
+func gpuHolds(idx int, used, caps uint64) (string, error) {
+	if used > caps {
+		line := fmt.Sprintf("GPU %d holds %s in all (NVML, below the hook): MORE than the %s its containers' caps allow", idx, GiB(used), GiB(caps))
+		return line, errors.New(line)
+	}
+	return fmt.Sprintf("GPU %d holds %s in all (NVML, below the hook), within the %s its containers' caps allow", idx, GiB(used), GiB(caps)), nil
 }
 
 // deletePod kills a pod's process and removes the pod, as kubelet would,
