@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -138,37 +137,9 @@ func TestReducedFormAccount(t *testing.T) {
 	if live := process.Live(); len(live) > 0 {
 		t.Errorf("processes left running: %v", live)
 	}
-	if kids := children(t); len(kids) > 0 {
-		t.Errorf("child processes left running: %v", kids)
+	if kids, err := LiveChildren(); err != nil || len(kids) > 0 {
+		t.Errorf("child processes left running: %v (%v)", kids, err)
 	}
-}
-
-// children lists the live processes whose parent is this test.
-func children(t *testing.T) []int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []int
-	me := os.Getpid()
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
-		rest := string(stat[bytes.LastIndexByte(stat, ')')+1:])
-		f := strings.Fields(rest)
-		if len(f) > 1 && f[1] == strconv.Itoa(me) && f[0] != "Z" {
-			out = append(out, pid)
-		}
-	}
-	return out
 }
 
 // fakeRealNode stands in for the real-node scenario.

@@ -71,5 +71,16 @@ func run(cfg demo.Config) int {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		return 1
 	}
+	// The claim that nothing is left running is checked, not assumed.
+	left, err := demo.LiveChildren()
+	switch {
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "demo: cannot list what is left running:", err)
+		return 1
+	case len(left) > 0:
+		fmt.Fprintf(os.Stderr, "demo failed: processes left running: %v\n", left)
+		return 1
+	}
+	fmt.Println("demo: nothing left running (no child process of the demo is alive)")
 	return 0
 }
