@@ -59,7 +59,7 @@ log: {level: warn, format: text}
 		return nil, err
 	}
 	m := &monitor{proc: p, url: "http://" + addr}
-	if err := m.awaitReady(ctx, 20*time.Second); err != nil {
+	if err := m.awaitReady(ctx, patience); err != nil {
 		m.stop()
 		return nil, err
 	}

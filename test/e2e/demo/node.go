@@ -31,6 +31,10 @@ import (
 // nodeName is the simulated node's name.
 const nodeName = "demo-node"
 
+// patience bounds every wait for a component to reach a state (each
+// returns as soon as it does): generous, for a loaded 2-core CI machine.
+const patience = 60 * time.Second
+
 // gpuCount is how many GPUs the simulated node has.
 const gpuCount = 4
 
@@ -113,11 +117,11 @@ func startNode(ctx context.Context, dir, libDir string) (*simNode, error) {
 		reg.srv.Stop()
 	}
 	want := len(d.Manager.Resources())
-	if err := reg.await(want, 20*time.Second); err != nil {
+	if err := reg.await(want, patience); err != nil {
 		n.stop()
 		return nil, err
 	}
-	if _, err := n.inventory(20 * time.Second); err != nil {
+	if _, err := n.inventory(patience); err != nil {
 		n.stop()
 		return nil, err
 	}

@@ -366,7 +366,7 @@ func busy(state string, dev int) (map[int]uint64, error) {
 // metrics scrapes the monitor until it lists every pod's container.
 func (r *run) metrics(ctx context.Context) error {
 	r.step("scraping vgpu-monitor's /metrics")
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(patience)
 	for {
 		rows, fams, err := r.mon.rows(ctx)
 		if err != nil {
@@ -382,7 +382,7 @@ func (r *run) metrics(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("vgpu-monitor lists %d of %d containers after 15s: %s", len(rows), len(r.pods), logTail(r.mon.proc.LogPath))
+			return fmt.Errorf("vgpu-monitor lists %d of %d containers after %s: %s", len(rows), len(r.pods), patience, logTail(r.mon.proc.LogPath))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -423,7 +423,7 @@ func (r *run) deletePod(ctx context.Context, p *runPod) error {
 		return err
 	}
 	r.node.release(p.devices)
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(patience)
 	for {
 		rows, fams, err := r.mon.rows(ctx)
 		if err != nil {
