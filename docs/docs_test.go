@@ -511,6 +511,56 @@ func TestAllocatableExample(t *testing.T) {
 	}
 }
 
+// annotationParsers are the readers of the annotations tessera writes.
+var annotationParsers = map[string]func(string) error{
+	annv1.AssignmentKey:   func(s string) error { _, err := annv1.ParseAssignment(s); return err },
+	annv1.AllocatedKey:    func(s string) error { _, err := annv1.ParseAllocated(s); return err },
+	annv1.NodeGPUsKey:     func(s string) error { _, err := annv1.ParseNodeGPUs(s); return err },
+	annv1.BorrowedKey:     func(s string) error { _, err := annv1.ParseBorrowed(s); return err },
+	annv1.NodeBalloonsKey: func(s string) error { _, err := annv1.ParseNodeBalloons(s); return err },
+}
+
+// elided turns a documented JSON example into a value: "GPU-…" is a UUID,
+// ", …" a list's further items.
+func elided(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, ", …", ""), "GPU-…", "GPU-0")
+}
+
+// TestAnnotationExamplesParse: every JSON value the user guide shows for an
+// annotation is one its reader accepts: a kubectl line's output comment by
+// the annotation it reads, and the inline examples by the annotation named
+// just before them.
+func TestAnnotationExamplesParse(t *testing.T) {
+	guide := read(t, "docs/user-guide.md")
+	checked := 0
+	shown := regexp.MustCompile(`(?m)tessera\\\.io/([a-z-]+)\}'\n# (\{.*\})$`)
+	for _, m := range shown.FindAllStringSubmatch(guide, -1) {
+		checked++
+		key := resource.Domain + m[1]
+		parse, ok := annotationParsers[key]
+		if !ok {
+			t.Errorf("user guide shows %s, which tessera does not write", key)
+			continue
+		}
+		if err := parse(elided(m[2])); err != nil {
+			t.Errorf("user guide's %s example does not parse: %v", key, err)
+		}
+	}
+	// "`tessera.io/a` and `tessera.io/b` look like `{…}` and `{…}`."
+	pair := regexp.MustCompile("`(tessera\\.io/[a-z-]+)` and `(tessera\\.io/[a-z-]+)` look like\\s+`(\\{[^`]*\\})` and\\s+`(\\{[^`]*\\})`")
+	for _, m := range pair.FindAllStringSubmatch(guide, -1) {
+		for i, key := range []string{m[1], m[2]} {
+			checked++
+			if err := annotationParsers[key](elided(m[3+i])); err != nil {
+				t.Errorf("user guide's %s example does not parse: %v", key, err)
+			}
+		}
+	}
+	if checked < len(annotationParsers) {
+		t.Fatalf("only %d annotation examples found in the user guide, want one per annotation (%d)", checked, len(annotationParsers))
+	}
+}
+
 // TestCodeSpansParse guards the extractors themselves with a known input.
 func TestCodeSpansParse(t *testing.T) {
 	md := "run `make demo` and\n```sh\nmake test\nhelm install x --set webhook.enabled=true\n```\n"
