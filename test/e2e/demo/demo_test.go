@@ -176,6 +176,16 @@ func TestRootRunsTheRealNode(t *testing.T) {
 	}
 }
 
+// TestSimulatorFailureKeepsTheAccount: a simulator that fails after the
+// scenario ran fails the demo, but the scenario's account is still printed.
+func TestSimulatorFailureKeepsTheAccount(t *testing.T) {
+	acc, err := Run(context.Background(), Config{Real: &fakeRealNode{},
+		OpenB: &OpenBOptions{Scheduler: filepath.Join(t.TempDir(), "no-such-cluster-scheduler"), Shipped: t.TempDir()}})
+	if err == nil || acc == nil || acc.Node.Name != "realnode" {
+		t.Fatalf("a failing simulator: acc %+v, err %v; want the scenario's account and the error", acc, err)
+	}
+}
+
 // TestWhyReduced: the reduced form says why the real node did not run.
 func TestWhyReduced(t *testing.T) {
 	can := &fakeRealNode{}

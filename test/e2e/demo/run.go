@@ -54,7 +54,7 @@ func Run(ctx context.Context, c Config) (*Account, error) {
 	if c.OpenB != nil {
 		fmt.Fprintln(progress, "demo: replaying the openb trace with the scheduler simulator (fgd and tessera)")
 		if acc.OpenB, err = RunOpenB(ctx, *c.OpenB); err != nil {
-			return nil, err
+			return acc, fmt.Errorf("openb simulator: %w", err) // the scenario's account still stands
 		}
 	}
 	return acc, nil
