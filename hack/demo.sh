@@ -17,9 +17,12 @@ began=$SECONDS
 
 say() { printf 'demo: %s\n' "$*"; }
 
-# compiled LABEL: go build -v's package lines as progress, every 20 packages.
+# compiled LABEL: go build -v's package lines as progress, every 20 packages;
+# any other line (a build error, "# pkg" before it, go: downloading) is
+# passed through, since an import path has neither blanks nor colons.
 compiled() {
-	awk -v label="$1" '{ n++; if (n % 20 == 0) { printf "demo:   %s: %d packages compiled (now %s)\n", label, n, $0; fflush() } }
+	awk -v label="$1" '/[ :]/ { print; fflush(); next }
+		{ n++; if (n % 20 == 0) { printf "demo:   %s: %d packages compiled (now %s)\n", label, n, $0; fflush() } }
 		END { if (n > 0) printf "demo:   %s: %d packages compiled\n", label, n; else printf "demo:   %s: cached\n", label }'
 }
 

@@ -260,3 +260,30 @@ func TestFromReport(t *testing.T) {
 		t.Errorf("metrics %+v", acc.Metrics)
 	}
 }
+
+// TestDemoScriptShowsBuildErrors: hack/demo.sh condenses `go build -v`
+// into progress lines, but a failed build's messages must still reach the
+// user, and the script must fail.
+func TestDemoScriptShowsBuildErrors(t *testing.T) {
+	dir := t.TempDir()
+	fakeGo := filepath.Join(dir, "go")
+	script := "#!/bin/sh\necho example.com/pkg/a\necho '# example.com/pkg/b'\necho 'b/b.go:3:1: undefined: boom' >&2\nexit 1\n"
+	if err := os.WriteFile(fakeGo, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root := repoRoot(t)
+	cmd := exec.Command(filepath.Join(root, "hack", "demo.sh"))
+	cmd.Env = append(os.Environ(), "MAKE=true", "GO="+fakeGo)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("hack/demo.sh succeeded with a failing go build:\n%s", out)
+	}
+	for _, want := range []string{"undefined: boom", "# example.com/pkg/b"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("hack/demo.sh's output lacks the build error %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "example.com/pkg/a\n") && !strings.Contains(string(out), "compiled") {
+		t.Errorf("package lines are passed through instead of counted:\n%s", out)
+	}
+}
