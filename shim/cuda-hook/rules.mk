@@ -1,5 +1,6 @@
 # shim/cuda-hook — the LD_PRELOAD library that caps GPU memory per container.
-# Targets: hook (build), test-hook-unit (C unit tests), lint-hook, bench-hook, demo-hook.
+# Targets: hook (build), test-hook-unit (C unit tests), lint-hook, bench-hook,
+# demo-hook (the hook alone on the simulated GPU; `make demo` runs the whole scenario).
 # -Bsymbolic: the hook's own references (its symbol table of wrappers) bind to itself.
 # -O2 is required: dlsym relies on a tail call (see src/interpose.c).
 # glibc baseline GLIBC_2.17 (include/glibc_baseline.h, TestHookNeedsOnlyBaselineGlibc):
@@ -20,7 +21,6 @@ BUILD_TARGETS += hook
 TEST_TARGETS  += test-hook-unit
 LINT_TARGETS  += lint-hook
 BENCH_TARGETS += bench-hook
-DEMO_TARGETS  += demo-hook
 
 hook: $(HOOK_LIB)
 

@@ -3,6 +3,7 @@ module github.com/tessera-gpu/tessera/test/e2e
 go 1.26.6
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/google/go-containerregistry v0.22.1
 	github.com/google/uuid v1.6.0
 	github.com/prometheus/client_model v0.6.3
@@ -24,7 +25,6 @@ require (
 require (
 	github.com/NVIDIA/go-gpuallocator v0.6.0 // indirect
 	github.com/NVIDIA/go-nvlib v0.13.0 // indirect
-	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

@@ -11,6 +11,7 @@
 TEST_TARGETS  += test-e2e
 BENCH_TARGETS += bench-e2e
 LINT_TARGETS  += lint-e2e
+DEMO_TARGETS  += demo-scenario
 
 E2E_BINARIES := etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubelet containerd helm
 # The real node (realnode) also runs Debian's runc and CNI plugins.
@@ -21,7 +22,13 @@ E2E_SKIPPED = { if [ "$${TESSERA_SKIP_E2E:-}" = 1 ]; then \
 	if [ "$${CI:-}" = true ]; then echo "$@: TESSERA_SKIP_E2E=1 is refused under CI=true: CI must run the end-to-end suite" >&2; exit 1; fi; \
 	echo "$@: skipped (TESSERA_SKIP_E2E=1)"; true; else false; fi; }
 
-.PHONY: e2e-binaries e2e-node-deps test-e2e bench-e2e lint-e2e
+.PHONY: e2e-binaries e2e-node-deps test-e2e bench-e2e lint-e2e demo-scenario
+
+# The demo's front end is test/e2e/cmd/tessera-demo (package test/e2e/demo):
+# the real-node scenario as root, the reduced form otherwise, then the
+# openb simulator. hack/demo.sh builds its parts with progress and runs it.
+demo-scenario:
+	@$(ROOT)/hack/demo.sh
 
 e2e-binaries:
 	$(ROOT)/hack/e2e-binaries.sh $(E2E_BINARIES)
@@ -36,9 +43,12 @@ e2e-node-deps:
 
 # -mod=mod: the module replaces the main module, whose requirements move
 # with every merge; let the go command settle go.sum instead of failing.
+# The suites run the binaries go-build just made (the demo's test and the
+# scheduler tests), instead of building their own.
 test-e2e:
-	@$(E2E_SKIPPED) || { $(MAKE) --no-print-directory e2e-binaries e2e-node-deps fakegpu && \
-		cd $(ROOT)/test/e2e && TESSERA_LIB_DIR=$(LIB) $(GO) test -mod=mod -count=1 -timeout 30m ./...; }
+	@$(E2E_SKIPPED) || { $(MAKE) --no-print-directory e2e-binaries e2e-node-deps hook fakegpu go-build && \
+		cd $(ROOT)/test/e2e && TESSERA_LIB_DIR=$(LIB) TESSERA_MONITOR_BIN=$(BIN)/vgpu-monitor \
+		TESSERA_CLUSTER_SCHEDULER=$(BIN)/cluster-scheduler $(GO) test -mod=mod -count=1 -timeout 30m ./...; }
 
 # E2E_BENCH_NODES, E2E_BENCH_PODS (default 1000, 5000) shrink it for a quick run.
 bench-e2e:
