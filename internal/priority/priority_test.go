@@ -30,8 +30,9 @@ func TestResolve(t *testing.T) {
 		{"system critical value", "", false, 2_000_000_000, P0, ""},
 		{"value at P1 threshold", "", false, 100_000, P1, ""},
 		{"just below P1", "", false, 99_999, P2, ""},
-		{"kubernetes default 0", "", false, 0, P3, ""},
-		{"negative value", "", false, math.MinInt32, P3, ""},
+		{"kubernetes default 0", "", false, 0, P2, ""},
+		{"negative value", "", false, math.MinInt32, P2, ""},
+		{"batch alias", "batch", true, 0, P3, ""},
 	}
 	for _, c := range cases {
 		got, err := tab.Resolve(c.annotation, c.annotated, c.value)

@@ -74,15 +74,19 @@ func NewTable(names map[string]Class, thresholds []Threshold, def Class) (*Table
 	return t, nil
 }
 
-// DefaultTable is the table used without configuration: the class names and
-// aliases realtime, online, training, batch; PriorityClass values ≥ 1,000,000
-// are P0, ≥ 100,000 P1, ≥ 1,000 P2, the rest (Kubernetes' default 0) P3.
-// System classes (system-cluster-critical is 2,000,000,000) land in P0.
+// DefaultTable is the table used without configuration. It reads pods the
+// way the scheduler's default configuration (api/scheduler/v1 Default) does,
+// so a pod has one class on the way to the node and on the GPU: the aliases
+// realtime (P0), online and inference (P1), training (P2), batch, evaluation,
+// experiment and best-effort (P3); PriorityClass values ≥ 1,000,000 are P0,
+// ≥ 100,000 P1, the rest (Kubernetes' default 0 included) P2. System classes
+// (system-cluster-critical is 2,000,000,000) land in P0.
 func DefaultTable() *Table {
 	t, err := NewTable(
-		map[string]Class{"realtime": P0, "online": P1, "training": P2, "batch": P3, "evaluation": P3},
-		[]Threshold{{1_000_000, P0}, {100_000, P1}, {1_000, P2}, {math.MinInt32, P3}},
-		P3)
+		map[string]Class{"realtime": P0, "online": P1, "inference": P1, "training": P2,
+			"batch": P3, "evaluation": P3, "experiment": P3, "best-effort": P3},
+		[]Threshold{{1_000_000, P0}, {100_000, P1}, {math.MinInt32, P2}},
+		P2)
 	if err != nil {
 		panic(err) // a constant table; a failure is a bug here
 	}

@@ -36,7 +36,7 @@ func Default() *Config {
 				"P0": P0, "realtime": P0,
 				"P1": P1, "online": P1, "inference": P1,
 				"P2": P2, "training": P2,
-				"P3": P3, "evaluation": P3, "experiment": P3, "best-effort": P3,
+				"P3": P3, "batch": P3, "evaluation": P3, "experiment": P3, "best-effort": P3,
 			},
 			ClassValues: []ClassValue{
 				{AtLeast: 1_000_000, Class: P0},

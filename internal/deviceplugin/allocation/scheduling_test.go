@@ -26,8 +26,8 @@ func TestSchedulingOfPods(t *testing.T) {
 		want  Scheduling
 		err   string
 	}{
-		{nil, nil, Scheduling{region.PolicyGuaranteed, 3}, ""},
-		{map[string]string{PolicyAnnotation: "hard"}, nil, Scheduling{region.PolicyHard, 3}, ""},
+		{nil, nil, Scheduling{region.PolicyGuaranteed, 2}, ""},
+		{map[string]string{PolicyAnnotation: "hard"}, nil, Scheduling{region.PolicyHard, 2}, ""},
 		{map[string]string{priority.AnnotationKey: "P0"}, v(0), Scheduling{region.PolicyGuaranteed, 0}, ""},
 		{map[string]string{priority.AnnotationKey: "training"}, v(2000000000), Scheduling{region.PolicyGuaranteed, 2}, ""},
 		{nil, v(150000), Scheduling{region.PolicyGuaranteed, 1}, ""},
