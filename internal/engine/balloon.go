@@ -58,6 +58,55 @@ func (e *Engine) SetReclaimable(key string, floorMiB int32) error {
 // Loans returns a borrower's loans (nil: it borrowed nothing).
 func (e *Engine) Loans(borrower string) []Loan { return e.balloons.loans[borrower] }
 
+// Borrower says whether running pod key rides on reclaimed memory (also after
+// its owners ended: it stays preemptible on what it holds).
+func (e *Engine) Borrower(key string) bool {
+	_, ok := e.balloons.loans[key]
+	return ok
+}
+
+// AdoptBorrower books a borrower that already holds d (a restarted or rebuilt
+// scheduler reads it back from its tessera.io/borrowed record): what d's GPUs lack
+// is lent again by the named owners, as placing it did (floors from
+// SetReclaimable; owners it outranks or that lend already are not asked). An error,
+// and nothing changed, when they cannot cover it.
+func (e *Engine) AdoptBorrower(p *Pod, d placement.Decision, started time.Time, owners []string) error {
+	if err := e.adoptable(p); err != nil {
+		return err
+	}
+	e.balloons.init()
+	var from []*Running
+	for _, k := range owners {
+		r := e.running[k]
+		if _, ok := e.balloons.floors[k]; ok && r != nil && e.balloons.lentBy[k] == "" && e.balloons.loans[k] == nil && r.Pod.Class <= p.Class &&
+			!slices.Contains(from, r) {
+			from = append(from, r)
+		}
+	}
+	slices.SortFunc(from, func(a, b *Running) int { return cmp.Compare(a.Pod.Key, b.Pod.Key) })
+	loans, ok := e.lend(d, from)
+	if !ok {
+		return fmt.Errorf("adopt borrower %s: its owners %v cannot lend what node %s lacks for it", p.Key, owners, d.NodeName)
+	}
+	if err := e.cluster.Reserve(d); err != nil {
+		e.unlend(loans)
+		return fmt.Errorf("adopt borrower %s: %w", p.Key, err)
+	}
+	p.Preemptible = true
+	if loans == nil {
+		loans = []Loan{} // a borrower still, though its GPUs had room now
+	}
+	e.balloons.loans[p.Key] = loans
+	for _, l := range loans {
+		e.balloons.lentBy[l.Owner] = p.Key
+		e.running[l.Owner].Decision = l.Lent
+	}
+	n := len(e.events)
+	e.book(p, d, started)
+	e.events = e.events[:n]
+	return nil
+}
+
 // lowered is d with every share at most floor MiB.
 func lowered(d placement.Decision, floor int32) placement.Decision {
 	out := d

@@ -176,6 +176,11 @@ func TestInflateLendReclaimDeflate(t *testing.T) {
 	if last := n.state[len(n.state)-1]; last.GPUs[0].ReclaimableMiB != 15*1024 || last.GPUs[0].Owners != 1 {
 		t.Fatalf("published %+v", last)
 	}
+	// The scheduler is told who lends and down to what (the plain container is no lender).
+	wantLender := apiv1.Lender{Owner: "ns/mem-owner/main", CeilingMiB: 30 * 1024, FloorMiB: 15 * 1024}
+	if l := n.state[len(n.state)-1].GPUs[0].Lenders; len(l) != 1 || l[0] != wantLender {
+		t.Fatalf("lenders %+v, want %+v", l, wantLender)
+	}
 	if capB, _ := n.limits("owner"); capB != 30*GiB {
 		t.Fatalf("owner inflated with nobody to lend to: cap %d", capB)
 	}
@@ -205,12 +210,20 @@ func TestInflateLendReclaimDeflate(t *testing.T) {
 	if capB, _ := n.limits("owner"); capB != 20*GiB {
 		t.Fatalf("not inflated again: %d GiB", capB/GiB)
 	}
+	if l := n.state[len(n.state)-1].GPUs[0].Lenders; len(l) != 1 || l[0].LentMiB != 10*1024 || l[0].WantsBackMiB != 0 {
+		t.Fatalf("lenders while lent %+v", l)
+	}
 	if err := regiontest.WriteBalloonWait(n.path("owner", statedir.RegionFile), 0, 20*GiB, 1, n.mono); err != nil {
 		t.Fatal(err)
 	}
 	n.step(c, 100*time.Millisecond)
 	if len(n.evicted) != 1 || n.evicted[0] != "mem-borrower2" {
 		t.Fatalf("evicted %v, want the borrower", n.evicted)
+	}
+	// The scheduler learns that the owner wants back what is still lent (the
+	// borrower's unused sliver was taken first; the scheduler evicts it too).
+	if l := n.state[len(n.state)-1].GPUs[0].Lenders; len(l) != 1 || l[0].WantsBackMiB != l[0].LentMiB || l[0].LentMiB < 9*1024 || l[0].FloorMiB != 15*1024 {
+		t.Fatalf("lenders while the owner waits %+v", l)
 	}
 	n.step(c, 100*time.Millisecond)
 	if len(n.evicted) != 1 {
