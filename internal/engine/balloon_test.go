@@ -226,8 +226,8 @@ func TestLentMemoryIsNotCountedAsFreed(t *testing.T) {
 
 // TestAdoptBorrowerLendsAgain: a rebuilt engine reads the owner and then the
 // borrower back; the borrower's record names the owner, which lends again what the
-// GPU lacks; without the owner's floor the borrower does not fit and is refused
-// with nothing changed.
+// GPU lacks (its current floor does not limit what was lent). A record naming no
+// owner, or only owners the borrower outranks, is refused with nothing changed.
 func TestAdoptBorrowerLendsAgain(t *testing.T) {
 	e := newEngine(t, baseConfig(), gpuNode("n0", 1))
 	owner := memPod("owner", priority.P1, 400, 30000, 0)
@@ -239,13 +239,16 @@ func TestAdoptBorrowerLendsAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := memPod("borrower", priority.P2, 300, 20000, 1)
-	if err := e.AdoptBorrower(b, d(20000, 300), at(1), []string{"owner"}); err == nil {
-		t.Fatal("adopted a borrower whose owner has no floor")
+	if err := e.AdoptBorrower(b, d(20000, 300), at(1), nil); err == nil {
+		t.Fatal("adopted a borrower whose record names no owner")
 	}
-	if free := freeMem(e); free != 40960-30000 {
+	if err := e.AdoptBorrower(memPod("borrower", priority.P0, 300, 20000, 1), d(20000, 300), at(1), []string{"owner"}); err == nil {
+		t.Fatal("adopted a borrower that outranks its owner")
+	}
+	if free := freeMem(e); free != 40960-30000 || e.Borrower("borrower") {
 		t.Fatalf("a refused adoption changed the books: free %d", free)
 	}
-	if err := e.SetReclaimable("owner", 16000); err != nil {
+	if err := e.SetReclaimable("owner", 25000); err != nil { // grew since: floor above what it lent
 		t.Fatal(err)
 	}
 	if err := e.AdoptBorrower(b, d(20000, 300), at(1), []string{"owner"}); err != nil {
