@@ -184,7 +184,7 @@ func (s *Scheduler) reclaim(ctx context.Context, e *podEntry, owner string) {
 
 func (s *Scheduler) submitReclaim(ctx context.Context, e *podEntry) {
 	ns, name := splitRef(e.key)
-	s.pool.Submit(ctx, &bind.Job{Kind: bind.Evict, For: e.reclaimFor, Victims: []bind.Victim{{Namespace: ns, Name: name, UID: e.uid}}})
+	s.pool.Submit(ctx, &bind.Job{Kind: bind.Evict, For: e.reclaimFor, Reclaim: true, Victims: []bind.Victim{{Namespace: ns, Name: name, UID: e.uid}}})
 }
 
 // reclaimBlocked: the API server refused a reclaim eviction (a

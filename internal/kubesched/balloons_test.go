@@ -144,9 +144,11 @@ func TestRestartKeepsLoans(t *testing.T) {
 
 // TestReclaimRefusedIsAskedAgain: a PodDisruptionBudget refuses the reclaim
 // eviction; the owner still needs its memory, so the scheduler says so and asks
-// again.
+// again. The second eviction deletes the pod at once (its deletion may reach the
+// scheduler before the eviction's outcome): the Preempted event is still posted.
 func TestReclaimRefusedIsAskedAgain(t *testing.T) {
 	a := balloonCluster(t)
+	a.evictDeletes = true
 	a.publishBalloons("n1", annv1.GPUBalloon{UUID: "GPU-n1-0", LentMiB: 10 * gib, Owners: 1,
 		Lenders: []annv1.Lender{lender("default/owner/main", 24*gib, 10*gib, 10*gib)}})
 	a.mu.Lock()
@@ -161,4 +163,5 @@ func TestReclaimRefusedIsAskedAgain(t *testing.T) {
 	a.protected["default/borrower"] = false
 	a.mu.Unlock()
 	eventually(t, "evicted when asked again", func() bool { return slices.Equal(a.evictedPods(), []string{"default/borrower"}) })
+	eventually(t, "Preempted posted", func() bool { return a.eventFor("borrower", "Preempted", "default/owner") })
 }

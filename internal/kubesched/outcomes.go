@@ -240,19 +240,22 @@ func (s *Scheduler) retryDue() {
 func (s *Scheduler) evictOutcome(o bind.Outcome) {
 	s.metrics.Preemptions.Add(float64(len(o.Evicted)))
 	if o.Blocked == nil {
+		// Posted on the victims as the job named them: a victim already deleted
+		// (its deletion seen before this outcome) is no longer in podState.
 		for _, v := range o.Evicted {
-			ve := s.podState[v.Namespace+"/"+v.Name]
-			if ve != nil && ve.reclaimFor != "" {
-				s.event(ve, corev1.EventTypeNormal, "Preempted", "evicted to give owner "+o.Job.For+" back the GPU memory it borrowed")
-				continue
+			msg := "evicted to make room for " + o.Job.For
+			if o.Job.Reclaim {
+				msg = "evicted to give owner " + o.Job.For + " back the GPU memory it borrowed"
 			}
-			s.event(ve, corev1.EventTypeNormal, "Preempted", "evicted to make room for "+o.Job.For)
+			s.recorder.Event(&corev1.Pod{ObjectMeta: objectMeta(v.Namespace, v.Name, v.UID)}, corev1.EventTypeNormal, "Preempted", msg)
 		}
 		return
 	}
 	s.metrics.EvictionsBlocked.Inc()
-	if v := s.podState[o.Blocked.Namespace+"/"+o.Blocked.Name]; v != nil && v.phase == evicting && v.reclaimFor != "" {
-		s.reclaimBlocked(v, o.Err)
+	if o.Job.Reclaim {
+		if v := s.podState[o.Blocked.Namespace+"/"+o.Blocked.Name]; v != nil && v.uid == o.Blocked.UID && v.phase == evicting {
+			s.reclaimBlocked(v, o.Err)
+		}
 		return
 	}
 	pre := s.podState[o.Job.For]

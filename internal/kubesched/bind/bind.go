@@ -42,9 +42,11 @@ type Job struct {
 	// Bind
 	Node        string
 	Annotations map[string]string
-	// Evict: victims as namespace/name with UIDs; For is the preemptor's key.
+	// Evict: victims as namespace/name with UIDs; For is the preemptor's key,
+	// or with Reclaim the owner the victims (borrowers) give memory back to.
 	Victims []Victim
 	For     string
+	Reclaim bool
 	// Patch: a nil Condition leaves conditions alone; Nominated is the
 	// node to nominate ("" clears it) when SetNominated.
 	Condition    *corev1.PodCondition
