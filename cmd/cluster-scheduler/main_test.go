@@ -130,7 +130,8 @@ func TestSimulateDynamicShort(t *testing.T) {
 			}
 		}
 	}
-	for _, metric := range []string{"completed_gain_pct", "wait_p99_ratio", "owner_oom_pct", "mem_used_pct_off", "mem_used_pct_on"} {
+	for _, metric := range []string{"completed_gain_pct", "wait_p99_ratio", "owner_oom_pct", "mem_used_pct_off", "mem_used_pct_on",
+		"mem_idle_pct_off", "mem_lendable_pct_on", "mem_lent_pct_on"} {
 		if !strings.Contains(stdout, "BENCH balloon."+metric+" ") {
 			t.Errorf("no BENCH balloon.%s", metric)
 		}

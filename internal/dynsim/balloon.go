@@ -62,15 +62,20 @@ type BalloonResult struct {
 	// throughput at equal load; CompletedAll adds those that finished in the drain.
 	Completed, CompletedAll int
 	MemUsedShare            float64 // Σ usage / Σ GPU memory, averaged from warmup to the horizon
-	WaitP50                 time.Duration
-	WaitP99                 time.Duration
-	Borrowers               int // pods placed on reclaimed memory
-	Evictions               int
-	OwnerAllocs             int // growth steps of owners (each an allocation)
-	OwnerWaits              int
-	OwnerWaitP99            time.Duration
-	OwnerOOMs               int
-	PromiseBreaches         int // times Σ caps exceeded a GPU's memory (must stay 0)
+	// Where the reserved memory goes, as shares of Σ GPU memory averaged like
+	// MemUsedShare: reserved but unused by running pods (caps − usage, lent
+	// memory counted with its borrower), what settled owners could lend and
+	// did not (cap − floor), and what is lent (ceiling − lowered cap).
+	MemIdleShare, MemLendableShare, MemLentShare float64
+	WaitP50                                      time.Duration
+	WaitP99                                      time.Duration
+	Borrowers                                    int // pods placed on reclaimed memory
+	Evictions                                    int
+	OwnerAllocs                                  int // growth steps of owners (each an allocation)
+	OwnerWaits                                   int
+	OwnerWaitP99                                 time.Duration
+	OwnerOOMs                                    int
+	PromiseBreaches                              int // times Σ caps exceeded a GPU's memory (must stay 0)
 }
 
 // simPod is one pod in the balloon simulation.
@@ -152,23 +157,24 @@ type gpuFit struct {
 }
 
 type balloonSim struct {
-	fits     []gpuFit
-	cfg      BalloonConfig
-	on       bool
-	nodes    [][]*simGPU
-	pending  []*simPod
-	events   simEvents
-	seq      int
-	now      time.Duration
-	res      BalloonResult
-	waits    []time.Duration
-	ownerW   []time.Duration
-	usedInt  float64 // ∫ Σ usage dt
-	lastT    time.Duration
-	capTotal float64
-	end      time.Duration
-	horizon  time.Duration
-	warmup   time.Duration
+	fits                          []gpuFit
+	cfg                           BalloonConfig
+	on                            bool
+	nodes                         [][]*simGPU
+	pending                       []*simPod
+	events                        simEvents
+	seq                           int
+	now                           time.Duration
+	res                           BalloonResult
+	waits                         []time.Duration
+	ownerW                        []time.Duration
+	usedInt                       float64 // ∫ Σ usage dt
+	idleInt, lendableInt, lentInt float64
+	lastT                         time.Duration
+	capTotal                      float64
+	end                           time.Duration
+	horizon                       time.Duration
+	warmup                        time.Duration
 }
 
 // CompareBalloons simulates the same jobs with balloons off and on.
@@ -310,7 +316,9 @@ func (s *balloonSim) run() {
 	for _, p := range s.pending {
 		s.waits = append(s.waits, s.end-p.waitFrom)
 	}
-	s.res.MemUsedShare = s.usedInt / s.capTotal / (s.horizon - s.warmup).Seconds()
+	span := s.capTotal * (s.horizon - s.warmup).Seconds()
+	s.res.MemUsedShare = s.usedInt / span
+	s.res.MemIdleShare, s.res.MemLendableShare, s.res.MemLentShare = s.idleInt/span, s.lendableInt/span, s.lentInt/span
 	s.res.WaitP50, s.res.WaitP99 = pct(s.waits, 0.5), pct(s.waits, 0.99)
 	s.res.OwnerWaitP99 = pct(s.ownerW, 0.99)
 }
@@ -332,15 +340,23 @@ func (s *balloonSim) advance(t time.Duration) {
 	if s.lastT < s.warmup {
 		s.lastT = s.warmup
 	}
-	var used float64
+	var used, idle, lendable, lent float64
 	for _, gs := range s.nodes {
 		for _, g := range gs {
 			for _, p := range g.pods {
 				used += float64(p.usage)
+				idle += float64(p.cap - min(p.cap, p.usage))
+				if p.ceiling != 0 {
+					lent += float64(p.ceiling - p.cap)
+				} else if f, ok := s.inflatable(p, math.MinInt); ok {
+					lendable += float64(p.cap - f)
+				}
 			}
 		}
 	}
-	s.usedInt += used * (t - s.lastT).Seconds()
+	dt := (t - s.lastT).Seconds()
+	s.usedInt += used * dt
+	s.idleInt, s.lendableInt, s.lentInt = s.idleInt+idle*dt, s.lendableInt+lendable*dt, s.lentInt+lent*dt
 	s.lastT = t
 }
 
@@ -650,6 +666,12 @@ func WriteBalloonTable(w io.Writer, r [2]BalloonResult) {
 		fmt.Fprintf(w, "%-9s %9d %9d %8.1f%% %10s %10s %9d %9d %11d %12s %5d/%d\n", on, x.Arrived, x.Completed, 100*x.MemUsedShare,
 			dur(x.WaitP50), dur(x.WaitP99), x.Borrowers, x.Evictions, x.OwnerWaits, x.OwnerWaitP99, x.OwnerOOMs, x.OwnerAllocs)
 	}
+	for _, x := range r {
+		if x.Balloons {
+			fmt.Fprintf(w, "balloons on: of the GPU memory, %.1f%% reserved but unused, %.1f%% lendable by settled owners and not lent, %.1f%% lent (time averages)\n",
+				100*x.MemIdleShare, 100*x.MemLendableShare, 100*x.MemLentShare)
+		}
+	}
 }
 
 // WriteBalloonBench prints the BENCH lines of the comparison.
@@ -673,4 +695,7 @@ func WriteBalloonBench(w io.Writer, r [2]BalloonResult) {
 	fmt.Fprintf(w, "BENCH balloon.mem_used_pct_off %.1f %%\n", 100*off.MemUsedShare)
 	fmt.Fprintf(w, "BENCH balloon.mem_used_pct_on %.1f %%\n", 100*on.MemUsedShare)
 	fmt.Fprintf(w, "BENCH balloon.owner_wait_p99_ms %.0f ms\n", float64(on.OwnerWaitP99)/1e6)
+	fmt.Fprintf(w, "BENCH balloon.mem_idle_pct_off %.1f %%\n", 100*off.MemIdleShare)
+	fmt.Fprintf(w, "BENCH balloon.mem_lendable_pct_on %.1f %%\n", 100*on.MemLendableShare)
+	fmt.Fprintf(w, "BENCH balloon.mem_lent_pct_on %.1f %%\n", 100*on.MemLentShare)
 }

@@ -73,3 +73,27 @@ func TestUsageDistributionMean(t *testing.T) {
 		t.Errorf("Beta(6, 4) mean %.3f, want 0.6", m)
 	}
 }
+
+// TestBalloonMemoryAccounting: the time-averaged shares add up. Used and idle
+// (reserved, unused) memory together are at most the GPUs' memory; balloons off
+// lend nothing; balloons on lend, and what settled owners could still lend is
+// part of the idle memory (a floor is never below the usage).
+func TestBalloonMemoryAccounting(t *testing.T) {
+	nodes := []partition.NodeSpec{{Name: "n0", GPUs: 4, GPUMemMiB: 40960}, {Name: "n1", GPUs: 4, GPUMemMiB: 81920}}
+	r, err := CompareBalloons(nodes, syntheticJobs(400, 3), time.Hour, 10*time.Hour, 12*time.Hour, DefaultBalloonConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, on := r[0], r[1]
+	for _, x := range r {
+		if x.MemUsedShare+x.MemIdleShare > 1.0001 || x.MemIdleShare <= 0 {
+			t.Fatalf("balloons %v: used %.3f + idle %.3f of the memory", x.Balloons, x.MemUsedShare, x.MemIdleShare)
+		}
+	}
+	if off.MemLendableShare != 0 || off.MemLentShare != 0 {
+		t.Fatalf("balloons off: lendable %.3f, lent %.3f", off.MemLendableShare, off.MemLentShare)
+	}
+	if on.MemLentShare <= 0 || on.MemLentShare >= 1 || on.MemLendableShare > on.MemIdleShare {
+		t.Fatalf("balloons on: lendable %.3f, lent %.3f, idle %.3f", on.MemLendableShare, on.MemLentShare, on.MemIdleShare)
+	}
+}

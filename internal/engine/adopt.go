@@ -14,6 +14,19 @@ import (
 // claiming the same share) is refused and nothing changes. No event is
 // emitted: the pod did not start now.
 func (e *Engine) Adopt(p *Pod, d placement.Decision, started time.Time) error {
+	if err := e.adoptable(p); err != nil {
+		return err
+	}
+	if err := e.cluster.Reserve(d); err != nil {
+		return fmt.Errorf("adopt %s: %w", p.Key, err)
+	}
+	n := len(e.events)
+	e.book(p, d, started)
+	e.events = e.events[:n]
+	return nil
+}
+
+func (e *Engine) adoptable(p *Pod) error {
 	if err := p.Request.Validate(); err != nil {
 		return fmt.Errorf("adopt %s: %w", p.Key, err)
 	}
@@ -26,12 +39,6 @@ func (e *Engine) Adopt(p *Pod, d placement.Decision, started time.Time) error {
 	if _, ok := e.q.Get(p.Key); ok {
 		return fmt.Errorf("adopt %s: %w", p.Key, ErrKnown)
 	}
-	if err := e.cluster.Reserve(d); err != nil {
-		return fmt.Errorf("adopt %s: %w", p.Key, err)
-	}
-	n := len(e.events)
-	e.book(p, d, started)
-	e.events = e.events[:n]
 	return nil
 }
 

@@ -58,6 +58,66 @@ func (e *Engine) SetReclaimable(key string, floorMiB int32) error {
 // Loans returns a borrower's loans (nil: it borrowed nothing).
 func (e *Engine) Loans(borrower string) []Loan { return e.balloons.loans[borrower] }
 
+// LentOwners lists the owners whose memory is lent now.
+func (e *Engine) LentOwners() []string {
+	out := make([]string, 0, len(e.balloons.lentBy))
+	for o := range e.balloons.lentBy {
+		out = append(out, o)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Borrower says whether running pod key rides on reclaimed memory (also after
+// its owners ended: it stays preemptible on what it holds).
+func (e *Engine) Borrower(key string) bool {
+	_, ok := e.balloons.loans[key]
+	return ok
+}
+
+// AdoptBorrower books a borrower that already holds d (a restarted or rebuilt
+// scheduler reads it back from its tessera.io/borrowed record): what d's GPUs lack
+// is taken again from the named owners, largest share first. The record is what
+// was lent, so their current floors do not limit it (an owner that grew since is
+// reclaimed next); owners it outranks or that lend already are not asked. An
+// error, and nothing changed, when they cannot cover it.
+func (e *Engine) AdoptBorrower(p *Pod, d placement.Decision, started time.Time, owners []string) error {
+	if err := e.adoptable(p); err != nil {
+		return err
+	}
+	e.balloons.init()
+	var from []*Running
+	for _, k := range owners {
+		r := e.running[k]
+		if r != nil && e.balloons.lentBy[k] == "" && e.balloons.loans[k] == nil && r.Pod.Class <= p.Class &&
+			!slices.Contains(from, r) {
+			from = append(from, r)
+		}
+	}
+	slices.SortFunc(from, func(a, b *Running) int { return cmp.Compare(a.Pod.Key, b.Pod.Key) })
+	loans, ok := e.lend(d, from, func(*Running) int32 { return 0 })
+	if !ok {
+		return fmt.Errorf("adopt borrower %s: its owners %v cannot lend what node %s lacks for it", p.Key, owners, d.NodeName)
+	}
+	if err := e.cluster.Reserve(d); err != nil {
+		e.unlend(loans)
+		return fmt.Errorf("adopt borrower %s: %w", p.Key, err)
+	}
+	p.Preemptible = true
+	if loans == nil {
+		loans = []Loan{} // a borrower still, though its GPUs had room now
+	}
+	e.balloons.loans[p.Key] = loans
+	for _, l := range loans {
+		e.balloons.lentBy[l.Owner] = p.Key
+		e.running[l.Owner].Decision = l.Lent
+	}
+	n := len(e.events)
+	e.book(p, d, started)
+	e.events = e.events[:n]
+	return nil
+}
+
 // lowered is d with every share at most floor MiB.
 func lowered(d placement.Decision, floor int32) placement.Decision {
 	out := d
@@ -129,7 +189,7 @@ func (e *Engine) placeOnBalloons(p *Pod, now time.Time) bool {
 	if !ok {
 		return false
 	}
-	loans, ok := e.lend(d, owners)
+	loans, ok := e.lend(d, owners, e.floorOf)
 	if !ok {
 		return false
 	}
@@ -161,20 +221,20 @@ func (e *Engine) restore(owners []*Running, stop *Running) {
 // lend lowers, per GPU of d, the owners there (largest reclaim first) by what the
 // GPU lacks for d's share, no further: memory an owner lends is the borrower's, and
 // none is freed for anyone else. False, with nothing changed, if it cannot.
-func (e *Engine) lend(d placement.Decision, owners []*Running) ([]Loan, bool) {
+func (e *Engine) lend(d placement.Decision, owners []*Running, floor func(*Running) int32) ([]Loan, bool) {
 	node := &e.cluster.Nodes[d.Node]
 	take := map[string]map[int]int32{} // owner → GPU → MiB
 	for _, s := range d.Grant.Shares {
 		need := s.MemMiB - node.GPUs[s.GPU].FreeMemMiB
 		cands := onGPU(owners, d.Node, s.GPU)
 		slices.SortFunc(cands, func(a, b *Running) int {
-			return cmp.Compare(e.reclaimOn(b, s.GPU), e.reclaimOn(a, s.GPU))
+			return cmp.Compare(reclaimOn(b, s.GPU, floor(b)), reclaimOn(a, s.GPU, floor(a)))
 		})
 		for _, r := range cands {
 			if need <= 0 {
 				break
 			}
-			n := min(need, e.reclaimOn(r, s.GPU))
+			n := min(need, reclaimOn(r, s.GPU, floor(r)))
 			if take[r.Pod.Key] == nil {
 				take[r.Pod.Key] = map[int]int32{}
 			}
@@ -211,9 +271,10 @@ func (e *Engine) unlend(loans []Loan) {
 	}
 }
 
-// reclaimOn is what owner r can lend on GPU g.
-func (e *Engine) reclaimOn(r *Running, g int) int32 {
-	floor := e.balloons.floors[r.Pod.Key]
+func (e *Engine) floorOf(r *Running) int32 { return e.balloons.floors[r.Pod.Key] }
+
+// reclaimOn is what owner r can lend on GPU g down to floor.
+func reclaimOn(r *Running, g int, floor int32) int32 {
 	for _, s := range r.Decision.Grant.Shares {
 		if s.GPU == g && s.MemMiB > floor {
 			return s.MemMiB - floor

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tessera-gpu/tessera/internal/partition"
 	"github.com/tessera-gpu/tessera/internal/placement"
 	"github.com/tessera-gpu/tessera/internal/priority"
 )
@@ -165,5 +166,101 @@ func TestOwnerThatEndsWhileLent(t *testing.T) {
 	}
 	if free := freeMem(e); free != 40960-8000 {
 		t.Fatalf("free %d MiB, want %d: the books are off", free, 40960-8000)
+	}
+}
+
+// lentPair places an owner (P1, 30000 MiB, 400m), a plain P3 pod (4000 MiB, 200m)
+// and a P2 borrower (20000 MiB, 300m) that borrows the 13040 MiB the GPU lacks.
+func lentPair(t *testing.T) *Engine {
+	t.Helper()
+	cfg := baseConfig()
+	cfg.Preemption = true
+	e := newEngine(t, cfg, gpuNode("n0", 1))
+	_ = e.Submit(memPod("owner", priority.P1, 400, 30000, 0))
+	e.Cycle(at(1))
+	plain := memPod("plain", priority.P3, 200, 4000, 1)
+	plain.Preemptible = true
+	_ = e.Submit(plain)
+	e.Cycle(at(2))
+	if err := e.SetReclaimable("owner", 16000); err != nil {
+		t.Fatal(err)
+	}
+	_ = e.Submit(memPod("borrower", priority.P2, 300, 20000, 3))
+	e.Cycle(at(5))
+	if ev := placed(e); !slices.Equal(ev, []string{"owner@n0", "plain@n0", "borrower@n0"}) {
+		t.Fatalf("setup: %v", ev)
+	}
+	return e
+}
+
+// TestBorrowersArePreemptedFirst: a P0 pod that fits after evicting either the
+// plain P3 pod (less work lost) or the P2 borrower evicts the borrower, and the
+// borrower's owner gets its memory back.
+func TestBorrowersArePreemptedFirst(t *testing.T) {
+	e := lentPair(t)
+	_ = e.Submit(memPod("urgent", priority.P0, 300, 4000, 1000))
+	e.Cycle(at(1000))
+	if ev := placed(e); !slices.Equal(ev, []string{"evict:borrower", "urgent@n0"}) {
+		t.Fatalf("events %v, want the borrower evicted (not the plain pod, which loses less work)", ev)
+	}
+	if r, _ := e.Running("owner"); r.Decision.Grant.Shares[0].MemMiB != 30000 {
+		t.Fatalf("owner not raised back: %+v", r.Decision.Grant.Shares)
+	}
+}
+
+// TestLentMemoryIsNotCountedAsFreed: evicting the borrower frees 20000 MiB on the
+// node, but 13040 of it is its owner's: a P0 pod that needs 15000 MiB must not
+// be placed on it (the plan would not hold); the plain pod is no help either, so
+// nobody is evicted.
+func TestLentMemoryIsNotCountedAsFreed(t *testing.T) {
+	e := lentPair(t)
+	_ = e.Submit(memPod("big", priority.P0, 300, 15000, 1000))
+	e.Cycle(at(1000)) // would panic ("preemption plan did not make room") if lent memory counted
+	if ev := placed(e); len(ev) != 0 {
+		t.Fatalf("events %v, want nothing: no eviction makes 15000 MiB", ev)
+	}
+	if r, _ := e.Running("owner"); r.Decision.Grant.Shares[0].MemMiB != 30000-13040 || !e.Borrower("borrower") {
+		t.Fatalf("the books changed: owner %+v", r.Decision.Grant.Shares)
+	}
+}
+
+// TestAdoptBorrowerLendsAgain: a rebuilt engine reads the owner and then the
+// borrower back; the borrower's record names the owner, which lends again what the
+// GPU lacks (its current floor does not limit what was lent). A record naming no
+// owner, or only owners the borrower outranks, is refused with nothing changed.
+func TestAdoptBorrowerLendsAgain(t *testing.T) {
+	e := newEngine(t, baseConfig(), gpuNode("n0", 1))
+	owner := memPod("owner", priority.P1, 400, 30000, 0)
+	d := func(mem int32, milli int32) placement.Decision {
+		return placement.Decision{Node: 0, NodeName: "n0", Grant: partition.Grant{CPU: 1000, MemMiB: 1024,
+			Shares: []partition.Share{{GPU: 0, Milli: milli, MemMiB: mem}}}}
+	}
+	if err := e.Adopt(owner, d(30000, 400), at(0)); err != nil {
+		t.Fatal(err)
+	}
+	b := memPod("borrower", priority.P2, 300, 20000, 1)
+	if err := e.AdoptBorrower(b, d(20000, 300), at(1), nil); err == nil {
+		t.Fatal("adopted a borrower whose record names no owner")
+	}
+	if err := e.AdoptBorrower(memPod("borrower", priority.P0, 300, 20000, 1), d(20000, 300), at(1), []string{"owner"}); err == nil {
+		t.Fatal("adopted a borrower that outranks its owner")
+	}
+	if free := freeMem(e); free != 40960-30000 || e.Borrower("borrower") {
+		t.Fatalf("a refused adoption changed the books: free %d", free)
+	}
+	if err := e.SetReclaimable("owner", 25000); err != nil { // grew since: floor above what it lent
+		t.Fatal(err)
+	}
+	if err := e.AdoptBorrower(b, d(20000, 300), at(1), []string{"owner"}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := e.Running("owner"); r.Decision.Grant.Shares[0].MemMiB != 30000-9040 || !b.Preemptible || !e.Borrower("borrower") {
+		t.Fatalf("owner %+v, borrower preemptible %v", r.Decision.Grant.Shares, b.Preemptible)
+	}
+	if len(e.Events()) != 0 {
+		t.Error("adoption emitted events")
+	}
+	if who, ok := e.ReclaimFor("owner", at(2)); !ok || who != "borrower" {
+		t.Fatalf("reclaim after adoption: %q %v", who, ok)
 	}
 }

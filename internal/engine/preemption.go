@@ -42,12 +42,91 @@ func (e *Engine) planPreemption(p *Pod, now time.Time) (*preempt.Plan, bool) {
 		return nil, false
 	}
 	e.searches++
-	pl, err := e.preemptor.Find(e.pending(p, reclaim), e.candidates(p, reclaim), now)
+	pending, cands := e.pending(p, reclaim), e.candidates(p, reclaim)
+	// Borrowers are reclaimed first: a plan that evicts only pods riding on
+	// reclaimed memory beats any that evicts a pod holding its own.
+	if b := e.borrowersAmong(cands); len(b) > 0 && len(b) < len(cands) {
+		if pl, err := e.preemptor.Find(pending, b, now); err == nil && e.loansHold(pl) {
+			return pl, true
+		}
+	}
+	pl, err := e.preemptor.Find(pending, cands, now)
+	if err == nil && !e.loansHold(pl) {
+		// The plan counted lent memory as freed: search again without the
+		// borrowers whose owners take it back.
+		pl, err = e.preemptor.Find(pending, e.withoutLenders(cands), now)
+	}
 	if err != nil {
 		e.noPlan[key] = planStamp{e.placer.gen, now}
 		return nil, false
 	}
 	return pl, true
+}
+
+// borrowersAmong is the candidates that are borrowers outside gangs (a gang is
+// evicted whole or not at all, so its members stay with the full search).
+func (e *Engine) borrowersAmong(cands []preempt.Running) []preempt.Running {
+	if len(e.balloons.loans) == 0 {
+		return nil
+	}
+	var out []preempt.Running
+	for _, c := range cands {
+		if c.Gang == "" && e.Borrower(c.ID) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (e *Engine) withoutLenders(cands []preempt.Running) []preempt.Running {
+	var out []preempt.Running
+	for _, c := range cands {
+		if len(e.balloons.loans[c.ID]) == 0 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// loansHold says whether plan pl still makes room once the owners of the
+// borrowers it evicts take back what they lent (the preemptor counts a victim's
+// whole reservation as freed; part of a borrower's goes back to its owners). The
+// cluster is left as it was.
+func (e *Engine) loansHold(pl *preempt.Plan) bool {
+	var lent []Loan
+	for _, v := range pl.Victims {
+		lent = append(lent, e.balloons.loans[v.ID]...)
+	}
+	if len(lent) == 0 {
+		return true
+	}
+	var released []placement.Decision
+	var raised []Loan
+	ok := true
+	for _, v := range pl.Victims {
+		if r := e.running[v.ID]; r != nil && e.cluster.Release(r.Decision) == nil {
+			released = append(released, r.Decision)
+		}
+	}
+	for _, l := range lent {
+		if e.running[l.Owner] == nil || e.swap(l.Lent, l.Original) != nil {
+			ok = false
+			break
+		}
+		raised = append(raised, l)
+	}
+	if ok {
+		if ok = e.cluster.Reserve(pl.Decision) == nil; ok {
+			_ = e.cluster.Release(pl.Decision)
+		}
+	}
+	for i := len(raised) - 1; i >= 0; i-- {
+		_ = e.swap(raised[i].Original, raised[i].Lent)
+	}
+	for _, d := range released {
+		_ = e.cluster.Reserve(d)
+	}
+	return ok
 }
 
 type planKey struct {

@@ -22,6 +22,10 @@ type nodeEntry struct {
 	// rebuilds the engine.
 	fingerprint string
 	conflicts   int
+	// balloons is the node's parsed tessera.io/node-balloons (nil: none usable),
+	// balloonsRaw its value.
+	balloons    *annv1.NodeBalloons
+	balloonsRaw string
 }
 
 func fingerprint(n *corev1.Node) string {
@@ -43,6 +47,10 @@ func (s *Scheduler) syncNode(name string) {
 		s.rebuildWanted = true
 	default:
 		e.obj = n
+		if raw := n.Annotations[annv1.NodeBalloonsKey]; raw != e.balloonsRaw {
+			s.readBalloons(n, e, e.balloonsRaw)
+			s.balloonsDirty = true
+		}
 		var anyPod placement.Request
 		if e.index >= 0 {
 			was := !s.cluster.Admits(e.index, &anyPod)
@@ -76,6 +84,11 @@ func (s *Scheduler) readNodes(previous map[string]*nodeEntry) []*nodeEntry {
 		}
 		e := &nodeEntry{name: n.Name, obj: n, index: -1, fingerprint: fingerprint(n)}
 		e.inv, e.err = translate.NodeInventory(n)
+		prevBalloons := ""
+		if old := previous[n.Name]; old != nil {
+			prevBalloons = old.balloonsRaw
+		}
+		s.readBalloons(n, e, prevBalloons)
 		if e.err != nil {
 			invalid++
 			if old := previous[n.Name]; old == nil || old.err == nil || old.err.Error() != e.err.Error() {

@@ -23,7 +23,7 @@ import (
 func (s *Scheduler) apply(ctx context.Context, events []engine.Event, now time.Time) {
 	victimsOf := map[string][]*podEntry{}
 	for _, ev := range events {
-		if ev.Kind == engine.Preempted && ev.By != nil {
+		if ev.Kind == engine.Preempted && ev.By != nil && ev.Reason != reclaimReason {
 			if v := s.podState[ev.Pod.Key]; v != nil {
 				victimsOf[ev.By.Key] = append(victimsOf[ev.By.Key], v)
 				// A nominated pod evicted in turn passes on the victims it
@@ -45,6 +45,10 @@ func (s *Scheduler) apply(ctx context.Context, events []engine.Event, now time.T
 		case engine.Placed:
 			s.placed(ctx, e, ev, victimsOf[ev.Pod.Key], now)
 		case engine.Preempted:
+			if ev.Reason == reclaimReason && ev.By != nil {
+				s.reclaim(ctx, e, ev.By.Key)
+				continue
+			}
 			e.phase = evicting
 			if ev.By != nil {
 				e.preemptor = ev.By.Key
@@ -108,6 +112,18 @@ func (s *Scheduler) startBind(ctx context.Context, e *podEntry) {
 		}
 		if value != "" {
 			ann[annv1.AssignmentKey] = value
+		}
+		if loans := s.eng.Loans(e.key); len(loans) > 0 {
+			rec, err := s.borrowedRecord(loans, n.inv)
+			if err != nil { // a bug: a loan on a GPU the node lacks
+				s.log.Error("borrowed record", "pod", e.key, "err", err)
+				s.rollback(e, err.Error())
+				return
+			}
+			if rec != "" {
+				ann[annv1.BorrowedKey] = rec
+				s.metrics.BalloonBorrowers.Inc()
+			}
 		}
 	}
 	ns, name := splitRef(e.key)
@@ -224,12 +240,24 @@ func (s *Scheduler) retryDue() {
 func (s *Scheduler) evictOutcome(o bind.Outcome) {
 	s.metrics.Preemptions.Add(float64(len(o.Evicted)))
 	if o.Blocked == nil {
+		// Posted on the victims as the job named them: a victim already deleted
+		// (its deletion seen before this outcome) is no longer in podState.
 		for _, v := range o.Evicted {
-			s.event(s.podState[v.Namespace+"/"+v.Name], corev1.EventTypeNormal, "Preempted", "evicted to make room for "+o.Job.For)
+			msg := "evicted to make room for " + o.Job.For
+			if o.Job.Reclaim {
+				msg = "evicted to give owner " + o.Job.For + " back the GPU memory it borrowed"
+			}
+			s.recorder.Event(&corev1.Pod{ObjectMeta: objectMeta(v.Namespace, v.Name, v.UID)}, corev1.EventTypeNormal, "Preempted", msg)
 		}
 		return
 	}
 	s.metrics.EvictionsBlocked.Inc()
+	if o.Job.Reclaim {
+		if v := s.podState[o.Blocked.Namespace+"/"+o.Blocked.Name]; v != nil && v.uid == o.Blocked.UID && v.phase == evicting {
+			s.reclaimBlocked(v, o.Err)
+		}
+		return
+	}
 	pre := s.podState[o.Job.For]
 	msg := fmt.Sprintf("preemption stopped: %v", o.Err)
 	if apierrors.IsTooManyRequests(unwrapAPI(o.Err)) {

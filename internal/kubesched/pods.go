@@ -43,6 +43,8 @@ type podEntry struct {
 	// pod a victim makes room for.
 	victims   map[string]bool
 	preemptor string
+	// reclaimFor (evicting) is the owner a borrower gives its memory back to.
+	reclaimFor string
 	// held: when to submit again and how often binds failed.
 	retryAt  time.Time
 	failures int
@@ -163,6 +165,33 @@ func (s *Scheduler) adoptBound(p *corev1.Pod) {
 		s.conflict(p, n, err)
 		e.phase = elsewhere
 	}
+}
+
+// adoptBorrower books a bound borrower: its record's owners lend again what its
+// GPUs lack. A record that cannot be used, or owners that no longer cover it,
+// leave the ordinary adoption (which reports a pod that does not fit).
+func (s *Scheduler) adoptBorrower(p *corev1.Pod) {
+	owners, _, err := borrowedOwners(p)
+	n := s.nodeState[p.Spec.NodeName]
+	if err != nil || n == nil || n.index < 0 {
+		if err != nil {
+			s.warnPod(p, "TesseraAnnotationUnusable", err.Error())
+		}
+		s.adoptBound(p)
+		return
+	}
+	ep, sh := s.boundEnginePod(p)
+	rec, known := translate.BoundDecision(p, &ep.Request, sh, n.inv, &s.cluster.Nodes[n.index], n.index)
+	if !known || len(rec.Problems) > 0 {
+		s.adoptBound(p)
+		return
+	}
+	if err := s.eng.AdoptBorrower(ep, rec.Decision, p.CreationTimestamp.Time, owners); err != nil {
+		s.log.Warn("borrower not adopted on its loans", "pod", translate.Key(p), "err", err)
+		s.adoptBound(p)
+		return
+	}
+	s.podState[translate.Key(p)] = &podEntry{key: translate.Key(p), uid: p.UID, phase: bound, created: p.CreationTimestamp.Time, pod: ep, shape: sh}
 }
 
 // boundEnginePod is a bound pod as the engine sees it. A pod of another

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/engine"
 	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
 	"github.com/tessera-gpu/tessera/internal/partition"
@@ -60,17 +61,31 @@ func (s *Scheduler) rebuild(why string) error {
 		}
 	}
 	s.podState = map[string]*podEntry{}
+	s.floors, s.reclaims = map[string]int32{}, map[string]*podEntry{}
 	pods, _ := s.pods.List(everything)
 	sortPods(pods)
+	var borrowers []*corev1.Pod
 	for _, p := range pods {
 		if p.Spec.NodeName == "" {
 			continue
 		}
 		if o := old[translate.Key(p)]; o != nil && o.uid == p.UID && o.phase == evicting && o.preemptor != "" {
-			s.podState[o.key] = o // its preemptor holds its capacity
+			s.podState[o.key] = o // its preemptor (or its owner) holds its capacity
+			if o.reclaimFor != "" {
+				s.reclaims[o.key] = o // asked again at once: the eviction may have been lost
+			}
+			continue
+		}
+		if _, ok := p.Annotations[annv1.BorrowedKey]; ok && s.ours(p) {
+			borrowers = append(borrowers, p) // after the owners and their floors
 			continue
 		}
 		s.adoptBound(p)
+	}
+	s.setFloors(s.lenders())
+	s.balloonsDirty = true // reclaims are decided in the loop, with the borrowers booked
+	for _, p := range borrowers {
+		s.adoptBorrower(p)
 	}
 	for _, p := range pods {
 		if p.Spec.NodeName != "" || !s.ours(p) {

@@ -74,6 +74,11 @@ type Scheduler struct {
 	rebuildWanted bool
 	lastMetrics   time.Time
 	frag          *placement.Fragmentation // per engine, built on first use
+	// Balloons (balloons.go): the owners' floors given to the engine, whether
+	// nodes or pods changed since, and refused reclaim evictions to ask again.
+	floors        map[string]int32
+	balloonsDirty bool
+	reclaims      map[string]*podEntry
 }
 
 // New builds a scheduler over client and starts nothing. Informers start
@@ -86,7 +91,8 @@ func New(cfg *cfgv1.SchedulerConfig, client kubernetes.Interface, log *slog.Logg
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	s := &Scheduler{cfg: cfg, client: client, log: log, metrics: m, now: time.Now, engineCfg: schedv1.Default(),
-		nodeState: map[string]*nodeEntry{}, podState: map[string]*podEntry{}, held: map[string]*podEntry{}}
+		nodeState: map[string]*nodeEntry{}, podState: map[string]*podEntry{}, held: map[string]*podEntry{},
+		floors: map[string]int32{}, reclaims: map[string]*podEntry{}}
 	s.changes.init()
 	// Terminal pods hold nothing; the API server filters them out. The
 	// selector is valid for pods only, so pods get their own factory.
@@ -185,6 +191,9 @@ func (s *Scheduler) iterate(ctx context.Context) {
 	for key := range pods {
 		s.syncPod(key)
 	}
+	if len(pods) > 0 {
+		s.balloonsDirty = true // an owner named on a node may have become known
+	}
 	for _, o := range s.pool.Take() {
 		s.outcome(o)
 	}
@@ -194,6 +203,8 @@ func (s *Scheduler) iterate(ctx context.Context) {
 		}
 	}
 	s.retryDue()
+	s.retryReclaims(ctx)
+	s.syncBalloons(s.now())
 	start := s.now()
 	tried := s.eng.Cycle(start)
 	took := s.now().Sub(start)

@@ -34,7 +34,13 @@ const (
 	BalloonWaitMSWord    = 1
 	BalloonFloorWord     = 2
 	BalloonDefaultWaitMS = 3000
+	BalloonWaitLanes     = 8
+	BalloonWaitLaneBits  = 16
 )
+
+// BalloonWaitBoundsUs are the upper bounds (inclusive, µs) of the hook's per-wait
+// histogram lanes 0..6; lane 7 counts longer waits (TESSERA_BALLOON_WAIT_BOUND_US_k).
+var BalloonWaitBoundsUs = [BalloonWaitLanes - 1]uint64{1000, 10000, 50000, 200000, 500000, 1000000, 2500000}
 
 type rawDeviceLimit struct {
 	UUID          [UUIDLen]byte
@@ -99,12 +105,11 @@ type rawDeviceCompute struct {
 // rawDeviceBalloon: the hook's per-device wait-for-reclaim request (see
 // tessera_abi.h, "Memory balloons").
 type rawDeviceBalloon struct {
-	WantBytes    uint64
-	Waiters      uint64
-	WaitSinceNs  uint64
-	Waits        uint64
-	WaitsGranted uint64
-	WaitsExpired uint64
-	WaitNsTotal  uint64
-	PollNs       uint64
+	WantBytes   uint64
+	Waiters     uint64
+	WaitSinceNs uint64
+	WaitHist    [2]uint64 // 8 lanes of 16 bits, 4 per word
+	WaitsEnded  uint64    // admitted (low 32 bits) | expired (high 32 bits)
+	WaitNsTotal uint64
+	PollNs      uint64
 }

@@ -65,11 +65,29 @@ type BalloonWait struct {
 	WantBytes    uint64 // container usage the waiting allocations need; 0 = none
 	Waiters      uint64 // allocations waiting now
 	WaitSinceNs  uint64 // CLOCK_MONOTONIC start of the current waits; 0 = none
-	Waits        uint64 // waits started
-	WaitsGranted uint64 // waits that ended admitted
-	WaitsExpired uint64 // waits that ended in CUDA_ERROR_OUT_OF_MEMORY
+	WaitsGranted uint32 // waits that ended admitted (modulo 2^32)
+	WaitsExpired uint32 // waits that ended in CUDA_ERROR_OUT_OF_MEMORY (modulo 2^32)
 	WaitNsTotal  uint64 // nanoseconds spent in ended waits
 	PollNs       uint64 // CLOCK_MONOTONIC of the latest poll by any waiter
+	// Hist counts ended waits by duration, modulo 2^16 per lane: lane k those
+	// of at most BalloonWaitBoundsUs[k], the last lane longer ones.
+	Hist [BalloonWaitLanes]uint16
+}
+
+// Ended is how many waits ended (admitted or not), modulo 2^32 per kind.
+func (w BalloonWait) Ended() uint64 { return uint64(w.WaitsGranted) + uint64(w.WaitsExpired) }
+
+// Waits is how many waits were seen: ended plus waiting now.
+func (w BalloonWait) Waits() uint64 { return w.Ended() + w.Waiters }
+
+// Since is what happened between an earlier reading prev of the same device and
+// w: ended waits per lane, admitted and expired (each lane wraps on its own: the
+// differences are taken modulo its width) and the time spent in them.
+func (w BalloonWait) Since(prev BalloonWait) (lanes [BalloonWaitLanes]uint64, granted, expired uint64, ns uint64) {
+	for k := range lanes {
+		lanes[k] = uint64(w.Hist[k] - prev.Hist[k])
+	}
+	return lanes, uint64(w.WaitsGranted - prev.WaitsGranted), uint64(w.WaitsExpired - prev.WaitsExpired), w.WaitNsTotal - prev.WaitNsTotal
 }
 
 // Waiting says whether an owner allocation waits for memory now.
@@ -78,16 +96,24 @@ func (w BalloonWait) Waiting() bool { return w.Waiters > 0 && w.WantBytes > 0 }
 // BalloonWait reads device d's wait-for-reclaim words.
 func (r *Region) BalloonWait(d int) BalloonWait {
 	b := &r.raw.Balloon[d]
-	return BalloonWait{
+	ended := atomic.LoadUint64(&b.WaitsEnded)
+	w := BalloonWait{
 		WantBytes:    atomic.LoadUint64(&b.WantBytes),
 		Waiters:      atomic.LoadUint64(&b.Waiters),
 		WaitSinceNs:  atomic.LoadUint64(&b.WaitSinceNs),
-		Waits:        atomic.LoadUint64(&b.Waits),
-		WaitsGranted: atomic.LoadUint64(&b.WaitsGranted),
-		WaitsExpired: atomic.LoadUint64(&b.WaitsExpired),
+		WaitsGranted: uint32(ended),
+		WaitsExpired: uint32(ended >> 32),
 		WaitNsTotal:  atomic.LoadUint64(&b.WaitNsTotal),
 		PollNs:       atomic.LoadUint64(&b.PollNs),
 	}
+	const perWord = 64 / BalloonWaitLaneBits
+	for i := range b.WaitHist {
+		word := atomic.LoadUint64(&b.WaitHist[i])
+		for j := range perWord {
+			w.Hist[i*perWord+j] = uint16(word >> (j * BalloonWaitLaneBits))
+		}
+	}
+	return w
 }
 
 // LastSignNs is when a waiter last showed itself: its latest poll, or the start of

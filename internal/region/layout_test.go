@@ -1,6 +1,7 @@
 package region
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -44,9 +45,13 @@ func TestConstantsMatchCHeader(t *testing.T) {
 		"SlotReclaimBit": SlotReclaimBit, "ReaperNode": ReaperNode,
 		"BalloonCeilingWord": BalloonCeilingWord, "BalloonWaitMSWord": BalloonWaitMSWord,
 		"BalloonFloorWord": BalloonFloorWord, "BalloonDefaultWaitMS": BalloonDefaultWaitMS,
+		"BalloonWaitLanes": BalloonWaitLanes, "BalloonWaitLaneBits": BalloonWaitLaneBits,
 		"PolicyGuaranteed": PolicyGuaranteed, "PolicyHard": PolicyHard,
 		"GrantRateMask": GrantRateMask, "GrantUnpaced": GrantUnpaced, "GrantPPMMax": GrantPPMMax,
 		"GrantArbitrated": GrantArbitrated, "GrantSolo": GrantSolo, "HeartbeatStaleNs": HeartbeatStaleNs,
+	}
+	for i, b := range BalloonWaitBoundsUs {
+		goSide[fmt.Sprint("BalloonWaitBoundUs", i)] = b
 	}
 	c := cabi.Constants()
 	if len(c) != len(goSide) {

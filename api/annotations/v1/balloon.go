@@ -1,6 +1,9 @@
 package v1
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Memory balloons (docs/balloon.md). Companion annotations, so that the assignment,
 // allocation and inventory schemas stay as they are and a reader that predates
@@ -38,6 +41,34 @@ type GPUBalloon struct {
 	LentMiB uint64 `json:"lentMiB,omitempty"`
 	// Owners is how many opted-in containers the GPU holds.
 	Owners int `json:"owners,omitempty"`
+	// Lenders are the owners that lend or could lend now, by name: what the
+	// scheduler may lower each to (it places borrowers on named owners it does
+	// not outrank) and which of them need their memory back.
+	Lenders []Lender `json:"lenders,omitempty"`
+}
+
+// Lender is one opted-in container on one GPU that is settled or lowered.
+type Lender struct {
+	// Owner is "namespace/pod/container".
+	Owner string `json:"owner"`
+	// CeilingMiB is its original cap; FloorMiB the lowest cap the policy allows
+	// it now (rounded up).
+	CeilingMiB uint64 `json:"ceilingMiB"`
+	FloorMiB   uint64 `json:"floorMiB"`
+	// LentMiB is how far its cap is lowered now.
+	LentMiB uint64 `json:"lentMiB,omitempty"`
+	// WantsBackMiB > 0: it grew back (or waits in an allocation) and the node is
+	// reclaiming that much of what it lent; the borrowers on it must go.
+	WantsBackMiB uint64 `json:"wantsBackMiB,omitempty"`
+}
+
+// Pod is the lender's pod as "namespace/name" (the scheduler's key).
+func (l Lender) Pod() string {
+	i := strings.LastIndexByte(l.Owner, '/')
+	if i < 0 {
+		return l.Owner
+	}
+	return l.Owner[:i]
 }
 
 // Borrowed records the borrowed memory of a pod.
@@ -75,6 +106,11 @@ func (n *NodeBalloons) Validate() error {
 		if g.Owners < 0 {
 			return fmt.Errorf("gpus[%d].owners: %d is negative", i, g.Owners)
 		}
+		for j, l := range g.Lenders {
+			if err := l.validate(fmt.Sprintf("gpus[%d].lenders[%d]", i, j)); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -96,6 +132,21 @@ func (b *Borrowed) Validate() error {
 				return fmt.Errorf("gpus[%d].from[%d]: empty", i, j)
 			}
 		}
+	}
+	return nil
+}
+
+func (l Lender) validate(f string) error {
+	if parts := strings.Split(l.Owner, "/"); len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return fmt.Errorf("%s.owner: %q is not namespace/pod/container", f, l.Owner)
+	}
+	switch {
+	case l.FloorMiB > l.CeilingMiB:
+		return fmt.Errorf("%s.floorMiB: %d above the ceiling %d", f, l.FloorMiB, l.CeilingMiB)
+	case l.LentMiB > l.CeilingMiB:
+		return fmt.Errorf("%s.lentMiB: %d above the ceiling %d", f, l.LentMiB, l.CeilingMiB)
+	case l.WantsBackMiB > l.LentMiB:
+		return fmt.Errorf("%s.wantsBackMiB: %d above what it lent (%d)", f, l.WantsBackMiB, l.LentMiB)
 	}
 	return nil
 }

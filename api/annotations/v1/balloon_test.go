@@ -1,18 +1,20 @@
 package v1
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
 
 func TestNodeBalloonsAndBorrowedRoundTrip(t *testing.T) {
-	n := &NodeBalloons{Version: Version, GPUs: []GPUBalloon{{UUID: "GPU-a", ReclaimableMiB: 12288, LentMiB: 4096, Owners: 2}}}
+	n := &NodeBalloons{Version: Version, GPUs: []GPUBalloon{{UUID: "GPU-a", ReclaimableMiB: 12288, LentMiB: 4096, Owners: 2,
+		Lenders: []Lender{{Owner: "ns/owner/main", CeilingMiB: 20480, FloorMiB: 8192, LentMiB: 4096, WantsBackMiB: 1024}}}}}
 	s, err := Marshal(n)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got, err := ParseNodeBalloons(s)
-	if err != nil || got.GPUs[0] != n.GPUs[0] {
+	if err != nil || !reflect.DeepEqual(got.GPUs, n.GPUs) || got.GPUs[0].Lenders[0].Pod() != "ns/owner" {
 		t.Fatalf("round trip: %+v, %v", got, err)
 	}
 	b := &Borrowed{Version: Version, GPUs: []BorrowedGPU{{UUID: "GPU-a", MemoryMiB: 4096, From: []string{"ns/owner/main"}}}}
@@ -30,6 +32,10 @@ func TestBalloonAnnotationsReject(t *testing.T) {
 		{`{"version":"v1","gpus":[{"uuid":"GPU-a","reclaimableMiB":1},{"uuid":"GPU-a","reclaimableMiB":1}]}`, "gpus[1].uuid"},
 		{`{"version":"v1","gpus":[{"uuid":"GPU-a","reclaimableMiB":1,"owners":-1}]}`, "gpus[0].owners"},
 		{`{"version":"v1","gpus":[{"uuid":"GPU-a","reclaimableMiB":1,"extra":1}]}`, "unknown field"},
+		{`{"version":"v1","gpus":[{"uuid":"GPU-a","lenders":[{"owner":"ns/pod","ceilingMiB":2}]}]}`, "gpus[0].lenders[0].owner"},
+		{`{"version":"v1","gpus":[{"uuid":"GPU-a","lenders":[{"owner":"ns/p/c","ceilingMiB":2,"floorMiB":3}]}]}`, "gpus[0].lenders[0].floorMiB"},
+		{`{"version":"v1","gpus":[{"uuid":"GPU-a","lenders":[{"owner":"ns/p/c","ceilingMiB":2,"lentMiB":3}]}]}`, "gpus[0].lenders[0].lentMiB"},
+		{`{"version":"v1","gpus":[{"uuid":"GPU-a","lenders":[{"owner":"ns/p/c","ceilingMiB":4,"lentMiB":1,"wantsBackMiB":2}]}]}`, "gpus[0].lenders[0].wantsBackMiB"},
 	} {
 		if _, err := ParseNodeBalloons(tc.in); err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%s: err = %v, want one naming %s", tc.in, err, tc.field)
@@ -52,6 +58,7 @@ func TestBalloonAnnotationsReject(t *testing.T) {
 func FuzzParseNodeBalloons(f *testing.F) {
 	f.Add(`{"version":"v1","gpus":[{"uuid":"GPU-a","reclaimableMiB":1024,"lentMiB":2,"owners":1}]}`)
 	f.Add(`{"version":"v1","gpus":[]}`)
+	f.Add(`{"version":"v1","gpus":[{"uuid":"GPU-a","lenders":[{"owner":"ns/p/c","ceilingMiB":4096,"floorMiB":1024,"lentMiB":2048,"wantsBackMiB":512}]}]}`)
 	f.Fuzz(func(t *testing.T, s string) { roundTrip[NodeBalloons](t, s, ParseNodeBalloons) })
 }
 

@@ -42,9 +42,11 @@ type Job struct {
 	// Bind
 	Node        string
 	Annotations map[string]string
-	// Evict: victims as namespace/name with UIDs; For is the preemptor's key.
+	// Evict: victims as namespace/name with UIDs; For is the preemptor's key,
+	// or with Reclaim the owner the victims (borrowers) give memory back to.
 	Victims []Victim
 	For     string
+	Reclaim bool
 	// Patch: a nil Condition leaves conditions alone; Nominated is the
 	// node to nominate ("" clears it) when SetNominated.
 	Condition    *corev1.PodCondition
@@ -199,7 +201,7 @@ func (p *Pool) bind(ctx context.Context, j *Job) Outcome {
 			o.Gone = true
 		case gerr == nil && pod.Spec.NodeName != "":
 			o.AlreadyOn = pod.Spec.NodeName
-			if pod.Spec.NodeName == j.Node && pod.Annotations[assignmentKey(j)] == j.Annotations[assignmentKey(j)] {
+			if pod.Spec.NodeName == j.Node && carries(pod, j.Annotations) {
 				o.Err = nil // our bind went through
 			}
 		}
@@ -207,12 +209,15 @@ func (p *Pool) bind(ctx context.Context, j *Job) Outcome {
 	return o
 }
 
-// assignmentKey is the one annotation a bind carries (if any).
-func assignmentKey(j *Job) string {
-	for k := range j.Annotations {
-		return k
+// carries says whether pod has every annotation a bind carried (the assignment
+// and, for a borrower, its borrowed record).
+func carries(pod *corev1.Pod, ann map[string]string) bool {
+	for k, v := range ann {
+		if pod.Annotations[k] != v {
+			return false
+		}
 	}
-	return ""
+	return true
 }
 
 func (p *Pool) evict(ctx context.Context, j *Job) Outcome {

@@ -27,6 +27,8 @@ type Metrics struct {
 	BindErrors       *prometheus.CounterVec // reason
 	Preemptions      prometheus.Counter     // victims evicted
 	EvictionsBlocked prometheus.Counter     // 429 from a PodDisruptionBudget, or another refusal
+	BalloonBorrowers prometheus.Counter     // pods bound on reclaimed memory
+	BalloonReclaims  prometheus.Counter     // borrowers evicted for their owners
 	Unschedulable    prometheus.Counter
 
 	NodeAllocatedMemMiB  *prometheus.GaugeVec // node
@@ -67,6 +69,8 @@ func New() *Metrics {
 	m.BindErrors = counterVec(f, "bind_errors_total", "Binds that failed, by reason (conflict, gone, error); each was rolled back.", "reason")
 	m.Preemptions = counter(f, "preemption_victims_total", "Pods evicted to make room for more urgent ones.")
 	m.EvictionsBlocked = counter(f, "evictions_blocked_total", "Evictions the API server refused (a PodDisruptionBudget answers 429); the preemption was rolled back.")
+	m.BalloonBorrowers = counter(f, "balloon_borrowers_total", "Pods bound on GPU memory reclaimed from opted-in owners (tessera.io/borrowed).")
+	m.BalloonReclaims = counter(f, "balloon_reclaims_total", "Borrowers evicted because an owner wanted its memory back.")
 	m.Unschedulable = counter(f, "unschedulable_reports_total", "FailedScheduling events posted.")
 	m.NodeAllocatedMemMiB = gaugeVec(f, "node_gpu_memory_allocated_mib", "GPU memory held by bound pods, per node.", "node")
 	m.NodeAllocatedMilli = gaugeVec(f, "node_gpu_compute_allocated_milli", "GPU compute (1000 = one GPU) held by bound pods, per node.", "node")

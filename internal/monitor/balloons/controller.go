@@ -339,23 +339,18 @@ func (c *Controller) dropStaleWords(m *member) {
 	m.bal = region.Balloon{}
 }
 
-// countWaits turns the region's wait counters into metrics: the first reading of a
-// region (or after an agent restart) is the baseline.
+// countWaits turns the region's wait counters into metrics: each wait that ended
+// since the last pass, in the histogram lane the hook counted it in. The first
+// reading of a region (or after an agent restart) is the baseline.
 func (c *Controller) countWaits(m *member) {
 	prev, ok := c.waits[m.histKey()]
 	c.waits[m.histKey()] = m.wait
 	if !ok || c.Metrics == nil {
 		return
 	}
-	ended := (m.wait.WaitsGranted - prev.WaitsGranted) + (m.wait.WaitsExpired - prev.WaitsExpired)
-	if m.wait.WaitsGranted < prev.WaitsGranted || m.wait.WaitsExpired < prev.WaitsExpired || ended == 0 {
-		return
-	}
-	c.Metrics.OwnerOOMs.Add(float64(m.wait.WaitsExpired - prev.WaitsExpired))
-	mean := float64(m.wait.WaitNsTotal-prev.WaitNsTotal) / float64(ended) / 1e9
-	for range ended {
-		c.Metrics.OwnerWait.Observe(mean)
-	}
+	lanes, _, expired, ns := m.wait.Since(prev)
+	c.Metrics.OwnerOOMs.Add(float64(expired))
+	c.Metrics.OwnerWait.Add(lanes, float64(ns)/1e9)
 }
 
 func (c *Controller) publish(ctx context.Context, state apiv1.NodeBalloons) {

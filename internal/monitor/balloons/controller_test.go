@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 
@@ -176,6 +178,11 @@ func TestInflateLendReclaimDeflate(t *testing.T) {
 	if last := n.state[len(n.state)-1]; last.GPUs[0].ReclaimableMiB != 15*1024 || last.GPUs[0].Owners != 1 {
 		t.Fatalf("published %+v", last)
 	}
+	// The scheduler is told who lends and down to what (the plain container is no lender).
+	wantLender := apiv1.Lender{Owner: "ns/mem-owner/main", CeilingMiB: 30 * 1024, FloorMiB: 15 * 1024}
+	if l := n.state[len(n.state)-1].GPUs[0].Lenders; len(l) != 1 || l[0] != wantLender {
+		t.Fatalf("lenders %+v, want %+v", l, wantLender)
+	}
 	if capB, _ := n.limits("owner"); capB != 30*GiB {
 		t.Fatalf("owner inflated with nobody to lend to: cap %d", capB)
 	}
@@ -205,12 +212,20 @@ func TestInflateLendReclaimDeflate(t *testing.T) {
 	if capB, _ := n.limits("owner"); capB != 20*GiB {
 		t.Fatalf("not inflated again: %d GiB", capB/GiB)
 	}
+	if l := n.state[len(n.state)-1].GPUs[0].Lenders; len(l) != 1 || l[0].LentMiB != 10*1024 || l[0].WantsBackMiB != 0 {
+		t.Fatalf("lenders while lent %+v", l)
+	}
 	if err := regiontest.WriteBalloonWait(n.path("owner", statedir.RegionFile), 0, 20*GiB, 1, n.mono); err != nil {
 		t.Fatal(err)
 	}
 	n.step(c, 100*time.Millisecond)
 	if len(n.evicted) != 1 || n.evicted[0] != "mem-borrower2" {
 		t.Fatalf("evicted %v, want the borrower", n.evicted)
+	}
+	// The scheduler learns that the owner wants back what is still lent (the
+	// borrower's unused sliver was taken first; the scheduler evicts it too).
+	if l := n.state[len(n.state)-1].GPUs[0].Lenders; len(l) != 1 || l[0].WantsBackMiB != l[0].LentMiB || l[0].LentMiB < 9*1024 || l[0].FloorMiB != 15*1024 {
+		t.Fatalf("lenders while the owner waits %+v", l)
 	}
 	n.step(c, 100*time.Millisecond)
 	if len(n.evicted) != 1 {
@@ -640,5 +655,52 @@ func TestYoungestBorrowerGoesFirstAfterARestart(t *testing.T) {
 	n.step(restarted, 10*time.Millisecond)
 	if len(n.evicted) != 1 || n.evicted[0] != "mem-b-young" {
 		t.Fatalf("evicted %v, want the youngest borrower only", n.evicted)
+	}
+}
+
+// TestOwnerWaitHistogramCountsEachWait: the waits the hook counted per lane since
+// the last pass go into tessera_balloon_owner_wait_seconds as they are (each wait
+// in its own bucket, not a mean), with their total time as the sum; expired ones
+// are also owner OOMs. The first reading of a region is the baseline, and a lane
+// that wrapped between passes counts what it went through.
+func TestOwnerWaitHistogramCountsEachWait(t *testing.T) {
+	n := newFakeNode(t)
+	reg := prometheus.NewPedanticRegistry()
+	m := metrics.NewBalloon(reg, "n")
+	c := n.controller(m)
+	n.add("owner", 30*GiB, 12*GiB, PodInfo{OptedIn: true, Priority: 100})
+	path := n.path("owner", statedir.RegionFile)
+	if err := regiontest.WriteBalloonEnded(path, 0, [region.BalloonWaitLanes]uint16{0: 65534, 7: 9}, 10, 9, 50e9); err != nil {
+		t.Fatal(err)
+	}
+	n.step(c, 0) // baseline: waits before this agent are not its to count
+	if got := m.OwnerWait.Count(); got != 0 {
+		t.Fatalf("%d waits counted from the baseline", got)
+	}
+	// Since: 3 waits of ≤ 1 ms (the lane wrapped), one of 30 ms, one of 300 ms
+	// admitted; one expired past 2.5 s. 4.2 s in all.
+	if err := regiontest.WriteBalloonEnded(path, 0, [region.BalloonWaitLanes]uint16{0: 1, 2: 1, 4: 1, 7: 10}, 15, 10, 54.2e9); err != nil {
+		t.Fatal(err)
+	}
+	n.step(c, 200*time.Millisecond)
+	want := `
+# HELP tessera_balloon_owner_wait_seconds How long owner allocations waited in the hook for reclaimed memory, per wait (the hook's histogram lanes; buckets are its lane bounds).
+# TYPE tessera_balloon_owner_wait_seconds histogram
+tessera_balloon_owner_wait_seconds_bucket{node="n",le="0.001"} 3
+tessera_balloon_owner_wait_seconds_bucket{node="n",le="0.01"} 3
+tessera_balloon_owner_wait_seconds_bucket{node="n",le="0.05"} 4
+tessera_balloon_owner_wait_seconds_bucket{node="n",le="0.2"} 4
+tessera_balloon_owner_wait_seconds_bucket{node="n",le="0.5"} 5
+tessera_balloon_owner_wait_seconds_bucket{node="n",le="1"} 5
+tessera_balloon_owner_wait_seconds_bucket{node="n",le="2.5"} 5
+tessera_balloon_owner_wait_seconds_bucket{node="n",le="+Inf"} 6
+tessera_balloon_owner_wait_seconds_sum{node="n"} 4.2
+tessera_balloon_owner_wait_seconds_count{node="n"} 6
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "tessera_balloon_owner_wait_seconds"); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(m.OwnerOOMs); got != 1 {
+		t.Fatalf("owner OOMs %v, want 1", got)
 	}
 }

@@ -282,6 +282,7 @@ func (g *gpuPass) deflate(m *member) {
 func (g *gpuPass) report(uuid string) apiv1.GPUBalloon {
 	var reclaimable, lent uint64
 	owners := 0
+	var lenders []apiv1.Lender
 	p := g.c.Policy
 	for _, m := range g.members {
 		if !isOwner(m) {
@@ -290,11 +291,21 @@ func (g *gpuPass) report(uuid string) apiv1.GPUBalloon {
 		owners++
 		if m.bal.Inflated() {
 			lent += m.bal.CeilingBytes - m.cap
+			floor := m.bal.FloorBytes
+			if floor == 0 || floor > m.cap {
+				floor = m.cap
+			}
+			var want uint64
+			if g.needsBack(m) {
+				want = m.bal.CeilingBytes - m.cap
+			}
+			lenders = g.lender(lenders, m, m.bal.CeilingBytes, floor, m.bal.CeilingBytes-m.cap, want)
 			continue
 		}
 		if m.hist.Settled(g.now, p.Settle, p.Margin(m.cap)/2) {
 			if f := p.Floor(m.cap, m.hist.Peak(g.now, p.Window)); f < m.cap {
 				reclaimable += m.cap - f
+				lenders = g.lender(lenders, m, m.cap, f, 0, 0)
 			}
 		}
 	}
@@ -302,5 +313,20 @@ func (g *gpuPass) report(uuid string) apiv1.GPUBalloon {
 		g.c.Metrics.Reclaimable.WithLabelValues(uuid).Set(float64(reclaimable))
 		g.c.Metrics.Lent.WithLabelValues(uuid).Set(float64(lent))
 	}
-	return apiv1.GPUBalloon{UUID: uuid, ReclaimableMiB: reclaimable >> 20, LentMiB: lent >> 20, Owners: owners}
+	slices.SortFunc(lenders, func(a, b apiv1.Lender) int { return cmp.Compare(a.Owner, b.Owner) })
+	return apiv1.GPUBalloon{UUID: uuid, ReclaimableMiB: reclaimable >> 20, LentMiB: lent >> 20, Owners: owners, Lenders: lenders}
 }
+
+// lender names owner m for the scheduler, when its pod is known: the floor and
+// what it needs back rounded up, so the scheduler never lends what is not there.
+func (g *gpuPass) lender(out []apiv1.Lender, m *member, ceiling, floor, lent, want uint64) []apiv1.Lender {
+	if !m.known {
+		return out
+	}
+	c := ceiling >> 20
+	l := apiv1.Lender{Owner: m.owner.String(), CeilingMiB: c, FloorMiB: min(mibUp(floor), c), LentMiB: min(mibUp(lent), c)}
+	l.WantsBackMiB = min(mibUp(want), l.LentMiB)
+	return append(out, l)
+}
+
+func mibUp(b uint64) uint64 { return (b + 1<<20 - 1) >> 20 }

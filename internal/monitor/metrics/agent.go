@@ -47,7 +47,7 @@ type Balloon struct {
 	Inflations  prometheus.Counter
 	Deflations  prometheus.Counter
 	Evictions   prometheus.Counter
-	OwnerWait   prometheus.Histogram
+	OwnerWait   *WaitHistogram
 	OwnerOOMs   prometheus.Counter
 }
 
@@ -65,9 +65,7 @@ func NewBalloon(reg prometheus.Registerer, node string) *Balloon {
 			Help: "Lowered caps raised back to their ceilings."}),
 		Evictions: prometheus.NewCounter(prometheus.CounterOpts{Name: "tessera_balloon_evictions_total", ConstLabels: cl,
 			Help: "Borrowers evicted so that owners get their memory back."}),
-		OwnerWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tessera_balloon_owner_wait_seconds", ConstLabels: cl,
-			Help:    "How long owner allocations waited in the hook for reclaimed memory (the mean of the waits that ended between two passes).",
-			Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30, 60}}),
+		OwnerWait: NewWaitHistogram(cl),
 		OwnerOOMs: prometheus.NewCounter(prometheus.CounterOpts{Name: "tessera_balloon_owner_ooms_total", ConstLabels: cl,
 			Help: "Owner waits that ended in CUDA_ERROR_OUT_OF_MEMORY because the memory did not come back in time."}),
 	}

@@ -99,6 +99,25 @@ func WriteBalloonPoll(path string, dev int, pollNs uint64) error {
 	return err
 }
 
+// WriteBalloonEnded leaves device dev's ended-wait words as a hook leaves them:
+// the per-wait histogram lanes, the admitted and expired counts and their total
+// time.
+func WriteBalloonEnded(path string, dev int, hist [region.BalloonWaitLanes]uint16, granted, expired uint32, totalNs uint64) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var b [32]byte
+	for k, n := range hist {
+		binary.LittleEndian.PutUint16(b[2*k:], n) // lane k at bits 16*(k%4) of word k/4
+	}
+	binary.LittleEndian.PutUint64(b[16:], uint64(granted)|uint64(expired)<<32)
+	binary.LittleEndian.PutUint64(b[24:], totalNs)
+	_, err = f.WriteAt(b[:], int64(offBalloon+dev*64+24))
+	return err
+}
+
 func WriteBalloonWait(path string, dev int, want, waiters, sinceNs uint64) error {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {

@@ -83,3 +83,36 @@ func TestWriteBalloonWaitReadsBack(t *testing.T) {
 		t.Fatalf("after clearing: %+v", w)
 	}
 }
+
+// TestWriteBalloonEndedReadsBackAndWraps: the ended-wait words read back lane by
+// lane, and differences between readings are taken per lane modulo its width (a
+// lane that wrapped counts what it went through, never a neighbour's).
+func TestWriteBalloonEndedReadsBackAndWraps(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "region")
+	if err := region.CreateRegion(path); err != nil {
+		t.Fatal(err)
+	}
+	r, err := region.OpenRegion(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	before := [region.BalloonWaitLanes]uint16{0: 65535, 3: 7, 7: 1}
+	if err := WriteBalloonEnded(path, 1, before, 0xffffffff, 4, 1000); err != nil {
+		t.Fatal(err)
+	}
+	prev := r.BalloonWait(1)
+	if prev.Hist != before || prev.WaitsGranted != 0xffffffff || prev.WaitsExpired != 4 || prev.WaitNsTotal != 1000 || prev.Ended() != 0xffffffff+4 {
+		t.Fatalf("read back %+v", prev)
+	}
+	if err := WriteBalloonEnded(path, 1, [region.BalloonWaitLanes]uint16{0: 1, 3: 7, 7: 2}, 1, 5, 4000); err != nil {
+		t.Fatal(err)
+	}
+	lanes, granted, expired, ns := r.BalloonWait(1).Since(prev)
+	if lanes != [region.BalloonWaitLanes]uint64{0: 2, 7: 1} || granted != 2 || expired != 1 || ns != 3000 {
+		t.Fatalf("since: lanes %v granted %d expired %d ns %d", lanes, granted, expired, ns)
+	}
+	if other := r.BalloonWait(0); other.Hist != [region.BalloonWaitLanes]uint16{} || other.Ended() != 0 {
+		t.Fatalf("device 0 touched: %+v", other)
+	}
+}

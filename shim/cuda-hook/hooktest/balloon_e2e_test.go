@@ -214,7 +214,7 @@ func balloonEndToEnd(t *testing.T, restart bool) {
 	}
 	defer r.Close()
 	w := r.BalloonWait(0)
-	if w.Waits != 1 || w.WaitsGranted != 1 || w.WaitsExpired != 0 {
+	if w.Waits() != 1 || w.WaitsGranted != 1 || w.WaitsExpired != 0 {
 		t.Errorf("owner waits %+v: want one, granted", w)
 	}
 	if u := r.Usage().UsedBytes[0]; u != 40*MiB {

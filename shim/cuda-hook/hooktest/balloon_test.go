@@ -73,13 +73,29 @@ func TestOwnerWaitsForReclaimThenProceeds(t *testing.T) {
 	}
 	c.wantUsed(24*MiB, "after the granted wait")
 	w = c.balloonWait()
-	if w.Waiting() || w.Waits != 1 || w.WaitsGranted != 1 || w.WaitsExpired != 0 || w.WaitNsTotal == 0 {
+	if w.Waiting() || w.Waits() != 1 || w.WaitsGranted != 1 || w.WaitsExpired != 0 || w.WaitNsTotal == 0 {
 		t.Errorf("after the grant: %+v", w)
 	}
+	checkWaitLane(t, w)
 	if got := c.usage().Refused[0]; got != 0 {
 		t.Errorf("a granted wait counted %d refusals", got)
 	}
 	p.exit()
+}
+
+// checkWaitLane: the region's only ended wait is counted once in its per-wait
+// histogram, in the lane its duration (the region's total) falls in.
+func checkWaitLane(t *testing.T, w region.BalloonWait) {
+	t.Helper()
+	lane := 0
+	for lane < len(region.BalloonWaitBoundsUs) && w.WaitNsTotal > region.BalloonWaitBoundsUs[lane]*1000 {
+		lane++
+	}
+	var want [region.BalloonWaitLanes]uint16
+	want[lane] = 1
+	if w.Hist != want {
+		t.Errorf("wait of %v counted in lanes %v, want lane %d only", time.Duration(w.WaitNsTotal), w.Hist, lane)
+	}
 }
 
 // TestOwnerWaitIsBoundedThenOOM: nobody reclaims; after the wait bound the owner gets
@@ -97,9 +113,10 @@ func TestOwnerWaitIsBoundedThenOOM(t *testing.T) {
 	}
 	c.wantUsed(0, "after the expired wait")
 	w := c.balloonWait()
-	if w.Waiting() || w.Waits != 1 || w.WaitsExpired != 1 || w.WantBytes != 0 || w.WaitSinceNs != 0 {
+	if w.Waiting() || w.Waits() != 1 || w.WaitsExpired != 1 || w.WantBytes != 0 || w.WaitSinceNs != 0 {
 		t.Errorf("after the expired wait: %+v", w)
 	}
+	checkWaitLane(t, w)
 	if got := c.usage().Refused[0]; got != 1 {
 		t.Errorf("refused = %d, want 1", got)
 	}
@@ -129,7 +146,7 @@ func TestNoWaitBeyondCeilingOrWithoutBalloon(t *testing.T) {
 			if took := time.Since(start); took > time.Second {
 				t.Errorf("refused after %v: it waited", took)
 			}
-			if w := c.balloonWait(); w.Waits != 0 {
+			if w := c.balloonWait(); w.Waits() != 0 || w.Hist != [region.BalloonWaitLanes]uint16{} {
 				t.Errorf("a wait was started: %+v", w)
 			}
 			p.exit()

@@ -166,19 +166,35 @@ typedef struct tessera_device_compute {
  * node agent clear it), and leaves when the cap admits it or its wait bound passes.
  * A live waiter that finds `waiters` cleared counts itself again; leaving never
  * takes `waiters` below zero.
+ *
+ * Every wait that ends is counted in `waits_ended` (granted in the low 32 bits,
+ * expired in the high 32, each modulo 2^32) and in the per-wait histogram
+ * `wait_hist`: 8 lanes of 16 bits, lane k in bits 16*(k%4) of wait_hist[k/4],
+ * counting (modulo 2^16) the waits that lasted at most
+ * TESSERA_BALLOON_WAIT_BOUND_US_k (lane 7: longer). Lanes are raised with a
+ * compare-and-swap of the word, so a lane wraps on its own and never carries into
+ * its neighbour; the node agent reads differences between its passes.
  */
 #define TESSERA_BALLOON_CEILING 0
 #define TESSERA_BALLOON_WAIT_MS 1
 #define TESSERA_BALLOON_FLOOR 2
 #define TESSERA_BALLOON_DEFAULT_WAIT_MS 3000u
+#define TESSERA_BALLOON_WAIT_LANES 8
+#define TESSERA_BALLOON_WAIT_LANE_BITS 16
+#define TESSERA_BALLOON_WAIT_BOUND_US_0 1000u
+#define TESSERA_BALLOON_WAIT_BOUND_US_1 10000u
+#define TESSERA_BALLOON_WAIT_BOUND_US_2 50000u
+#define TESSERA_BALLOON_WAIT_BOUND_US_3 200000u
+#define TESSERA_BALLOON_WAIT_BOUND_US_4 500000u
+#define TESSERA_BALLOON_WAIT_BOUND_US_5 1000000u
+#define TESSERA_BALLOON_WAIT_BOUND_US_6 2500000u
 
 typedef struct tessera_device_balloon {
     TESSERA_ATOMIC(uint64_t) want_bytes;     /* usage the waiting allocations need; 0 = no request */
     TESSERA_ATOMIC(uint64_t) waiters;        /* allocations waiting now */
     TESSERA_ATOMIC(uint64_t) wait_since_ns;  /* CLOCK_MONOTONIC start of the current waits; 0 = none */
-    TESSERA_ATOMIC(uint64_t) waits;          /* waits started */
-    TESSERA_ATOMIC(uint64_t) waits_granted;  /* waits that ended with the allocation admitted */
-    TESSERA_ATOMIC(uint64_t) waits_expired;  /* waits that ended in CUDA_ERROR_OUT_OF_MEMORY */
+    TESSERA_ATOMIC(uint64_t) wait_hist[2];   /* ended waits by duration: 8 lanes of 16 bits */
+    TESSERA_ATOMIC(uint64_t) waits_ended;    /* low 32 bits: admitted; high 32: CUDA_ERROR_OUT_OF_MEMORY */
     TESSERA_ATOMIC(uint64_t) wait_ns_total;  /* nanoseconds spent in ended waits */
     TESSERA_ATOMIC(uint64_t) poll_ns;        /* CLOCK_MONOTONIC of the latest poll by any waiter */
 } tessera_device_balloon;

@@ -61,6 +61,35 @@ static uint64_t word(const tessera_limits *l, int idx, int w)
     return __atomic_load_n(&l->devices[idx].balloon_words[w], __ATOMIC_ACQUIRE);
 }
 
+/* Raises the lane of `bits` bits at `shift` in *w by one, modulo its width: a
+ * compare-and-swap of the whole word, so a full lane wraps to 0 instead of carrying
+ * into its neighbour. */
+static void lane_add(_Atomic uint64_t *w, unsigned shift, unsigned bits)
+{
+    uint64_t mask = (bits >= 64 ? ~0ull : ((1ull << bits) - 1u)) << shift;
+    uint64_t cur = atomic_load(w), next;
+    do {
+        next = (cur & ~mask) | ((cur + (1ull << shift)) & mask);
+    } while (!atomic_compare_exchange_weak(w, &cur, next));
+}
+
+static const uint64_t wait_bounds_us[TESSERA_BALLOON_WAIT_LANES - 1] = {
+    TESSERA_BALLOON_WAIT_BOUND_US_0, TESSERA_BALLOON_WAIT_BOUND_US_1, TESSERA_BALLOON_WAIT_BOUND_US_2,
+    TESSERA_BALLOON_WAIT_BOUND_US_3, TESSERA_BALLOON_WAIT_BOUND_US_4, TESSERA_BALLOON_WAIT_BOUND_US_5,
+    TESSERA_BALLOON_WAIT_BOUND_US_6,
+};
+
+void balloon_count_wait(tessera_device_balloon *b, uint64_t waited_ns, int admitted)
+{
+    unsigned lane = 0;
+    while (lane < TESSERA_BALLOON_WAIT_LANES - 1 && waited_ns > wait_bounds_us[lane] * 1000u)
+        lane++;
+    unsigned per_word = 64 / TESSERA_BALLOON_WAIT_LANE_BITS;
+    lane_add(&b->wait_hist[lane / per_word], (lane % per_word) * TESSERA_BALLOON_WAIT_LANE_BITS,
+             TESSERA_BALLOON_WAIT_LANE_BITS);
+    lane_add(&b->waits_ended, admitted ? 0 : 32, 32);
+}
+
 /* Poll until admitted, the balloon is gone, or the deadline passes. */
 static int poll_cap(const tessera_limits *l, tessera_device_balloon *b, int idx, uint64_t n, uint64_t start,
                     uint64_t deadline)
@@ -97,7 +126,6 @@ int balloon_wait(const char *api, int idx, uint64_t n)
     uint64_t wait_ms = balloon_wait_ms(word(l, idx, TESSERA_BALLOON_WAIT_MS));
     tessera_device_balloon *b = &r->balloon[idx];
     uint64_t start = now_ns();
-    atomic_fetch_add(&b->waits, 1);
     atomic_fetch_add(&b->waiters, 1);
     hook_log(HOOK_LOG_INFO, "%s: %llu bytes over the lowered cap %llu on device %d (ceiling %llu); waiting up to "
                             "%llu ms for the node to reclaim", api, (unsigned long long)n,
@@ -105,7 +133,7 @@ int balloon_wait(const char *api, int idx, uint64_t n)
     int rc = poll_cap(l, b, idx, n, start, start + wait_ms * 1000000ull);
     uint64_t waited = now_ns() - start;
     atomic_fetch_add(&b->wait_ns_total, waited);
-    atomic_fetch_add(rc == LIMITER_OK ? &b->waits_granted : &b->waits_expired, 1);
+    balloon_count_wait(b, waited, rc == LIMITER_OK);
     if (leave(&b->waiters)) {
         /* The last waiter clears the request; a racing new waiter re-asserts it. */
         uint64_t want = atomic_load(&b->want_bytes), since = atomic_load(&b->wait_since_ns);

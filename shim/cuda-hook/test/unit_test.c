@@ -382,8 +382,6 @@ static void test_pacing(void)
     CHECK(pacing_wait_ns(-PACING_DEBT_NS, 1) == 2000000);
 }
 
-/* A limits file's wait word, however corrupt, bounds the wait: 0 is the default,
- * anything past a minute is a minute. */
 static int never(void *arg)
 {
     (*(int *)arg)++;
@@ -419,6 +417,31 @@ static void test_inflight_wait_bound(void)
     CHECK(polls == 3);
 }
 
+/* Ended waits land in the lane of their duration; a full lane wraps to 0 without
+ * carrying into its neighbour, and the admitted count wraps without touching the
+ * expired one. */
+static void test_balloon_wait_histogram(void)
+{
+    tessera_device_balloon b;
+    memset(&b, 0, sizeof b);
+    balloon_count_wait(&b, 500000u, 1);       /* 0.5 ms: lane 0 */
+    balloon_count_wait(&b, 1000000u, 1);      /* exactly 1 ms: lane 0 (bounds are inclusive) */
+    balloon_count_wait(&b, 1000001u, 1);      /* lane 1 */
+    balloon_count_wait(&b, 300000000u, 1);    /* 300 ms: lane 4 */
+    balloon_count_wait(&b, 3000000000ull, 0); /* 3 s, expired: lane 7 */
+    CHECK(atomic_load(&b.wait_hist[0]) == (2ull | 1ull << 16));
+    CHECK(atomic_load(&b.wait_hist[1]) == (1ull | 1ull << 48));
+    CHECK(atomic_load(&b.waits_ended) == (4ull | 1ull << 32));
+    atomic_store(&b.wait_hist[0], 0xffffull); /* lane 0 full */
+    balloon_count_wait(&b, 1u, 1);
+    CHECK(atomic_load(&b.wait_hist[0]) == 0); /* wrapped; lane 1 untouched */
+    atomic_store(&b.waits_ended, 0xffffffffull | 5ull << 32);
+    balloon_count_wait(&b, 1u, 1);
+    CHECK(atomic_load(&b.waits_ended) == 5ull << 32);
+}
+
+/* A limits file's wait word, however corrupt, bounds the wait: 0 is the default,
+ * anything past a minute is a minute. */
 static void test_balloon_wait_bound(void)
 {
     CHECK(balloon_wait_ms(0) == TESSERA_BALLOON_DEFAULT_WAIT_MS);
@@ -446,6 +469,7 @@ int main(void)
     test_pacing();
     test_inflight_wait_bound();
     test_balloon_wait_bound();
+    test_balloon_wait_histogram();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0)

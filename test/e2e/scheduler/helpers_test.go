@@ -96,8 +96,9 @@ func hasEvent(ctx context.Context, client kubernetes.Interface, object, reason, 
 
 // checkCapacity reads every node's inventory and every bound pod's
 // assignment: each GPU named belongs to the pod's node, and no GPU holds
-// more memory than it has or more than 100 % compute (a whole GPU, named
-// without amounts, counts 100 %). It returns the number of bound pods.
+// more memory than it has (memory a borrower's tessera.io/borrowed says it
+// took from owners counted once) or more than 100 % compute (a whole GPU,
+// named without amounts, counts 100 %). It returns the number of bound pods.
 func checkCapacity(t *testing.T, ctx context.Context, client kubernetes.Interface) int {
 	t.Helper()
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -118,13 +119,22 @@ func checkCapacity(t *testing.T, ctx context.Context, client kubernetes.Interfac
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem, core := map[string]uint64{}, map[string]uint32{}
+	mem, core, lent := map[string]uint64{}, map[string]uint32{}, map[string]uint64{}
 	bound := 0
 	for _, p := range pods.Items {
 		if p.Spec.NodeName == "" {
 			continue
 		}
 		bound++
+		if raw, ok := p.Annotations[annv1.BorrowedKey]; ok {
+			rec, err := annv1.ParseBorrowed(raw)
+			if err != nil {
+				t.Fatalf("pod %s: %v", p.Name, err)
+			}
+			for _, g := range rec.GPUs {
+				lent[g.UUID] += g.MemoryMiB
+			}
+		}
 		raw, ok := p.Annotations[annv1.AssignmentKey]
 		if !ok {
 			continue
@@ -148,8 +158,8 @@ func checkCapacity(t *testing.T, ctx context.Context, client kubernetes.Interfac
 		}
 	}
 	for u := range core {
-		if mem[u] > memOf[u] || core[u] > 100 {
-			t.Fatalf("GPU %s on %s oversubscribed: %d of %d MiB, %d %% compute", u, owner[u], mem[u], memOf[u], core[u])
+		if mem[u]-min(lent[u], mem[u]) > memOf[u] || core[u] > 100 {
+			t.Fatalf("GPU %s on %s oversubscribed: %d (%d of them lent) of %d MiB, %d %% compute", u, owner[u], mem[u], lent[u], memOf[u], core[u])
 		}
 	}
 	return bound
