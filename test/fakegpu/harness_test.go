@@ -129,7 +129,15 @@ type proc struct {
 // start runs a scenario and waits for it to print "ready".
 func (n *node) start(args ...string) *proc {
 	n.t.Helper()
-	cmd := exec.Command(fgtest(n.t), args...)
+	return n.startWrapped(nil, args...)
+}
+
+// startWrapped is start with the scenario run under a wrapper command (e.g.
+// unshare), wrap[0] its program.
+func (n *node) startWrapped(wrap []string, args ...string) *proc {
+	n.t.Helper()
+	argv := append(append(append([]string{}, wrap...), fgtest(n.t)), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = n.env()
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"golang.org/x/sys/unix"
 
 	"github.com/tessera-gpu/tessera/test/fakegpu"
 )
@@ -34,8 +35,26 @@ func writeSlot(t *testing.T, path string, i int, owner, used0 uint64) {
 	}
 }
 
-// Slots a crash can leave behind are reclaimed: a dead owner, a live pid whose
-// start time differs (pid reuse), and a reaper that died while zeroing a slot.
+// holdSlotLock takes the lock a live process holds on slot i for its life (an
+// open file description lock on the slot's owner word), until the test ends.
+func holdSlotLock(t *testing.T, path string, i int) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	slot := fakegpu.HeaderSize + fakegpu.MaxDevices*fakegpu.DeviceRecSize + i*fakegpu.SlotSize
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: int64(slot), Len: 1}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
+		t.Fatalf("locking slot %d: %v", i, err)
+	}
+}
+
+// Slots a crash can leave behind are reclaimed: a dead owner, an owner word
+// naming this live process but without the slot's lock (what a process of
+// another pid namespace looks like, or pid reuse), and a reaper that died while
+// zeroing a slot. Only a slot whose lock is held is alive.
 func TestReaperReclaimsEveryKindOfDeadSlot(t *testing.T) {
 	n := newNode(t)
 	lib := openNVML(t, n) // creates the state file
@@ -45,10 +64,11 @@ func TestReaperReclaimsEveryKindOfDeadSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	self := uint64(os.Getpid())
-	writeSlot(t, n.state, 3, 4194000|uint64(12345)<<32, 100*MiB)       // no such pid
-	writeSlot(t, n.state, 4, self|((ticks+1)&0x7fffffff)<<32, 200*MiB) // pid reused
-	writeSlot(t, n.state, 5, 1<<63|4194001, 300*MiB)                   // dead reaper
-	writeSlot(t, n.state, 6, self|(ticks&0x7fffffff)<<32, 50*MiB)      // alive: kept
+	writeSlot(t, n.state, 3, 4194000|uint64(12345)<<32, 100*MiB)     // no such pid
+	writeSlot(t, n.state, 4, self|((ticks)&0x7fffffff)<<32, 200*MiB) // no lock
+	writeSlot(t, n.state, 5, 1<<63|4194001, 300*MiB)                 // dead reaper
+	writeSlot(t, n.state, 6, 4194002, 50*MiB)                        // alive: kept
+	holdSlotLock(t, n.state, 6)
 	st, err := fakegpu.ReadState(n.state)
 	if err != nil {
 		t.Fatal(err)

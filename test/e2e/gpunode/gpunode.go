@@ -26,7 +26,8 @@
 //     monitor's /metrics shows it by namespace/pod/container.
 //  4. the kubelet restarted: the plugin registers again (a second pod is
 //     admitted through it) and the running pod keeps its cap; the
-//     DaemonSet rolled by `helm upgrade` (a pod annotation) while both run:
+//     DaemonSet rolled by `helm upgrade --set image.tag=…` (the same images
+//     tagged a second time in containerd) while both run:
 //     the new plugin registers and the new monitor reports the same usage
 //     and caps; both pods deleted: their series leave /metrics and their
 //     memory is free on the simulated GPU.

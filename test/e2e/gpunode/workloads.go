@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -13,6 +14,7 @@ import (
 
 	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
 	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
+	"github.com/tessera-gpu/tessera/deploy/imagebuild"
 	"github.com/tessera-gpu/tessera/test/fakegpu"
 )
 
@@ -29,10 +31,6 @@ type probeSpec struct {
 	holdMiB        int64
 	// burnUs keeps the GPU busy with kernels of that many µs (0: idle).
 	burnUs int64
-	// hostPID runs the pod in the host's pid namespace: the simulated
-	// driver time-slices a GPU between processes that must see each
-	// other's pids (docs/fakegpu.md, limits); NVIDIA's driver needs no such thing.
-	hostPID bool
 	// priority is the tessera.io/priority annotation (P0…P3; "" none).
 	priority string
 }
@@ -128,8 +126,8 @@ func (s *scenario) workloads(ctx context.Context) error {
 func (s *scenario) shareCompute(ctx context.Context) error {
 	window := 8 * time.Second
 	busy, ws, err := s.gpuTime(ctx, window, []probeSpec{
-		{name: "share-a", memGiB: 2, corePc: 30, holdMiB: 512, burnUs: 2000, hostPID: true},
-		{name: "share-b", memGiB: 2, corePc: 60, holdMiB: 512, burnUs: 2000, hostPID: true},
+		{name: "share-a", memGiB: 2, corePc: 30, holdMiB: 512, burnUs: 2000},
+		{name: "share-b", memGiB: 2, corePc: 60, holdMiB: 512, burnUs: 2000},
 	})
 	if err != nil || ws == nil {
 		return err
@@ -145,8 +143,8 @@ func (s *scenario) shareCompute(ctx context.Context) error {
 	s.logf("gpunode: two pods on %s at gpu-core 30 and 60: GPU time %.2f s and %.2f s over %v (ratio %.2f, configured 2.0)", ws[0].GPU, busy[0], busy[1], window, ratio)
 
 	busy, ws, err = s.gpuTime(ctx, window, []probeSpec{
-		{name: "online-p0", memGiB: 2, corePc: 50, holdMiB: 512, burnUs: 2000, hostPID: true, priority: "P0"},
-		{name: "batch-p3", memGiB: 2, corePc: 50, holdMiB: 512, burnUs: 2000, hostPID: true, priority: "P3"},
+		{name: "online-p0", memGiB: 2, corePc: 50, holdMiB: 512, burnUs: 2000, priority: "P0"},
+		{name: "batch-p3", memGiB: 2, corePc: 50, holdMiB: 512, burnUs: 2000, priority: "P3"},
 	})
 	if err != nil || ws == nil {
 		return err
@@ -235,7 +233,6 @@ func (s *scenario) runProbe(ctx context.Context, p probeSpec) (*Workload, error)
 		ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: workloadNamespace, Annotations: map[string]string{}},
 		Spec: corev1.PodSpec{
 			SchedulerName:                 schedulerName,
-			HostPID:                       p.hostPID,
 			TerminationGracePeriodSeconds: &grace,
 			AutomountServiceAccountToken:  new(false),
 			Containers: []corev1.Container{{
@@ -376,10 +373,13 @@ func (s *scenario) deletePod(ctx context.Context, name string) error {
 	})
 }
 
-// rollDaemonSet changes the node pods' annotations with helm upgrade, which
-// replaces the DaemonSet's pod (device plugin and monitor) while the
-// workloads run, and checks that the new monitor accounts for each of them
-// as before and the new plugin registered with the kubelet.
+// rollDaemonSet changes the image tag with helm upgrade, as a release
+// upgrade does: every tessera image is given a second tag (same content)
+// in the node's containerd, and the DaemonSet's pod (device plugin and
+// monitor) is replaced by one running the new tag while the workloads run.
+// It checks that the new pod runs the new images, the new monitor
+// accounts for each workload as before and the new plugin registered with
+// the kubelet.
 func (s *scenario) rollDaemonSet(ctx context.Context, ws []*Workload, ps []probeSpec) error {
 	before := map[string]MetricRow{}
 	rows, err := s.scrapeRows(ctx)
@@ -391,13 +391,19 @@ func (s *scenario) rollDaemonSet(ctx context.Context, ws []*Workload, ps []probe
 	}
 	old := s.nodePod
 	rolled := time.Now()
-	if err := s.runHelm(ctx, "upgrade", "--set-string", "node.podAnnotations.tessera-e2e/rolled="+rolled.UTC().Format("20060102T150405")); err != nil {
+	tag, err := s.retagImages(ctx, rolled)
+	if err != nil {
+		return err
+	}
+	if err := s.runHelm(ctx, "upgrade", "--set-string", "image.tag="+tag); err != nil {
 		return err
 	}
 	if err := s.waitNodePod(ctx, old); err != nil {
 		return err
 	}
-	s.logf("gpunode: helm upgrade rolled the node DaemonSet: %s replaced by %s in %v", old, s.nodePod, time.Since(rolled).Round(time.Millisecond))
+	s.logf("gpunode: helm upgrade --set image.tag=%s rolled the node DaemonSet: %s replaced by %s in %v", tag, old, s.nodePod, time.Since(rolled).Round(time.Millisecond))
+	images, err := s.podImages(ctx, s.nodePod)
+	s.report.check(err == nil && allTagged(images, tag), "the rolled node pod runs the new image tag "+tag, "%v (%v)", images, err)
 	reg := s.waitFor(ctx, time.Minute, "the new device plugin registered", func(ctx context.Context) error {
 		n, err := s.pluginRegistrations(ctx)
 		if err == nil && n < 1 {
@@ -428,6 +434,60 @@ func (s *scenario) rollDaemonSet(ctx context.Context, ws []*Workload, ps []probe
 	}
 	s.report.timed("helm upgrade -> DaemonSet rolled, accounting checked", rolled)
 	return nil
+}
+
+// retagImages names every tessera image of `make images` a second time in
+// the node's containerd, with the tag <tag>-rolled<time>, and returns that tag.
+func (s *scenario) retagImages(ctx context.Context, at time.Time) (string, error) {
+	var tag string
+	for _, ref := range s.report.Install.Images {
+		if ref == ProbeImage {
+			continue
+		}
+		t, err := name.NewTag(ref)
+		if err != nil {
+			return "", fmt.Errorf("gpunode: image %q: %w", ref, err)
+		}
+		tag = t.TagStr() + "-rolled" + at.UTC().Format("150405")
+		src, err := imagebuild.ContainerdName(ref)
+		if err != nil {
+			return "", err
+		}
+		dst, err := imagebuild.ContainerdName(t.Context().Tag(tag).String())
+		if err != nil {
+			return "", err
+		}
+		if err := s.node.TagImage(ctx, src, dst); err != nil {
+			return "", err
+		}
+	}
+	if tag == "" {
+		return "", fmt.Errorf("gpunode: no tessera images to retag")
+	}
+	return tag, nil
+}
+
+// podImages lists the images of a pod's containers and init containers.
+func (s *scenario) podImages(ctx context.Context, pod string) ([]string, error) {
+	p, err := s.client.CoreV1().Pods(releaseNamespace).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+		out = append(out, c.Image)
+	}
+	return out, nil
+}
+
+// allTagged says whether every image has the tag.
+func allTagged(images []string, tag string) bool {
+	for _, img := range images {
+		if !strings.HasSuffix(img, ":"+tag) {
+			return false
+		}
+	}
+	return len(images) > 0
 }
 
 // okOr is err's text, or ok when err is nil.

@@ -551,6 +551,15 @@ func (n *Node) ImportImage(ctx context.Context, archive string) error {
 	return nil
 }
 
+// TagImage gives the image src a second name dst in the node's containerd
+// (`ctr images tag`): same content, no new layers.
+func (n *Node) TagImage(ctx context.Context, src, dst string) error {
+	if _, err := n.ctr(ctx, "images", "tag", "--force", src, dst); err != nil {
+		return fmt.Errorf("real node: tag %s as %s: %w", src, dst, err)
+	}
+	return nil
+}
+
 // DevicePluginDir is the kubelet's device plugin directory: the kubelet
 // fixes it at /var/lib/kubelet/device-plugins whatever its root directory
 // (the supervisor removes it after the run when the run created it).

@@ -63,13 +63,13 @@ static struct {
     _Atomic uint64_t stamp; /* check time | alive in bit 0 */
 } live_cache[FG_SCHED_SLOTS];
 
-static int owner_alive_cached(int c, uint64_t owner)
+static int owner_alive_cached(const struct fg_state *st, int c, uint64_t owner)
 {
     uint64_t now = fg_now_ns();
     uint64_t stamp = atomic_load_explicit(&live_cache[c].stamp, memory_order_relaxed);
     if (atomic_load_explicit(&live_cache[c].owner, memory_order_relaxed) == owner && now - stamp < FG_LIVE_NS)
         return (int)(stamp & 1);
-    int alive = fg_owner_alive(owner);
+    int alive = fg_owner_alive(st, (uint32_t)c, owner);
     atomic_store_explicit(&live_cache[c].owner, owner, memory_order_relaxed);
     atomic_store_explicit(&live_cache[c].stamp, (now & ~1ull) | (uint64_t)alive, memory_order_relaxed);
     return alive;
@@ -140,7 +140,7 @@ static void prepare(struct replay *r)
                 r->s->cur = FG_NO_CTX;
         }
         r->head[c] = owner ? atomic_load_explicit(&st->sched[c].head, memory_order_acquire) : 0;
-        if (owner && next_entry(r, (int)c) && !owner_alive_cached((int)c, owner))
+        if (owner && next_entry(r, (int)c) && !owner_alive_cached(st, (int)c, owner))
             drop(r, (int)c);
     }
 }

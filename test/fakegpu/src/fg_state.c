@@ -5,7 +5,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,20 +55,81 @@ static uint64_t owner_word(pid_t pid)
     return (uint64_t)(uint32_t)pid | (start << 32);
 }
 
-int fg_owner_alive(uint64_t owner)
+/*
+ * Liveness without pids. A process holds an open-file-description lock on one
+ * byte of the state file per claimed slot (the slot's owner word) for as long as
+ * it lives; the kernel drops it when the process dies, whichever pid namespace
+ * it ran in — a pid is only meaningful inside its own namespace, and containers
+ * sharing one simulated GPU each have their own. Two descriptors per process:
+ * `lock_fd` holds the slot's lock, `probe_fd` (a second open of the same file,
+ * so a separate description whose locks conflict with ours) asks whether a slot
+ * is held and holds a dead slot's lock while reaping it, which keeps claimers
+ * out until its words are zeroed.
+ */
+static char lock_path[4096];
+static int probe_fd = -1, lock_fd = -1;
+static pid_t lock_fd_pid;
+static pthread_mutex_t reap_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static off_t slot_lock_offset(uint32_t i)
 {
-    if (owner == 0)
+    return (off_t)(offsetof(struct fg_state, slot) + (size_t)i * sizeof(struct fg_state_slot));
+}
+
+/* F_OFD_SETLK (type F_WRLCK or F_UNLCK) or F_OFD_GETLK on slot i's byte. */
+static int slot_lock_op(int fd, int cmd, short type, uint32_t i)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = slot_lock_offset(i), .l_len = 1};
+    int r;
+    while ((r = fcntl(fd, cmd, &fl)) != 0 && errno == EINTR)
+        ;
+    if (r != 0)
+        return -1;
+    return cmd == F_OFD_GETLK ? fl.l_type != F_UNLCK : 0;
+}
+
+int fg_state_lock_file(const char *path)
+{
+    if (probe_fd >= 0 && strcmp(path, lock_path) == 0)
         return 0;
-    pid_t pid = (pid_t)(uint32_t)owner;
-    if (kill(pid, 0) != 0 && errno == ESRCH)
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    if (probe_fd >= 0)
+        close(probe_fd);
+    if (lock_fd >= 0)
+        close(lock_fd);
+    lock_fd = -1;
+    probe_fd = fd;
+    snprintf(lock_path, sizeof lock_path, "%s", path);
+    return 0;
+}
+
+/* A fork child shares the parent's lock description: it closes its copy (the
+ * parent keeps its lock) so that it never keeps a dead parent's slot alive, and
+ * claims its own slot with a new description if it initialises again. */
+static void state_atfork_child(void)
+{
+    pthread_mutex_init(&reap_mu, NULL);
+    if (lock_fd >= 0)
+        close(lock_fd);
+    lock_fd = -1;
+}
+
+__attribute__((constructor)) static void state_register_atfork(void)
+{
+    pthread_atfork(NULL, NULL, state_atfork_child);
+}
+
+int fg_owner_alive(const struct fg_state *st, uint32_t slot, uint64_t owner)
+{
+    if (owner == 0 || slot >= FG_MAX_SLOTS)
         return 0;
-    /* A zombie has exited: the driver has freed its memory already. */
-    uint64_t start = proc_start_ticks(pid);
-    if (start == 0)
-        return 0;
-    if (owner & FG_OWNER_REAPING)
-        return 1; /* reapers are identified by pid only */
-    return (start & 0x7fffffffull) == ((owner >> 32) & 0x7fffffffull);
+    if (atomic_load(&((struct fg_state *)st)->slot[slot].owner) != owner)
+        return 0; /* freed, or claimed by another process since */
+    if (probe_fd < 0)
+        return 1; /* no file to ask: assume alive rather than reap a live process */
+    return slot_lock_op(probe_fd, F_OFD_GETLK, F_WRLCK, slot) != 0;
 }
 
 static uint64_t boot_id_hash(void)
@@ -103,7 +165,7 @@ static int any_live_slot(struct fg_state *st)
 {
     uint32_t hwm = atomic_load(&st->hdr.slot_hwm);
     for (uint32_t i = 0; i < hwm && i < FG_MAX_SLOTS; i++)
-        if (fg_owner_alive(atomic_load(&st->slot[i].owner)))
+        if (fg_owner_alive(st, i, atomic_load(&st->slot[i].owner)))
             return 1;
     return 0;
 }
@@ -203,6 +265,11 @@ struct fg_state *fg_state_open(const struct fg_config *cfg, uint64_t slice_ns, c
         return NULL;
     }
     struct fg_state *st = NULL;
+    if (fg_state_lock_file(path) != 0) { /* upgrade_v1 and adopt_state ask which slots are alive */
+        snprintf(err, errlen, "FAKEGPU_STATE=%s: cannot reopen: %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
     while (flock(fd, LOCK_EX) != 0) {
         if (errno != EINTR) {
             snprintf(err, errlen, "FAKEGPU_STATE=%s: flock: %s", path, strerror(errno));
@@ -257,14 +324,44 @@ static void raise_hwm(struct fg_state *st, uint32_t n)
         ;
 }
 
+/* The description that holds this process's slot lock (opened on first claim,
+ * and again in a fork child). */
+static int own_lock_fd(void)
+{
+    if (lock_fd >= 0 && lock_fd_pid == getpid())
+        return lock_fd;
+    if (lock_fd >= 0)
+        close(lock_fd);
+    lock_fd = probe_fd < 0 ? -1 : open(lock_path, O_RDWR | O_CLOEXEC);
+    lock_fd_pid = getpid();
+    return lock_fd;
+}
+
+/* Claims slot i: its lock first, so that the owner word is never set without a
+ * live holder (a reaper holding the lock keeps us out until it has finished). */
+static int claim_slot(struct fg_state *st, int fd, uint32_t i, uint64_t me)
+{
+    struct fg_state_slot *s = &st->slot[i];
+    if (atomic_load(&s->owner) != 0 || slot_lock_op(fd, F_OFD_SETLK, F_WRLCK, i) != 0)
+        return 0;
+    uint64_t expect = 0;
+    if (!atomic_compare_exchange_strong(&s->owner, &expect, me)) {
+        slot_lock_op(fd, F_OFD_SETLK, F_UNLCK, i);
+        return 0;
+    }
+    return 1;
+}
+
 struct fg_state_slot *fg_state_claim(struct fg_state *st)
 {
     uint64_t me = owner_word(getpid());
+    int fd = own_lock_fd();
+    if (fd < 0)
+        return NULL;
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t i = 0; i < FG_MAX_SLOTS; i++) {
             struct fg_state_slot *s = &st->slot[i];
-            uint64_t expect = 0;
-            if (atomic_load(&s->owner) == 0 && atomic_compare_exchange_strong(&s->owner, &expect, me)) {
+            if (claim_slot(st, fd, i, me)) {
                 zero_slot(st, s);
                 atomic_store(&s->claimed_ns, fg_now_ns());
                 raise_hwm(st, i + 1);
@@ -303,27 +400,40 @@ uint64_t fg_state_used(const struct fg_state *st, int dev)
     return sum;
 }
 
-/* Zeroes one dead slot. The REAPING mark keeps a new owner out while its words are
- * cleared; a reaper that dies midway is itself detected and taken over. */
-static int reap_slot(struct fg_state *st, struct fg_state_slot *s, uint64_t owner)
+/* Zeroes slot i if nobody holds its lock: its owner (or a reaper before us) died.
+ * We hold the lock while zeroing, so no claimer can take the slot meanwhile and
+ * a reaper killed midway releases it for the next one to finish. */
+static int reap_slot(struct fg_state *st, uint32_t i)
 {
+    struct fg_state_slot *s = &st->slot[i];
+    if (slot_lock_op(probe_fd, F_OFD_SETLK, F_WRLCK, i) != 0)
+        return 0; /* held: alive */
+    int n = 0;
+    uint64_t owner = atomic_load(&s->owner);
     uint64_t mark = FG_OWNER_REAPING | (uint32_t)getpid();
-    if (!atomic_compare_exchange_strong(&s->owner, &owner, mark))
-        return 0;
-    zero_slot(st, s);
-    atomic_store(&s->claimed_ns, 0);
-    atomic_store(&s->owner, 0);
-    return 1;
+    if (owner != 0 && atomic_compare_exchange_strong(&s->owner, &owner, mark)) {
+        zero_slot(st, s);
+        atomic_store(&s->claimed_ns, 0);
+        atomic_store(&s->owner, 0);
+        n = 1;
+    }
+    slot_lock_op(probe_fd, F_OFD_SETLK, F_UNLCK, i);
+    return n;
 }
 
 int fg_state_reap(struct fg_state *st)
 {
+    if (probe_fd < 0)
+        return 0;
     int n = 0;
+    /* One reaper per process: threads share probe_fd's locks. */
+    pthread_mutex_lock(&reap_mu);
     uint32_t hwm = atomic_load(&st->hdr.slot_hwm);
     for (uint32_t i = 0; i < hwm && i < FG_MAX_SLOTS; i++) {
         uint64_t o = atomic_load(&st->slot[i].owner);
-        if (o != 0 && !fg_owner_alive(o))
-            n += reap_slot(st, &st->slot[i], o);
+        if (o != 0 && !fg_owner_alive(st, i, o))
+            n += reap_slot(st, i);
     }
+    pthread_mutex_unlock(&reap_mu);
     return n;
 }

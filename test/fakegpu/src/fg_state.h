@@ -103,8 +103,13 @@ static inline uint32_t fg_owner_pid(uint64_t owner)
     return (owner == 0 || (owner & FG_OWNER_REAPING)) ? 0 : (uint32_t)owner;
 }
 
-/* Whether the process recorded in owner is still the same, live process. */
-int fg_owner_alive(uint64_t owner);
+/* Whether slot still belongs to owner and its process lives: it holds the
+ * slot's lock (see fg_state.c), whatever pid namespace it runs in. */
+int fg_owner_alive(const struct fg_state *st, uint32_t slot, uint64_t owner);
+
+/* Uses path (the state file) for the slots' liveness locks; fg_state_open calls
+ * it. Unit tests with an anonymous state call it with a scratch file. */
+int fg_state_lock_file(const char *path);
 
 uint64_t fg_now_ns(void);
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fg_config.h"
 #include "fg_sched.h"
@@ -123,8 +124,9 @@ static void test_drain(void)
     EXPECT(left == 1666);
 }
 
-/* A state with `live` slots owned by this (live) process, one by a dead pid,
- * slice 1000 ns. */
+/* A state with `live` slots owned by this (live) process, one by a process that
+ * holds no slot lock (dead), slice 1000 ns. The slot locks live on a scratch
+ * file, as they would on the state file. */
 static struct fg_state *sched_state(int live)
 {
     struct fg_state *st = calloc(1, sizeof *st);
@@ -232,8 +234,8 @@ static void test_sched_round_robin_and_dead(void)
     /* The last of three equal contexts ends last. */
     EXPECT(atomic_load(&st->sched[2].ring[9].done_ns) == T0 + 21000);
     /* A new owner in a slot starts a fresh record. */
-    atomic_store(&st->slot[3].owner, atomic_load(&st->slot[0].owner));
-    atomic_store(&st->sched[3].head, 0);
+    atomic_store(&st->slot[3].owner, 0); /* reaped */
+    EXPECT(fg_state_claim(st) == &st->slot[3]); /* the new owner holds the slot's lock */
     queued[3] = 0;
     push(st, 3, T0 + 40000, 100);
     fg_sched_advance(st, &s, T0 + 50000, FG_NO_CTX, 0, 1);
@@ -248,9 +250,13 @@ int main(void)
     test_uuid_deterministic();
     test_table();
     test_drain();
+    char scratch[] = "/tmp/fakegpu-unit-XXXXXX";
+    int fd = mkstemp(scratch);
+    EXPECT(fd >= 0 && fg_state_lock_file(scratch) == 0);
     test_sched_alone_and_order();
     test_sched_slices();
     test_sched_round_robin_and_dead();
+    unlink(scratch);
     if (failures) {
         fprintf(stderr, "fakegpu unit tests: %d failure(s)\n", failures);
         return 1;
