@@ -174,16 +174,39 @@ func (c *cluster) checkTogether(t *testing.T, p *corev1.Pod) {
 // listed container.
 func (c *cluster) checkLedger(t *testing.T, when string, ps []*corev1.Pod) {
 	t.Helper()
+	for _, m := range c.ledgerMismatches(ps) {
+		t.Errorf("%s: %s", when, m)
+	}
+}
+
+// awaitLedger is checkLedger once read-backs have caught up with an
+// admission: a read-back that lists kubelet's devices in the moment after the
+// plugin's Allocate returned and before kubelet recorded the IDs drops the
+// plugin's record, and the next read-back (every readBackEvery) restores it
+// from kubelet's list. A fixed wait of three periods was not enough on a
+// loaded machine ("ledger holds 0 tessera.io/gpu-core IDs of small-3/c,
+// kubelet 60").
+func (c *cluster) awaitLedger(t *testing.T, when string, ps []*corev1.Pod) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); len(c.ledgerMismatches(ps)) > 0 && time.Now().Before(deadline); {
+		time.Sleep(readBackEvery)
+	}
+	c.checkLedger(t, when, ps)
+}
+
+func (c *cluster) ledgerMismatches(ps []*corev1.Pod) []string {
+	var out []string
 	for _, p := range ps {
 		for _, ctr := range p.Spec.Containers {
 			got := c.d.Ledger.Get(ledger.ContainerRef{PodUID: string(p.UID), Namespace: p.Namespace, Pod: p.Name, Container: ctr.Name})
 			for res, devs := range c.manager().GetDevices(string(p.UID), ctr.Name) {
 				if len(got[res]) != len(devs) {
-					t.Errorf("%s: ledger holds %d %s IDs of %s/%s, kubelet %d", when, len(got[res]), res, p.Name, ctr.Name, len(devs))
+					out = append(out, fmt.Sprintf("ledger holds %d %s IDs of %s/%s, kubelet %d", len(got[res]), res, p.Name, ctr.Name, len(devs)))
 				}
 			}
 		}
 	}
+	return out
 }
 
 // TestKubeletReadBack: the plugin's periodic PodResources read-back, served
@@ -213,7 +236,7 @@ func TestKubeletReadBack(t *testing.T) {
 		c.checkTogether(t, p)
 		pods = append(pods, p)
 		time.Sleep(3 * readBackEvery) // read-backs between admissions
-		c.checkLedger(t, "after admitting "+p.Name, pods)
+		c.awaitLedger(t, "after admitting "+p.Name, pods)
 	}
 	shapes := []struct {
 		name       string
@@ -262,8 +285,7 @@ func TestKubeletReadBack(t *testing.T) {
 		c.mu.Lock()
 		c.restarting = false
 		c.mu.Unlock()
-		time.Sleep(3 * readBackEvery)
-		c.checkLedger(t, "kubelet back", pods)
+		c.awaitLedger(t, "kubelet back", pods)
 		if err := c.checkStateDirs(pods); err != nil {
 			t.Fatalf("kubelet back: %v", err)
 		}

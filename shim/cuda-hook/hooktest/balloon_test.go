@@ -143,7 +143,10 @@ func TestNoWaitBeyondCeilingOrWithoutBalloon(t *testing.T) {
 			p := c.ready("direct")
 			start := time.Now()
 			p.fails(tc.alloc, "CUDA_ERROR_OUT_OF_MEMORY")
-			if took := time.Since(start); took > time.Second {
+			// A wait would last its 10 s bound; half of it leaves a loaded
+			// machine's round trip to the process its slack (Waits is the
+			// exact check).
+			if took := time.Since(start); took > 5*time.Second {
 				t.Errorf("refused after %v: it waited", took)
 			}
 			if w := c.balloonWait(); w.Waits() != 0 || w.Hist != [region.BalloonWaitLanes]uint16{} {

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -74,7 +75,24 @@ type ControlPlane struct {
 // waits until the API server is ready and the controller manager has made
 // the default ServiceAccount (pods can be created from then on). On error
 // everything already started is stopped.
-func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
+//
+// The ports are free when chosen and bound by the components seconds later:
+// another test binary (make test runs the e2e packages in parallel) may bind
+// one first. A start that failed on a port in use is made again, in a fresh
+// directory with fresh ports, up to three times.
+func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
+	for attempt := 1; ; attempt++ {
+		cp, err := start(ctx, opts)
+		if err == nil || attempt == 3 || opts.Dir != "" || !strings.Contains(err.Error(), "address already in use") {
+			return cp, err
+		}
+		if opts.Logf != nil {
+			opts.Logf("controlplane: a port was taken before its component bound it; starting again: %v", err)
+		}
+	}
+}
+
+func start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 2 * time.Minute
 	}

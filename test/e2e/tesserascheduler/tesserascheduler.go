@@ -137,6 +137,18 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*S
 	if opts.QPS == 0 {
 		opts.QPS, opts.Burst = 1000, 1000
 	}
+	// The metrics port is free when chosen; another test binary (the e2e
+	// packages run in parallel) may bind it before the scheduler does: then
+	// it is started again on another port, up to three times.
+	for attempt := 1; ; attempt++ {
+		s, err := start(ctx, cp, path, opts)
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return s, err
+		}
+	}
+}
+
+func start(ctx context.Context, cp *controlplane.ControlPlane, path string, opts Options) (*Scheduler, error) {
 	port, err := controlplane.FreePort()
 	if err != nil {
 		return nil, err
