@@ -48,17 +48,19 @@ func (s *Scheduler) rebuild(why string) error {
 	}
 	s.cluster, s.sched, s.eng, s.admit, s.frag = cluster, sched, eng, admit, nil
 	s.nodeState = map[string]*nodeEntry{}
+	s.byIndex = make([]*nodeEntry, len(specs))
 	for _, n := range nodes {
 		s.nodeState[n.name] = n
 		if n.err != nil {
 			continue
 		}
-		cluster.Cordon(n.index, n.inv.Unschedulable)
+		s.byIndex[n.index] = n
 		for _, g := range n.inv.Unhealthy { // held whole: nothing new lands on a sick GPU
 			hold := placement.Decision{Node: n.index, NodeName: n.name, Grant: partition.Grant{Shares: []partition.Share{{GPU: g, Milli: partition.MilliPerGPU, MemMiB: n.inv.Spec.GPUMemMiB}}}}
 			_ = cluster.Reserve(hold)
 		}
 	}
+	cluster.SetNodeFilter(s.nodeFits)
 	s.podState = map[string]*podEntry{}
 	pods, _ := s.pods.List(everything)
 	sortPods(pods)

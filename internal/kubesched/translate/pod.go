@@ -11,6 +11,7 @@ import (
 	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
 	"github.com/tessera-gpu/tessera/internal/engine"
 	"github.com/tessera-gpu/tessera/internal/gang"
+	"github.com/tessera-gpu/tessera/internal/kubesched/nodefit"
 	"github.com/tessera-gpu/tessera/internal/partition"
 	"github.com/tessera-gpu/tessera/internal/placement"
 	"github.com/tessera-gpu/tessera/internal/priority"
@@ -86,6 +87,7 @@ func PodRequest(p *corev1.Pod, memUnitMiB uint64) (placement.Request, Shape, err
 		}
 	}
 	req.CPUMilli, req.MemMiB = cpuMem(p)
+	req.NodeConstraint = nodefit.Key(p)
 	switch {
 	case sh.MIGs > 0:
 		req.NumMIG, req.MIGProfile = sh.MIGs, sh.MIGProfile
