@@ -92,7 +92,9 @@ func TestMultiContainerPods(t *testing.T) {
 		t.Fatalf("rest went to GPU %s, want the shared GPU %s (the others are taken whole)", g, a.GPUs[0].UUID)
 	}
 	create(t, ctx, c, workload.FractionalPod(ns, "over", workload.TesseraScheduler, 4, 10))
-	eventually(t, ctx, "over told why", func() bool { return hasEvent(ctx, client, "over", "FailedScheduling", "Insufficient tessera.io/gpu-core") })
+	eventually(t, ctx, "over told why", func() bool {
+		return hasEvent(ctx, client, "over", "FailedScheduling", "Insufficient tessera.io/gpu-core")
+	})
 	if got := checkCapacity(t, ctx, client); got != 3 {
 		t.Fatalf("%d pods bound, want 3", got)
 	}
