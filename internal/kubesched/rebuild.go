@@ -64,6 +64,8 @@ func (s *Scheduler) rebuild(why string) error {
 	s.podState = map[string]*podEntry{}
 	pods, _ := s.pods.List(everything)
 	sortPods(pods)
+	nominees, victimOf := s.nominations(pods, old)
+	victimPods := map[string][]*corev1.Pod{} // by nominee
 	for _, p := range pods {
 		if p.Spec.NodeName == "" {
 			continue
@@ -72,18 +74,27 @@ func (s *Scheduler) rebuild(why string) error {
 			s.podState[o.key] = o // its preemptor holds its capacity
 			continue
 		}
+		if by, ok := victimOf[translate.Key(p)]; ok {
+			victimPods[by] = append(victimPods[by], p)
+			continue
+		}
 		s.adoptBound(p)
 	}
 	for _, p := range pods {
 		if p.Spec.NodeName != "" || !s.ours(p) {
 			continue
 		}
-		o := old[translate.Key(p)]
+		key := translate.Key(p)
+		o := old[key]
 		switch {
 		case o != nil && o.uid == p.UID && (o.phase == assumed || o.phase == nominated) && s.keepPromise(o):
 		case o != nil && o.uid == p.UID && o.phase == held:
 			s.podState[o.key] = o
+		case nominees[key] && s.renominate(p, victimPods[key]):
 		default:
+			for _, v := range victimPods[key] { // they hold their capacity until gone
+				s.adoptBound(v)
+			}
 			s.admitPending(p)
 		}
 	}
@@ -151,4 +162,63 @@ func sortPods(pods []*corev1.Pod) {
 		return 1
 	}
 	slices.SortFunc(pods, less)
+}
+
+// nominations finds the preemptions a previous leader left in flight,
+// from the API server alone: a pending pod of ours that this loop has no
+// record of, with status.nominatedNodeName, and the pods terminating on
+// that node (its victims, or pods leaving anyway). The first such pod per
+// node, in queue order, takes them all; victimOf maps each to it.
+func (s *Scheduler) nominations(pods []*corev1.Pod, old map[string]*podEntry) (map[string]bool, map[string]string) {
+	nominee := map[string]string{} // node -> pod key
+	for _, p := range pods {
+		node := p.Status.NominatedNodeName
+		if p.Spec.NodeName != "" || !s.ours(p) || node == "" || old[translate.Key(p)] != nil {
+			continue
+		}
+		if _, taken := nominee[node]; !taken {
+			nominee[node] = translate.Key(p)
+		}
+	}
+	nominees, victimOf := map[string]bool{}, map[string]string{}
+	for _, p := range pods {
+		if by, ok := nominee[p.Spec.NodeName]; ok && p.Spec.NodeName != "" && p.DeletionTimestamp != nil {
+			victimOf[translate.Key(p)] = by
+			nominees[by] = true
+		}
+	}
+	return nominees, victimOf
+}
+
+// renominate holds, for a preemptor found by nominations, the capacity
+// its terminating victims free on its nominated node, as the leader
+// before did: the victims are not booked, the preemptor is placed there in
+// the engine and bound when the last victim is gone. False when it no
+// longer fits there (the caller books the victims and queues the pod).
+func (s *Scheduler) renominate(p *corev1.Pod, victims []*corev1.Pod) bool {
+	n := s.nodeState[p.Status.NominatedNodeName]
+	if n == nil || n.index < 0 || len(victims) == 0 || s.constrain(p) != nil {
+		return false
+	}
+	ep, sh, err := translate.EnginePod(p, s.engineCfg, s.memUnit())
+	if err != nil {
+		return false
+	}
+	d, ok := s.sched.ScheduleOn(n.index, &ep.Request)
+	if !ok || s.eng.Adopt(ep, d, p.CreationTimestamp.Time) != nil {
+		return false
+	}
+	key := translate.Key(p)
+	e := &podEntry{key: key, uid: p.UID, phase: nominated, pod: ep, shape: sh, node: n.name, victims: map[string]bool{}, created: p.CreationTimestamp.Time}
+	for _, g := range d.Grant.Shares {
+		e.uuids = append(e.uuids, n.inv.UUIDs[g.GPU])
+	}
+	for _, v := range victims {
+		vk := translate.Key(v)
+		e.victims[vk] = true
+		s.podState[vk] = &podEntry{key: vk, uid: v.UID, phase: evicting, preemptor: key, created: v.CreationTimestamp.Time}
+	}
+	s.podState[key] = e
+	s.log.Info("preemption in flight taken over", "pod", key, "node", n.name, "victims", len(victims))
+	return true
 }
