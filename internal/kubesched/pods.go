@@ -224,7 +224,7 @@ func (s *Scheduler) admitPending(p *corev1.Pod) {
 	}
 	if err == nil {
 		e.pod, e.shape = ep, sh
-		err = s.eng.Submit(ep)
+		err = s.eng.Submit(s.alone(ep))
 	}
 	if err != nil {
 		if errors.Is(err, engine.ErrKnown) {

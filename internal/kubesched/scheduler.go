@@ -72,6 +72,7 @@ type Scheduler struct {
 	fits          map[string]*nodefit.Constraints // pods' node constraints by key
 	podState      map[string]*podEntry
 	held          map[string]*podEntry // waiting to be queued again after a failed bind
+	rebind        map[string]*podEntry // gang members whose failed bind is retried on held capacity
 	lastReport    time.Time
 	pool          *bind.Pool
 	rebuildWanted bool
@@ -89,7 +90,7 @@ func New(cfg *cfgv1.SchedulerConfig, client kubernetes.Interface, log *slog.Logg
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	s := &Scheduler{cfg: cfg, client: client, log: log, metrics: m, now: time.Now, engineCfg: schedv1.Default(),
-		nodeState: map[string]*nodeEntry{}, podState: map[string]*podEntry{}, held: map[string]*podEntry{},
+		nodeState: map[string]*nodeEntry{}, podState: map[string]*podEntry{}, held: map[string]*podEntry{}, rebind: map[string]*podEntry{},
 		fits: map[string]*nodefit.Constraints{}}
 	s.fits[""], _ = nodefit.For(&corev1.Pod{})
 	s.changes.init()
