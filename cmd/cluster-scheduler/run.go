@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strconv"
@@ -54,7 +55,8 @@ and tessera.io/gpu: 1 where they give no GPU count. It is off by default.
 
 Run two replicas with --leader-elect=true: they share a Lease; only the
 leader schedules and the other takes over within the lease duration.
-Metrics are on --metrics-bind-address at /metrics, with /healthz and /readyz.
+Metrics are on --metrics-bind-address at /metrics, with /healthz and /readyz;
+--profiling adds Go's pprof there under /debug/pprof/ (off by default).
 
 Every flag can also be set in a --config file (version: v1, kind-less,
 fields as in api/config/v1 SchedulerConfig); a flag given on the command
@@ -77,6 +79,7 @@ var runFlags = map[string]runFlag{
 	"kubeconfig":      {"kubeconfig file; empty: the in-cluster configuration", func(c *cfgv1.SchedulerConfig, v string) error { c.Kubeconfig = v; return nil }},
 	"scheduler-name":  {"spec.schedulerName of the pods to place (default tessera-scheduler)", func(c *cfgv1.SchedulerConfig, v string) error { c.SchedulerName = v; return nil }},
 	"leader-elect":    {"true: campaign for the Lease and schedule only while leading (default true)", func(c *cfgv1.SchedulerConfig, v string) error { return parseBool(&c.LeaderElection.Enabled, v) }},
+	"profiling":       {"true: serve Go's pprof at /debug/pprof/ on the metrics listener (default false)", func(c *cfgv1.SchedulerConfig, v string) error { return parseBool(&c.Profiling, v) }},
 	"lease-namespace": {"namespace of the leader election Lease (default kube-system)", func(c *cfgv1.SchedulerConfig, v string) error { c.LeaderElection.LeaseNamespace = v; return nil }},
 	"lease-name":      {"name of the leader election Lease (default tessera-scheduler)", func(c *cfgv1.SchedulerConfig, v string) error { c.LeaderElection.LeaseName = v; return nil }},
 	"lease-duration": {"how long a standby waits for a silent leader (default 15s)", func(c *cfgv1.SchedulerConfig, v string) error {
@@ -151,7 +154,7 @@ func runConfig(args []string, stderr io.Writer) (*cfgv1.SchedulerConfig, error) 
 	for name, f := range runFlags {
 		v := new(string)
 		vals[name] = v
-		if name == "leader-elect" {
+		if name == "leader-elect" || name == "profiling" {
 			fs.Var(boolFlag{v}, name, f.usage) // --leader-elect alone means true
 			continue
 		}
@@ -213,7 +216,7 @@ func runRun(args []string, _, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	s.Start(ctx)
-	srv, err := serveMetrics(cfg.MetricsBindAddress, m, s)
+	srv, err := serveMetrics(cfg.MetricsBindAddress, cfg.Profiling, m, s)
 	if err != nil {
 		return err
 	}
@@ -276,9 +279,17 @@ func restConfig(cfg *cfgv1.SchedulerConfig) (*rest.Config, error) {
 }
 
 // serveMetrics serves /metrics, /healthz (the process answers) and /readyz
-// (the informers have listed: a standby is ready to take over).
-func serveMetrics(addr string, m *metrics.Metrics, s *kubesched.Scheduler) (*http.Server, error) {
+// (the informers have listed: a standby is ready to take over), and with
+// profiling Go's pprof handlers under /debug/pprof/.
+func serveMetrics(addr string, profiling bool, m *metrics.Metrics, s *kubesched.Scheduler) (*http.Server, error) {
 	mux := http.NewServeMux()
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index) // named profiles: heap, goroutine, allocs, block, mutex
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -292,7 +303,7 @@ func serveMetrics(addr string, m *metrics.Metrics, s *kubesched.Scheduler) (*htt
 	if err != nil {
 		return nil, fmt.Errorf("metrics-bind-address: %w", err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second} // Addr: the port bound
 	go func() { _ = srv.Serve(ln) }()
 	return srv, nil
 }

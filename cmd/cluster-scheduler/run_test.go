@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tessera-gpu/tessera/internal/kubesched/metrics"
 )
 
 // Flags win over the file, the file over the defaults; bad values are
@@ -37,5 +41,32 @@ func TestRunConfigLayers(t *testing.T) {
 	stderr.Reset()
 	if err := runRun([]string{"--help"}, &stderr, &stderr); err != nil || !strings.Contains(stderr.String(), "schedulerName") || !strings.Contains(stderr.String(), "--leader-elect") {
 		t.Fatalf("help: %v\n%s", err, stderr.String())
+	}
+}
+
+// pprof is on the metrics listener only when asked for.
+func TestProfilingOnlyWhenAsked(t *testing.T) {
+	c, err := runConfig([]string{"--profiling"}, io.Discard)
+	if err != nil || !c.Profiling {
+		t.Fatalf("--profiling: %+v, %v", c, err)
+	}
+	if c, _ := runConfig(nil, io.Discard); c.Profiling {
+		t.Fatal("profiling is on by default")
+	}
+	for _, on := range []bool{false, true} {
+		srv, err := serveMetrics("127.0.0.1:0", on, metrics.New(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Get("http://" + srv.Addr + "/debug/pprof/goroutine?debug=1")
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if got := resp.StatusCode == http.StatusOK && strings.Contains(string(body), "goroutine profile"); got != on {
+			t.Fatalf("profiling %v: status %d, body %.80q", on, resp.StatusCode, body)
+		}
 	}
 }

@@ -201,12 +201,18 @@ func heldGPU(g *group, n *partition.Node) (*partition.GPU, bool) {
 // aggregate is the members' sum as one request: CPU and memory add up, GPUs
 // add up (one GPU member may take a share; several must take whole GPUs:
 // a sum of shares is not one request), per-GPU memory is the largest any
-// member asks, and the models are those every member accepts.
+// member asks, and the models are those every member accepts. Members
+// placed together share one node, so they must share node constraints.
 func aggregate(ms []Member) (placement.Request, error) {
 	sum := placement.Request{Name: "group"}
 	gpuMembers, restricted := 0, false
-	for _, m := range ms {
+	for i, m := range ms {
 		r := m.Request
+		if i == 0 {
+			sum.NodeConstraint = r.NodeConstraint
+		} else if r.NodeConstraint != sum.NodeConstraint {
+			return sum, fmt.Errorf("members %s and %s have different node constraints (selector, affinity, tolerations): a group placed together needs one", ms[0].Name, m.Name)
+		}
 		sum.CPUMilli += r.CPUMilli
 		sum.MemMiB += r.MemMiB
 		if r.NumGPU == 0 {

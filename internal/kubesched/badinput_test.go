@@ -40,7 +40,7 @@ func TestBadInputIsNamedAndNothingElseStops(t *testing.T) {
 			if e.InvolvedObject.Name == "waits" {
 				m := e.Message
 				return strings.HasPrefix(m, "0/3 nodes are available: ") && strings.Contains(m, "1 Insufficient tessera.io/gpu") &&
-					strings.Contains(m, "1 node(s) had an unusable tessera.io/node-gpus inventory") && strings.Contains(m, "1 node(s) were unschedulable or had a NoSchedule taint")
+					strings.Contains(m, "1 node(s) had an unusable tessera.io/node-gpus inventory") && strings.Contains(m, "1 node(s) had conflicting GPU placements")
 			}
 		}
 		return false

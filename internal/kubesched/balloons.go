@@ -221,7 +221,7 @@ func (s *Scheduler) borrowedRecord(loans []engine.Loan, inv *translate.Inventory
 	for _, l := range loans {
 		owner := l.Owner + "/"
 		if o := s.podState[l.Owner]; o != nil {
-			owner += o.shape.Container
+			owner += lendingContainer(o.shape)
 		}
 		for i, sh := range l.Original.Grant.Shares {
 			lent := sh.MemMiB - l.Lent.Grant.Shares[i].MemMiB
@@ -272,4 +272,17 @@ func borrowedOwners(p *corev1.Pod) (owners []string, ok bool, err error) {
 		}
 	}
 	return owners, true, nil
+}
+
+// lendingContainer names the container an owner pod lends from in the
+// borrowed record: its first app container with a GPU request (an owner
+// has one in practice; the record is informational, the node agent decides
+// which containers it lowers).
+func lendingContainer(shape translate.Shape) string {
+	for _, c := range shape.Containers {
+		if !c.Init {
+			return c.Name
+		}
+	}
+	return ""
 }

@@ -406,3 +406,16 @@ func (g gatedPods) Bind(ctx context.Context, b *corev1.Binding, opts metav1.Crea
 	}
 	return g.PodInterface.Bind(ctx, b, opts)
 }
+
+// terminating marks a pod as being deleted (a grace period running).
+func terminating() podOpt {
+	return func(p *corev1.Pod) {
+		now := metav1.Now()
+		p.DeletionTimestamp = &now
+		p.Finalizers = append(p.Finalizers, "tessera.io/test-hold")
+	}
+}
+
+func nominatedTo(node string) podOpt {
+	return func(p *corev1.Pod) { p.Status.NominatedNodeName = node }
+}

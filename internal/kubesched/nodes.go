@@ -7,7 +7,6 @@ import (
 
 	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
-	"github.com/tessera-gpu/tessera/internal/placement"
 )
 
 // nodeEntry is the loop's record of one node carrying an inventory.
@@ -32,7 +31,8 @@ func fingerprint(n *corev1.Node) string {
 	return n.Annotations[annv1.NodeGPUsKey] + "|" + n.Status.Allocatable.Cpu().String() + "|" + n.Status.Allocatable.Memory().String()
 }
 
-// syncNode follows a node: a cordon is applied in place; a node that
+// syncNode follows a node: a change of labels, taints or cordon is
+// applied in place (nodefit); a node that
 // joins, leaves or changes its inventory or allocatable rebuilds the
 // engine (rare, and the rebuild is the path a restart takes, tested).
 func (s *Scheduler) syncNode(name string) {
@@ -46,18 +46,17 @@ func (s *Scheduler) syncNode(name string) {
 	case e == nil || e.fingerprint != fingerprint(n):
 		s.rebuildWanted = true
 	default:
+		old := e.obj
 		e.obj = n
 		if raw := n.Annotations[annv1.NodeBalloonsKey]; raw != e.balloonsRaw {
 			s.readBalloons(n, e, e.balloonsRaw)
 			s.balloonsDirty = true
 		}
-		var anyPod placement.Request
-		if e.index >= 0 {
-			was := !s.cluster.Admits(e.index, &anyPod)
-			s.cluster.Cordon(e.index, translate.Closed(n) || e.conflicts > 0)
-			if was && s.cluster.Admits(e.index, &anyPod) {
-				s.eng.ClusterChanged()
-			}
+		if e.index >= 0 && constraintsChanged(old, n) {
+			// Labels, taints or cordon: which pods the node admits
+			// changed, not its capacity.
+			s.cluster.RefilterNode(e.index)
+			s.eng.ClusterChanged()
 		}
 	}
 }

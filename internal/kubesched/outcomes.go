@@ -174,10 +174,28 @@ func (s *Scheduler) bindOutcome(o bind.Outcome) {
 		_ = s.eng.Complete(e.key)
 		delete(s.podState, e.key)
 		s.syncPod(e.key)
+	case e.pod != nil && e.pod.Gang != nil && e.failures < gangBindRetries:
+		s.metrics.BindErrors.WithLabelValues(reasonOf(o.Err)).Inc()
+		s.holdAndRebind(e, "binding rejected: "+o.Err.Error())
 	default:
 		s.metrics.BindErrors.WithLabelValues(reasonOf(o.Err)).Inc()
 		s.rollback(e, "binding rejected: "+o.Err.Error())
 	}
+}
+
+// gangBindRetries is how often a gang member's failed bind is retried on
+// the capacity held for it before its placement is rolled back.
+const gangBindRetries = 4
+
+// holdAndRebind keeps a gang member's placement (its group was placed all
+// at once; releasing one member's share would let another pod take it and
+// leave the group short) and sends the same bind again after a backoff.
+func (s *Scheduler) holdAndRebind(e *podEntry, why string) {
+	e.failures++
+	e.retryAt = s.now().Add(min(time.Second<<min(e.failures-1, 6), time.Minute))
+	s.rebind[e.key] = e
+	s.log.Warn("gang member's bind failed; its capacity stays held", "pod", e.key, "why", why, "retry", e.retryAt)
+	s.event(e, corev1.EventTypeWarning, "FailedScheduling", fmt.Sprintf("%s; pod group %s: the capacity stays held and the bind is retried (%d of %d)", why, e.pod.Gang.Name, e.failures, gangBindRetries))
 }
 
 // bound counts a successful bind once: metrics and the Scheduled event.
@@ -198,6 +216,25 @@ func reasonOf(err error) string {
 	return "error"
 }
 
+// alone is a gang member as the engine is to queue it again: a member
+// whose group already has members placed (bound, binding, nominated) is
+// placed by itself — the group's all-or-nothing start has happened, and
+// the tracker would otherwise wait for min-member new arrivals that never
+// come.
+func (s *Scheduler) alone(p *engine.Pod) *engine.Pod {
+	if p == nil || p.Gang == nil {
+		return p
+	}
+	for _, o := range s.podState {
+		if o.key != p.Key && o.pod != nil && o.pod.Gang != nil && o.pod.Gang.Name == p.Gang.Name && (o.phase == bound || o.phase == assumed || o.phase == nominated) {
+			q := *p
+			q.Gang = nil
+			return &q
+		}
+	}
+	return p
+}
+
 // rollback releases an assumed placement that did not bind and holds the
 // pod out for a backoff before it is queued again (in its old place: the
 // engine keeps its submission time).
@@ -211,9 +248,20 @@ func (s *Scheduler) rollback(e *podEntry, why string) {
 	s.event(e, corev1.EventTypeWarning, "FailedScheduling", why+"; the placement was rolled back and the pod is queued again")
 }
 
-// retryDue queues held pods whose backoff has passed.
+// retryDue queues held pods whose backoff has passed and sends again the
+// binds of gang members held for a retry.
 func (s *Scheduler) retryDue() {
 	now := s.now()
+	for key, e := range s.rebind {
+		if s.podState[key] != e || e.phase != assumed {
+			delete(s.rebind, key) // gone, bound meanwhile, or requeued by a rebuild
+			continue
+		}
+		if !now.Before(e.retryAt) {
+			delete(s.rebind, key)
+			s.startBind(context.Background(), e)
+		}
+	}
 	for key, e := range s.held {
 		if s.podState[key] != e || e.phase != held {
 			delete(s.held, key) // gone, or queued again by a rebuild
@@ -222,7 +270,7 @@ func (s *Scheduler) retryDue() {
 		if !now.Before(e.retryAt) {
 			delete(s.held, key)
 			e.retryAt = time.Time{}
-			if err := s.eng.Submit(e.pod); err != nil {
+			if err := s.eng.Submit(s.alone(e.pod)); err != nil {
 				s.log.Warn("requeue failed", "pod", e.key, "err", err)
 				continue
 			}

@@ -198,6 +198,11 @@ func (s *Scheduler) adoptBorrower(p *corev1.Pod) {
 // scheduler is never a preemption victim; a pod whose spec cannot be read
 // as a request still counts its CPU and memory.
 func (s *Scheduler) boundEnginePod(p *corev1.Pod) (*engine.Pod, translate.Shape) {
+	if err := s.constrain(p); err != nil {
+		s.warnPod(p, "TesseraRequestUnreadable", err.Error())
+		p = p.DeepCopy() // counted as a pod without constraints: it is bound already
+		p.Spec.NodeSelector, p.Spec.Affinity, p.Spec.Tolerations = nil, nil, nil
+	}
 	ep, sh, err := translate.EnginePod(p, s.engineCfg, s.memUnit())
 	if err != nil {
 		req, sh2, rerr := translate.PodRequest(p, s.memUnit())
@@ -240,10 +245,15 @@ func (s *Scheduler) admitPending(p *corev1.Pod) {
 			s.warnPod(p, "TesseraAnnotationIgnored", err.Error()+"; the scheduler writes its own at bind")
 		}
 	}
-	ep, sh, err := translate.EnginePod(p, s.engineCfg, s.memUnit())
+	err := s.constrain(p)
+	var ep *engine.Pod
+	var sh translate.Shape
+	if err == nil {
+		ep, sh, err = translate.EnginePod(p, s.engineCfg, s.memUnit())
+	}
 	if err == nil {
 		e.pod, e.shape = ep, sh
-		err = s.eng.Submit(ep)
+		err = s.eng.Submit(s.alone(ep))
 	}
 	if err != nil {
 		if errors.Is(err, engine.ErrKnown) {

@@ -90,3 +90,42 @@ func TestDeletedPreemptorHandsCapacityBackToTerminatingVictim(t *testing.T) {
 	a.deletePod("victim")
 	eventually(t, "later bound once the victim is gone", func() bool { return a.get("later").Spec.NodeName == "n1" })
 }
+
+// A scheduler that starts while a preemption is in flight (its
+// predecessor was killed after evicting) takes it over from the API
+// server alone: the nominated pod holds the GPU its terminating victim
+// frees, nothing else is evicted, a pod arriving meanwhile does not get
+// the GPU, and the nominated pod is bound once the victim is gone.
+func TestRestartTakesOverAPreemptionInFlight(t *testing.T) {
+	a := newAPI(t)
+	a.evictDeletes = false
+	a.gpuNode("n1", 2, 16*gib, "T4")
+	wholeGPU1 := `{"version":"v1","containers":[{"name":"main","gpus":[{"uuid":"GPU-n1-1"}]}]}`
+	a.pod("victim", res(string(translate.ResourceGPU), "1"), onNode("n1"), created(time.Hour), terminating(),
+		ann(schedv1.PriorityAnnotation, "P3", annv1.AssignmentKey, wholeGPU0))
+	a.pod("other", res(string(translate.ResourceGPU), "1"), onNode("n1"), created(time.Hour),
+		ann(schedv1.PriorityAnnotation, "P1", annv1.AssignmentKey, wholeGPU1)) // filler cannot preempt it
+	a.pod("urgent", res(string(translate.ResourceGPU), "1"), ann(schedv1.PriorityAnnotation, "P0"), nominatedTo("n1"), created(time.Minute))
+	a.start(testConfig())
+	a.pod("filler", res(string(translate.ResourceGPU), "1"), ann(schedv1.PriorityAnnotation, "P2"))
+	eventually(t, "filler reported", func() bool { return a.eventFor("filler", "FailedScheduling", "Insufficient tessera.io/gpu") })
+	if a.get("urgent").Spec.NodeName != "" || a.get("filler").Spec.NodeName != "" {
+		t.Fatal("a pod was bound while the victim still held the GPU")
+	}
+	a.mu.Lock()
+	evicted := len(a.evicted)
+	a.mu.Unlock()
+	if evicted != 0 {
+		t.Fatalf("%d evictions: the preemption in flight was not taken over", evicted)
+	}
+	a.deletePod("victim")
+	eventually(t, "urgent bound on n1", func() bool { return a.get("urgent").Spec.NodeName == "n1" })
+	as, err := annv1.ParseAssignment(a.get("urgent").Annotations[annv1.AssignmentKey])
+	if err != nil || as.Containers[0].GPUs[0].UUID != "GPU-n1-0" {
+		t.Fatalf("urgent's assignment %+v (%v): want the victim's GPU-n1-0", as, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if a.get("filler").Spec.NodeName != "" || a.get("other").DeletionTimestamp != nil {
+		t.Fatal("filler was bound or other evicted")
+	}
+}

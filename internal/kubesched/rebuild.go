@@ -49,22 +49,26 @@ func (s *Scheduler) rebuild(why string) error {
 	}
 	s.cluster, s.sched, s.eng, s.admit, s.frag = cluster, sched, eng, admit, nil
 	s.nodeState = map[string]*nodeEntry{}
+	s.byIndex = make([]*nodeEntry, len(specs))
 	for _, n := range nodes {
 		s.nodeState[n.name] = n
 		if n.err != nil {
 			continue
 		}
-		cluster.Cordon(n.index, n.inv.Unschedulable)
+		s.byIndex[n.index] = n
 		for _, g := range n.inv.Unhealthy { // held whole: nothing new lands on a sick GPU
 			hold := placement.Decision{Node: n.index, NodeName: n.name, Grant: partition.Grant{Shares: []partition.Share{{GPU: g, Milli: partition.MilliPerGPU, MemMiB: n.inv.Spec.GPUMemMiB}}}}
 			_ = cluster.Reserve(hold)
 		}
 	}
+	cluster.SetNodeFilter(s.nodeFits)
 	s.podState = map[string]*podEntry{}
 	s.floors, s.reclaims = map[string]int32{}, map[string]*podEntry{}
 	pods, _ := s.pods.List(everything)
 	sortPods(pods)
 	var borrowers []*corev1.Pod
+	nominees, victimOf := s.nominations(pods, old)
+	victimPods := map[string][]*corev1.Pod{} // by nominee
 	for _, p := range pods {
 		if p.Spec.NodeName == "" {
 			continue
@@ -80,6 +84,10 @@ func (s *Scheduler) rebuild(why string) error {
 			borrowers = append(borrowers, p) // after the owners and their floors
 			continue
 		}
+		if by, ok := victimOf[translate.Key(p)]; ok {
+			victimPods[by] = append(victimPods[by], p)
+			continue
+		}
 		s.adoptBound(p)
 	}
 	s.setFloors(s.lenders())
@@ -91,12 +99,17 @@ func (s *Scheduler) rebuild(why string) error {
 		if p.Spec.NodeName != "" || !s.ours(p) {
 			continue
 		}
-		o := old[translate.Key(p)]
+		key := translate.Key(p)
+		o := old[key]
 		switch {
 		case o != nil && o.uid == p.UID && (o.phase == assumed || o.phase == nominated) && s.keepPromise(o):
 		case o != nil && o.uid == p.UID && o.phase == held:
 			s.podState[o.key] = o
+		case nominees[key] && s.renominate(p, victimPods[key]):
 		default:
+			for _, v := range victimPods[key] { // they hold their capacity until gone
+				s.adoptBound(v)
+			}
 			s.admitPending(p)
 		}
 	}
@@ -164,4 +177,63 @@ func sortPods(pods []*corev1.Pod) {
 		return 1
 	}
 	slices.SortFunc(pods, less)
+}
+
+// nominations finds the preemptions a previous leader left in flight,
+// from the API server alone: a pending pod of ours that this loop has no
+// record of, with status.nominatedNodeName, and the pods terminating on
+// that node (its victims, or pods leaving anyway). The first such pod per
+// node, in queue order, takes them all; victimOf maps each to it.
+func (s *Scheduler) nominations(pods []*corev1.Pod, old map[string]*podEntry) (map[string]bool, map[string]string) {
+	nominee := map[string]string{} // node -> pod key
+	for _, p := range pods {
+		node := p.Status.NominatedNodeName
+		if p.Spec.NodeName != "" || !s.ours(p) || node == "" || old[translate.Key(p)] != nil {
+			continue
+		}
+		if _, taken := nominee[node]; !taken {
+			nominee[node] = translate.Key(p)
+		}
+	}
+	nominees, victimOf := map[string]bool{}, map[string]string{}
+	for _, p := range pods {
+		if by, ok := nominee[p.Spec.NodeName]; ok && p.Spec.NodeName != "" && p.DeletionTimestamp != nil {
+			victimOf[translate.Key(p)] = by
+			nominees[by] = true
+		}
+	}
+	return nominees, victimOf
+}
+
+// renominate holds, for a preemptor found by nominations, the capacity
+// its terminating victims free on its nominated node, as the leader
+// before did: the victims are not booked, the preemptor is placed there in
+// the engine and bound when the last victim is gone. False when it no
+// longer fits there (the caller books the victims and queues the pod).
+func (s *Scheduler) renominate(p *corev1.Pod, victims []*corev1.Pod) bool {
+	n := s.nodeState[p.Status.NominatedNodeName]
+	if n == nil || n.index < 0 || len(victims) == 0 || s.constrain(p) != nil {
+		return false
+	}
+	ep, sh, err := translate.EnginePod(p, s.engineCfg, s.memUnit())
+	if err != nil {
+		return false
+	}
+	d, ok := s.sched.ScheduleOn(n.index, &ep.Request)
+	if !ok || s.eng.Adopt(ep, d, p.CreationTimestamp.Time) != nil {
+		return false
+	}
+	key := translate.Key(p)
+	e := &podEntry{key: key, uid: p.UID, phase: nominated, pod: ep, shape: sh, node: n.name, victims: map[string]bool{}, created: p.CreationTimestamp.Time}
+	for _, g := range d.Grant.Shares {
+		e.uuids = append(e.uuids, n.inv.UUIDs[g.GPU])
+	}
+	for _, v := range victims {
+		vk := translate.Key(v)
+		e.victims[vk] = true
+		s.podState[vk] = &podEntry{key: vk, uid: v.UID, phase: evicting, preemptor: key, created: v.CreationTimestamp.Time}
+	}
+	s.podState[key] = e
+	s.log.Info("preemption in flight taken over", "pod", key, "node", n.name, "victims", len(victims))
+	return true
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	"github.com/tessera-gpu/tessera/internal/gang"
 	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
 )
@@ -84,5 +86,39 @@ func TestGangOfEightAllOrNothing(t *testing.T) {
 		}
 		return true
 	})
+	a.checkCapacity(16 * gib)
+}
+
+// A gang member whose bind fails keeps the capacity its group was given:
+// pods arriving meanwhile do not take it, the bind is retried there, and
+// the whole group ends bound.
+func TestGangMemberBindFailureKeepsItsCapacity(t *testing.T) {
+	a := newAPI(t)
+	a.gpuNode("n1", 4, 16*gib, "T4")
+	a.failBind["default/g1"] = failure{2, apierrors.NewForbidden(podsGVR.GroupResource(), "g1", fmt.Errorf("denied by a test"))}
+	a.start(testConfig())
+	for i := range 3 {
+		a.pod(fmt.Sprint("g", i), res(string(translate.ResourceGPU), "1"), ann(gang.GroupAnnotation, "train", gang.MinMemberAnnotation, "3"))
+	}
+	eventually(t, "g1's failure reported", func() bool { return a.eventFor("g1", "FailedScheduling", "the capacity stays held") })
+	a.pod("other", res(string(translate.ResourceGPU), "1"))
+	a.pod("other2", res(string(translate.ResourceGPU), "1"))
+	eventually(t, "the gang bound", func() bool {
+		for i := range 3 {
+			if a.get(fmt.Sprint("g", i)).Spec.NodeName == "" {
+				return false
+			}
+		}
+		return true
+	})
+	eventually(t, "one of the others bound", func() bool {
+		return a.get("other").Spec.NodeName != "" || a.get("other2").Spec.NodeName != ""
+	})
+	if a.get("other").Spec.NodeName != "" && a.get("other2").Spec.NodeName != "" {
+		t.Fatal("both other pods bound: one took the GPU held for g1")
+	}
+	if a.bindsOf("default/g1") != 1 {
+		t.Fatalf("g1 bound %d times", a.bindsOf("default/g1"))
+	}
 	a.checkCapacity(16 * gib)
 }

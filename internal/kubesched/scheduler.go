@@ -36,6 +36,7 @@ import (
 	"github.com/tessera-gpu/tessera/internal/engine"
 	"github.com/tessera-gpu/tessera/internal/kubesched/bind"
 	"github.com/tessera-gpu/tessera/internal/kubesched/metrics"
+	"github.com/tessera-gpu/tessera/internal/kubesched/nodefit"
 	"github.com/tessera-gpu/tessera/internal/placement"
 )
 
@@ -67,8 +68,11 @@ type Scheduler struct {
 	cluster       *placement.Cluster
 	sched         *placement.Scheduler
 	nodeState     map[string]*nodeEntry
+	byIndex       []*nodeEntry                    // usable nodes by engine index
+	fits          map[string]*nodefit.Constraints // pods' node constraints by key
 	podState      map[string]*podEntry
 	held          map[string]*podEntry // waiting to be queued again after a failed bind
+	rebind        map[string]*podEntry // gang members whose failed bind is retried on held capacity
 	lastReport    time.Time
 	pool          *bind.Pool
 	rebuildWanted bool
@@ -91,8 +95,9 @@ func New(cfg *cfgv1.SchedulerConfig, client kubernetes.Interface, log *slog.Logg
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	s := &Scheduler{cfg: cfg, client: client, log: log, metrics: m, now: time.Now, engineCfg: schedv1.Default(),
-		nodeState: map[string]*nodeEntry{}, podState: map[string]*podEntry{}, held: map[string]*podEntry{},
-		floors: map[string]int32{}, reclaims: map[string]*podEntry{}}
+		nodeState: map[string]*nodeEntry{}, podState: map[string]*podEntry{}, held: map[string]*podEntry{}, rebind: map[string]*podEntry{},
+		floors: map[string]int32{}, reclaims: map[string]*podEntry{}, fits: map[string]*nodefit.Constraints{}}
+	s.fits[""], _ = nodefit.For(&corev1.Pod{})
 	s.changes.init()
 	// Terminal pods hold nothing; the API server filters them out. The
 	// selector is valid for pods only, so pods get their own factory.

@@ -139,7 +139,9 @@ func TestTaintedNodeClosedUntilTheTaintGoes(t *testing.T) {
 	}
 	a.start(testConfig())
 	a.pod("p", res(string(translate.ResourceGPU), "1"))
-	eventually(t, "p reported", func() bool { return a.eventFor("p", "FailedScheduling", "NoSchedule taint") })
+	eventually(t, "p reported", func() bool {
+		return a.eventFor("p", "FailedScheduling", "1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }")
+	})
 	n.Spec.Taints = nil
 	if _, err := a.client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ const reportEvery = time.Minute
 // the message changed or a minute passed. Messages are computed once per
 // request shape per cycle.
 func (s *Scheduler) reportUnschedulable(ctx context.Context, cycleStart time.Time) {
-	var nodes []explain.Node
+	nodes := map[string][]explain.Node{} // by node constraint
 	memo := map[placement.Shape]string{}
 	s.eng.EachPending(func(p *engine.Pod) {
 		e := s.podState[p.Key]
@@ -35,9 +35,6 @@ func (s *Scheduler) reportUnschedulable(ctx context.Context, cycleStart time.Tim
 		if e.reported != "" && cycleStart.Sub(e.reportedAt) < reportEvery {
 			// Unchanged within the minute: not even worth the message.
 			return
-		}
-		if nodes == nil {
-			nodes = s.explainNodes()
 		}
 		msg := s.whyPending(p, nodes, memo)
 		if msg == e.reported && cycleStart.Sub(e.reportedAt) < reportEvery {
@@ -52,7 +49,7 @@ func (s *Scheduler) reportUnschedulable(ctx context.Context, cycleStart time.Tim
 }
 
 // whyPending words why p waits: its queue's quota, or the nodes.
-func (s *Scheduler) whyPending(p *engine.Pod, nodes []explain.Node, memo map[placement.Shape]string) string {
+func (s *Scheduler) whyPending(p *engine.Pod, nodesBy map[string][]explain.Node, memo map[placement.Shape]string) string {
 	if s.admit != nil {
 		if err := s.admit.Admit(p, s.now()); err != nil {
 			return "pod is held by its queue's quota: " + err.Error()
@@ -61,13 +58,19 @@ func (s *Scheduler) whyPending(p *engine.Pod, nodes []explain.Node, memo map[pla
 	sh := s.cluster.ShapeOf(&p.Request)
 	msg, ok := memo[sh]
 	if !ok {
+		key := p.Request.NodeConstraint
+		nodes, seen := nodesBy[key]
+		if !seen {
+			nodes = s.explainNodes(key)
+			nodesBy[key] = nodes
+		}
 		msg = explain.Message(nodes, &p.Request)
 		memo[sh] = msg
 	}
 	if p.Gang != nil {
 		return fmt.Sprintf("pod group %s (min-member %d) is placed all or nothing: %s", p.Gang.Name, p.Gang.MinMember, msg)
 	}
-	if msg == fmt.Sprintf("0/%d nodes are available.", len(nodes)) {
+	if msg == fmt.Sprintf("0/%d nodes are available.", len(s.nodeState)) {
 		// Every node fits the request as far as totals go: the queue
 		// order or the placement's finer rules (islands, held capacity)
 		// decided.
@@ -76,16 +79,16 @@ func (s *Scheduler) whyPending(p *engine.Pod, nodes []explain.Node, memo map[pla
 	return msg
 }
 
-// explainNodes is every node with an inventory as the explanation sees it.
-func (s *Scheduler) explainNodes() []explain.Node {
+// explainNodes is every node with an inventory as the explanation sees it
+// for pods of node constraint key.
+func (s *Scheduler) explainNodes(key string) []explain.Node {
 	out := make([]explain.Node, 0, len(s.nodeState))
 	for _, n := range s.nodeState {
 		if n.index < 0 {
 			out = append(out, explain.Node{Unusable: true})
 			continue
 		}
-		var any placement.Request
-		out = append(out, explain.Node{State: &s.cluster.Nodes[n.index], Cordoned: !s.cluster.Admits(n.index, &any)})
+		out = append(out, explain.Node{State: &s.cluster.Nodes[n.index], Cordoned: s.cluster.IsCordoned(n.index), Refused: s.refusal(key, n)})
 	}
 	return out
 }

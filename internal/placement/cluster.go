@@ -28,6 +28,12 @@ type Cluster struct {
 	// growers are told the new node count when nodes join.
 	watchers []func(node int)
 	growers  []func(nodes int)
+	// nodeFilter says which nodes admit which node constraints
+	// (constraint.go); fit memoises its answers per constraint id and node.
+	nodeFilter    NodeFilter
+	constraintIDs map[string]uint32
+	constraints   []string
+	fit           [][]int16
 }
 
 // NewCluster builds an empty cluster from node descriptions, in their order.
@@ -100,6 +106,10 @@ func (c *Cluster) Cordon(i int, cordoned bool) {
 	c.cordoned[i] = cordoned
 	c.changed(i)
 }
+
+// IsCordoned reports whether node i is cordoned (Cordon), whatever its
+// NodeFilter says.
+func (c *Cluster) IsCordoned(i int) bool { return c.cordoned[i] }
 
 // Models is the GPU models the cluster knows, indexed by model id: those of
 // its nodes, and those a workload named before any node of theirs joined.

@@ -52,7 +52,8 @@ const infeasible = math.MinInt64
 func (s *Scheduler) evalNode(i int, sh *Shape) (int64, Candidate) {
 	n := &s.cluster.Nodes[i]
 	m := s.cluster.modelOf[i]
-	if s.cluster.cordoned[i] || feasible(n, m, sh) >= 0 {
+	fits, pref := s.cluster.nodeFit(i, sh.Constraint)
+	if s.cluster.cordoned[i] || !fits || feasible(n, m, sh) >= 0 {
 		return infeasible, 0
 	}
 	s.buf = candidates(n, sh, s.buf[:0])
@@ -66,7 +67,7 @@ func (s *Scheduler) evalNode(i int, sh *Shape) (int64, Candidate) {
 			best, bestRank = c, r
 		}
 	}
-	return s.policy.NodeScore(v, sh, best, bestRank), best
+	return s.policy.NodeScore(v, sh, best, bestRank) + pref<<preferenceShift, best
 }
 
 // Schedule decides where r goes without reserving anything.
@@ -123,7 +124,7 @@ func (s *Scheduler) scan(sh *Shape) int {
 func (s *Scheduler) sample(ns NodeSampler, sh *Shape) int {
 	chosen, k := -1, 0
 	for i := range s.cluster.Nodes {
-		if s.cluster.cordoned[i] || feasible(&s.cluster.Nodes[i], s.cluster.modelOf[i], sh) >= 0 {
+		if ok, _ := s.cluster.nodeFit(i, sh.Constraint); !ok || s.cluster.cordoned[i] || feasible(&s.cluster.Nodes[i], s.cluster.modelOf[i], sh) >= 0 {
 			continue
 		}
 		if k++; ns.Keep(k) {
@@ -142,10 +143,12 @@ func (s *Scheduler) sample(ns NodeSampler, sh *Shape) int {
 // when a pod stays pending.
 func (s *Scheduler) explain(sh *Shape) string {
 	counts := make([]int, len(Filters))
-	cordoned := 0
+	cordoned, refused := 0, 0
 	for i := range s.cluster.Nodes {
 		if s.cluster.cordoned[i] {
 			cordoned++
+		} else if ok, _ := s.cluster.nodeFit(i, sh.Constraint); !ok {
+			refused++
 		} else if f := feasible(&s.cluster.Nodes[i], s.cluster.modelOf[i], sh); f >= 0 {
 			counts[f]++
 		}
@@ -153,6 +156,9 @@ func (s *Scheduler) explain(sh *Shape) string {
 	var parts []string
 	if cordoned > 0 {
 		parts = append(parts, fmt.Sprintf("%d nodes cordoned", cordoned))
+	}
+	if refused > 0 {
+		parts = append(parts, fmt.Sprintf("%d nodes refuse the pod's node constraints", refused))
 	}
 	for i, k := range counts {
 		if k > 0 {

@@ -39,6 +39,9 @@ func (c *Cluster) FitsState(i int, n *partition.Node, r *Request) bool {
 		return false
 	}
 	sh := c.ShapeOf(r)
+	if ok, _ := c.nodeFit(i, sh.Constraint); !ok {
+		return false
+	}
 	m := c.modelOf[i]
 	if feasible(n, m, &sh) >= 0 {
 		return false
@@ -47,12 +50,16 @@ func (c *Cluster) FitsState(i int, n *partition.Node, r *Request) bool {
 	return len(candidates(n, &sh, buf[:0])) > 0
 }
 
-// Admits reports whether node i's GPU model is one the request accepts and
-// the node is not cordoned.
+// Admits reports whether node i's GPU model is one the request accepts,
+// the node is not cordoned and its NodeFilter admits the request's node
+// constraints.
 func (c *Cluster) Admits(i int, r *Request) bool {
 	if c.cordoned[i] {
 		return false
 	}
 	sh := c.ShapeOf(r)
+	if ok, _ := c.nodeFit(i, sh.Constraint); !ok {
+		return false
+	}
 	return !sh.usesGPUs() || sh.Admits(c.modelOf[i])
 }

@@ -32,6 +32,10 @@ type Request struct {
 	// either GPUs or MIG devices.
 	MIGProfile string
 	NumMIG     int
+	// NodeConstraint names the pod's node constraints (selector, affinity,
+	// tolerations) for the cluster's NodeFilter; "" is a pod without any,
+	// which the filter may still refuse nodes to (taints).
+	NodeConstraint string
 }
 
 // Validate rejects requests the engine cannot interpret.
@@ -84,6 +88,7 @@ type Shape struct {
 	SameNUMA   bool
 	MIGProfile string
 	NumMIG     int
+	Constraint uint32 // interned NodeConstraint
 }
 
 // ShapeOf resolves a request's model names against the cluster's models.
@@ -92,6 +97,7 @@ func (c *Cluster) ShapeOf(r *Request) Shape {
 		GPUMemMiB: r.GPUMemMiB, SameIsland: r.SameIsland, SameNUMA: r.SameNUMA, AnyModel: len(r.Models) == 0,
 		MIGProfile: r.MIGProfile, NumMIG: r.NumMIG}
 	s.Models = c.modelMask(r.Models)
+	s.Constraint = c.constraintID(r.NodeConstraint)
 	return s
 }
 

@@ -27,6 +27,10 @@ type SchedulerConfig struct {
 	KubeAPIBurst int     `json:"kubeAPIBurst"`
 	// MetricsBindAddress serves /metrics, /healthz and /readyz.
 	MetricsBindAddress string `json:"metricsBindAddress"`
+	// Profiling adds Go's pprof handlers (/debug/pprof/) to the metrics
+	// listener. Off by default: profiles expose the process's internals
+	// to whoever reaches the port.
+	Profiling bool `json:"profiling,omitempty"`
 	// QueueConfigMap is namespace/name of a ConfigMap whose key
 	// queueConfigKey holds the engine's SchedulerConfig YAML; empty uses the
 	// engine's defaults (no queues).

@@ -18,7 +18,7 @@ import (
 
 // Reasons a node gives.
 const (
-	Cordoned        = "node(s) were unschedulable or had a NoSchedule taint"
+	Cordoned        = "node(s) had conflicting GPU placements (tessera places nothing there until they are consistent)"
 	NoInventory     = "node(s) had an unusable tessera.io/node-gpus inventory"
 	ModelMismatch   = "node(s) didn't match the pod's GPU models"
 	InsufficientCPU = "Insufficient cpu"
@@ -38,6 +38,10 @@ type Node struct {
 	// counted, never placed on).
 	Unusable bool
 	Cordoned bool
+	// Refused is why the node refuses the pod apart from capacity
+	// (internal/kubesched/nodefit: cordon, taints, node selector and
+	// affinity), in kube-scheduler's words; "" when it does not.
+	Refused string
 }
 
 // Message is the FailedScheduling text for a request over nodes (plus
@@ -72,6 +76,8 @@ func nodeReasons(n *Node, r *placement.Request) []string {
 	switch {
 	case n.Unusable:
 		return []string{NoInventory}
+	case n.Refused != "":
+		return []string{n.Refused}
 	case n.Cordoned:
 		return []string{Cordoned}
 	}

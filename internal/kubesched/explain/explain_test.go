@@ -30,10 +30,11 @@ func TestMessageCountsReasonsLikeKubeScheduler(t *testing.T) {
 	for i := 0; i < 8; i++ { // little CPU, GPUs fine
 		nodes = append(nodes, node(t, 500, 2, 40960, 0, 0))
 	}
-	nodes = append(nodes, Node{Unusable: true}, Node{Cordoned: true, State: nodes[0].State})
+	nodes = append(nodes, Node{Unusable: true}, Node{Cordoned: true, State: nodes[0].State},
+		Node{Refused: "node(s) didn't match Pod's node affinity/selector", State: nodes[0].State})
 	r := &placement.Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 300, GPUMemMiB: 20480}
 	got := Message(nodes, r)
-	want := "0/22 nodes are available: 1 node(s) had an unusable tessera.io/node-gpus inventory, 1 node(s) were unschedulable or had a NoSchedule taint, 12 Insufficient tessera.io/gpu-mem, 8 Insufficient cpu."
+	want := "0/23 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had an unusable tessera.io/node-gpus inventory, 1 node(s) had conflicting GPU placements (tessera places nothing there until they are consistent), 12 Insufficient tessera.io/gpu-mem, 8 Insufficient cpu."
 	if got != want {
 		t.Fatalf("message\n got %s\nwant %s", got, want)
 	}

@@ -2,6 +2,7 @@ package translate
 
 import (
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -11,26 +12,74 @@ import (
 	"github.com/tessera-gpu/tessera/internal/placement"
 )
 
-// Assignment writes the tessera.io/assignment value for a decision: the
-// shape's container on the decided GPUs, with the amounts the pod
-// requested (0 where it requested none, as the device plugin expects),
-// and on the MIG devices the grant names (mig, as
-// placement.Cluster.MIGDevices gives them for d).
+// Assignment writes the tessera.io/assignment value for a decision: each
+// container of the shape on its GPUs of the decision, with the amounts it
+// requested (0 where it requested none, as the device plugin expects), and
+// on the MIG devices the grant names (mig, as
+// placement.Cluster.MIGDevices gives them for d). Whole-GPU app containers
+// take the decided GPUs in order, fractional app containers share the
+// next one; an init container runs first on the first of them.
 func Assignment(d placement.Decision, sh Shape, inv *Inventory, mig []partition.MIGDevice) (string, error) {
-	if sh.Container == "" || (len(d.Grant.Shares) == 0 && len(mig) == 0) {
+	if len(sh.Containers) == 0 || (len(d.Grant.Shares) == 0 && len(mig) == 0) {
 		return "", nil
 	}
-	ca := annv1.ContainerAssignment{Name: sh.Container}
-	if len(mig) > 0 {
-		ca.MIG = migassign.Allocations(mig)
-	}
+	uuids := make([]string, 0, len(d.Grant.Shares))
 	for _, s := range d.Grant.Shares {
 		if s.GPU < 0 || s.GPU >= len(inv.UUIDs) {
 			return "", fmt.Errorf("node %s has no GPU %d", inv.Spec.Name, s.GPU)
 		}
-		ca.GPUs = append(ca.GPUs, annv1.GPUShare{UUID: inv.UUIDs[s.GPU], MemoryMiB: sh.MemoryMiB, CorePercent: sh.CorePercent})
+		uuids = append(uuids, inv.UUIDs[s.GPU])
 	}
-	return annv1.Marshal(&annv1.Assignment{Version: annv1.Version, Containers: []annv1.ContainerAssignment{ca}})
+	gpusOf, err := sh.split(uuids)
+	if err != nil {
+		return "", fmt.Errorf("node %s: %w", inv.Spec.Name, err)
+	}
+	a := annv1.Assignment{Version: annv1.Version}
+	for i, c := range sh.Containers {
+		ca := annv1.ContainerAssignment{Name: c.Name}
+		if c.MIGs > 0 {
+			ca.MIG = migassign.Allocations(mig)
+		}
+		for _, u := range gpusOf[i] {
+			ca.GPUs = append(ca.GPUs, annv1.GPUShare{UUID: u, MemoryMiB: c.MemoryMiB, CorePercent: c.CorePercent})
+		}
+		a.Containers = append(a.Containers, ca)
+	}
+	return annv1.Marshal(&a)
+}
+
+// split hands the pod's GPUs (in the decision's order) to its containers:
+// whole-GPU app containers in order, fractional app containers together
+// the next one, init containers the first ones.
+func (sh Shape) split(uuids []string) ([][]string, error) {
+	out := make([][]string, len(sh.Containers))
+	next := 0
+	for i, c := range sh.Containers {
+		if c.Init || c.MIGs > 0 || !c.whole() {
+			continue
+		}
+		if next+c.GPUs > len(uuids) {
+			return nil, fmt.Errorf("container %s needs GPUs %d-%d of a grant of %d", c.Name, next, next+c.GPUs-1, len(uuids))
+		}
+		out[i] = uuids[next : next+c.GPUs]
+		next += c.GPUs
+	}
+	for i, c := range sh.Containers {
+		switch {
+		case c.MIGs > 0 || c.GPUs == 0:
+		case c.Init:
+			if c.GPUs > len(uuids) {
+				return nil, fmt.Errorf("init container %s needs %d GPUs of a grant of %d", c.Name, c.GPUs, len(uuids))
+			}
+			out[i] = uuids[:c.GPUs]
+		case !c.whole():
+			if next >= len(uuids) {
+				return nil, fmt.Errorf("container %s needs a shared GPU beyond a grant of %d", c.Name, len(uuids))
+			}
+			out[i] = uuids[next : next+1]
+		}
+	}
+	return out, nil
 }
 
 // Recorded is what a bound pod holds, read back from its annotations.
@@ -62,7 +111,7 @@ func BoundDecision(p *corev1.Pod, req *placement.Request, sh Shape, inv *Invento
 		return rec, true
 	}
 	if raw, has := p.Annotations[annv1.AllocatedKey]; has {
-		if uuids, err := allocatedGPUs(raw, sh.Container); err != nil {
+		if uuids, err := allocatedGPUs(raw, sh); err != nil {
 			rec.Problems = append(rec.Problems, fmt.Errorf("pod %s: %w", Key(p), err))
 		} else if len(uuids) > 0 {
 			if shares, err := sharesOn(uuids, req, inv); err != nil {
@@ -74,7 +123,7 @@ func BoundDecision(p *corev1.Pod, req *placement.Request, sh Shape, inv *Invento
 		}
 	}
 	if raw, has := p.Annotations[annv1.AssignmentKey]; has {
-		if uuids, err := assignedGPUs(raw, sh.Container); err != nil {
+		if uuids, err := assignedGPUs(raw, sh); err != nil {
 			rec.Problems = append(rec.Problems, fmt.Errorf("pod %s: %w", Key(p), err))
 		} else if shares, err := sharesOn(uuids, req, inv); err != nil {
 			rec.Problems = append(rec.Problems, fmt.Errorf("pod %s: %s: %w", Key(p), annv1.AssignmentKey, err))
@@ -86,34 +135,51 @@ func BoundDecision(p *corev1.Pod, req *placement.Request, sh Shape, inv *Invento
 	return rec, false
 }
 
-func allocatedGPUs(raw, container string) ([]string, error) {
+// allocatedGPUs are the GPUs tessera.io/allocated names for the shape's
+// containers, each once, in the containers' order.
+func allocatedGPUs(raw string, sh Shape) ([]string, error) {
 	a, err := annv1.ParseAllocated(raw)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for _, c := range a.Containers {
-		if c.Name == container {
+	for _, want := range sh.Containers {
+		for _, c := range a.Containers {
+			if c.Name != want.Name {
+				continue
+			}
 			for _, g := range c.GPUs {
-				out = append(out, g.UUID)
+				if !slices.Contains(out, g.UUID) {
+					out = append(out, g.UUID)
+				}
 			}
 		}
 	}
 	return out, nil
 }
 
-func assignedGPUs(raw, container string) ([]string, error) {
+// assignedGPUs are the GPUs tessera.io/assignment names for the shape's
+// containers, each once; every container that asks for GPUs must have an
+// entry.
+func assignedGPUs(raw string, sh Shape) ([]string, error) {
 	a, err := annv1.ParseAssignment(raw)
 	if err != nil {
 		return nil, err
 	}
-	c := a.Container(container)
-	if c == nil {
-		return nil, fmt.Errorf("%s: no entry for container %q", annv1.AssignmentKey, container)
-	}
-	out := make([]string, 0, len(c.GPUs))
-	for _, g := range c.GPUs {
-		out = append(out, g.UUID)
+	var out []string
+	for _, want := range sh.Containers {
+		if want.GPUs == 0 {
+			continue
+		}
+		c := a.Container(want.Name)
+		if c == nil {
+			return nil, fmt.Errorf("%s: no entry for container %q", annv1.AssignmentKey, want.Name)
+		}
+		for _, g := range c.GPUs {
+			if !slices.Contains(out, g.UUID) {
+				out = append(out, g.UUID)
+			}
+		}
 	}
 	return out, nil
 }
@@ -136,7 +202,13 @@ func sharesOn(uuids []string, req *placement.Request, inv *Inventory) ([]partiti
 
 // boundMIG fills rec's grant with the MIG devices tessera.io/allocated
 // names for the container, else tessera.io/assignment.
-func boundMIG(p *corev1.Pod, req *placement.Request, sh Shape, node *partition.Node, rec Recorded) (Recorded, bool) {
+func boundMIG(p *corev1.Pod, req *placement.Request, shape Shape, node *partition.Node, rec Recorded) (Recorded, bool) {
+	var sh ContainerShape // one container asks for MIG devices (Shape.fill)
+	for _, c := range shape.Containers {
+		if c.MIGs > 0 {
+			sh = c
+		}
+	}
 	sources := []struct {
 		key, source string
 		read        func(string) ([]annv1.MIGAllocation, error)
@@ -147,7 +219,7 @@ func boundMIG(p *corev1.Pod, req *placement.Request, sh Shape, node *partition.N
 				return nil, err
 			}
 			for _, c := range a.Containers {
-				if c.Name == sh.Container {
+				if c.Name == sh.Name {
 					return c.MIG, nil
 				}
 			}
@@ -158,9 +230,9 @@ func boundMIG(p *corev1.Pod, req *placement.Request, sh Shape, node *partition.N
 			if err != nil {
 				return nil, err
 			}
-			c := a.Container(sh.Container)
+			c := a.Container(sh.Name)
 			if c == nil {
-				return nil, fmt.Errorf("%s: no entry for container %q", annv1.AssignmentKey, sh.Container)
+				return nil, fmt.Errorf("%s: no entry for container %q", annv1.AssignmentKey, sh.Name)
 			}
 			return c.MIG, nil
 		}},

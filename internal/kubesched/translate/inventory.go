@@ -20,9 +20,6 @@ type Inventory struct {
 	// Unhealthy lists engine GPU indices the device plugin reports
 	// unhealthy; the scheduler holds them whole so nothing new lands there.
 	Unhealthy []int
-	// Unschedulable is spec.unschedulable (cordon) or a NoSchedule or
-	// NoExecute taint (see Closed).
-	Unschedulable bool
 }
 
 // GPUIndex is the engine index of the GPU with uuid, or -1.
@@ -33,23 +30,6 @@ func (inv *Inventory) GPUIndex(uuid string) int { return slices.Index(inv.UUIDs,
 func HasInventory(n *corev1.Node) bool {
 	_, ok := n.Annotations[annv1.NodeGPUsKey]
 	return ok
-}
-
-// Closed reports whether new pods may not be placed on a node: it is
-// cordoned, or it has a NoSchedule or NoExecute taint (not ready,
-// unreachable, or dedicated to someone). Pods' tolerations are not
-// evaluated (the engine has no per-pod node filter), so a tainted node is
-// closed to every tessera pod; see docs/scheduler.md.
-func Closed(n *corev1.Node) bool {
-	if n.Spec.Unschedulable {
-		return true
-	}
-	for _, t := range n.Spec.Taints {
-		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
-			return true
-		}
-	}
-	return false
 }
 
 // NodeInventory reads a node's inventory. A node that mixes GPU models or
@@ -67,7 +47,7 @@ func NodeInventory(n *corev1.Node) (*Inventory, error) {
 	}
 	list := slices.Clone(gpus.GPUs)
 	slices.SortFunc(list, func(a, b annv1.NodeGPU) int { return a.Index - b.Index })
-	inv := &Inventory{Unschedulable: Closed(n)}
+	inv := &Inventory{}
 	inv.Spec = partition.NodeSpec{Name: n.Name, GPUs: len(list)}
 	if len(list) > 64 {
 		return nil, fmt.Errorf("node %s: %s: %d GPUs (at most 64)", n.Name, annv1.NodeGPUsKey, len(list))

@@ -11,6 +11,7 @@ import (
 	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
 	"github.com/tessera-gpu/tessera/internal/engine"
 	"github.com/tessera-gpu/tessera/internal/gang"
+	"github.com/tessera-gpu/tessera/internal/kubesched/nodefit"
 	"github.com/tessera-gpu/tessera/internal/partition"
 	"github.com/tessera-gpu/tessera/internal/placement"
 	"github.com/tessera-gpu/tessera/internal/priority"
@@ -39,14 +40,25 @@ const (
 // Key is how the scheduler names a pod: namespace/name.
 func Key(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
 
-// Shape is what the device plugin hands one pod: a count of GPUs, a
-// compute share and a memory cap on each. The engine's request follows
-// from it, and so does the assignment.
+// Shape is what the device plugin hands one pod: per container that
+// requests tessera resources, a count of GPUs with a compute share and a
+// memory cap on each (or MIG devices). The engine's request follows from
+// it, and so does the assignment.
 type Shape struct {
-	// Container is the one container that requests tessera resources
-	// ("" for a pod without GPUs).
-	Container string
-	GPUs      int
+	// Containers request tessera resources, in the kubelet's order (init
+	// containers, then app containers); empty for a pod without GPUs.
+	Containers []ContainerShape
+}
+
+// ContainerShape is one container's tessera request.
+type ContainerShape struct {
+	Name string
+	// Init is a regular init container: it runs alone before the app
+	// containers, on GPUs the app containers use after it (as
+	// kube-scheduler counts it: the pod needs the larger of the two).
+	// A sidecar (restartPolicy Always) runs beside them and counts as one.
+	Init bool
+	GPUs int
 	// CorePercent and MemoryMiB are per GPU as requested (0: not requested).
 	CorePercent uint32
 	MemoryMiB   uint64
@@ -56,50 +68,76 @@ type Shape struct {
 	MIGs       int
 }
 
+// whole reports whether the container takes its GPUs whole: several GPUs,
+// all of one's compute, or a slot count without a share.
+func (c ContainerShape) whole() bool {
+	return c.GPUs > 1 || c.CorePercent == 100 || (c.CorePercent == 0 && c.MemoryMiB == 0)
+}
+
+// milli is the container's compute per GPU in the engine's units (a
+// memory-only share has no compute guarantee: 1 milli, so memory alone
+// decides).
+func (c ContainerShape) milli() int32 {
+	switch {
+	case c.whole():
+		return partition.MilliPerGPU
+	case c.CorePercent > 0:
+		return int32(c.CorePercent) * partition.MilliPerGPU / 100
+	}
+	return 1
+}
+
+// gpuNeed is what some containers need at once: GPUs, compute and memory
+// on each.
+type gpuNeed struct {
+	gpus   int
+	milli  int32
+	memMiB uint64
+}
+
 // PodRequest reads a pod's tessera resources and CPU/memory into an
 // engine request. memUnitMiB is the device plugin's memoryUnit.
 //
-// Semantics (docs/device-plugin.md): gpu-mem/gpu-core without gpu is one
-// GPU; gpu: N alone is taken as N whole GPUs (the scheduler guarantees
-// what it places, so an unshared slot count is a whole GPU each);
-// gpu-mem without gpu-core has no compute guarantee (1 milli, so memory
-// alone decides); a multi-GPU container takes whole GPUs (gpu-core:
-// 100×N), as the engine places them.
+// Semantics (docs/scheduler.md): gpu-mem/gpu-core without gpu is one GPU;
+// gpu: N alone is taken as N whole GPUs (the scheduler guarantees what it
+// places, so an unshared slot count is a whole GPU each); gpu-mem without
+// gpu-core has no compute guarantee; a multi-GPU container takes whole
+// GPUs (gpu-core: 100×N), as the engine places them. Several app
+// containers each get their own slice: whole-GPU containers GPUs of their
+// own, fractional containers together one GPU (their shares add up, at
+// most one GPU); with both, that shared GPU is taken whole. An init
+// container runs before them on GPUs of theirs, so the pod asks for the
+// larger of the two, as kube-scheduler counts init containers.
 func PodRequest(p *corev1.Pod, memUnitMiB uint64) (placement.Request, Shape, error) {
 	req := placement.Request{Name: Key(p)}
 	var sh Shape
+	add := func(c corev1.Container, init bool) error {
+		if !hasTessera(c.Resources) {
+			return nil
+		}
+		cs, err := containerShape(p, c, memUnitMiB)
+		if err != nil {
+			return err
+		}
+		cs.Init = init
+		sh.Containers = append(sh.Containers, cs)
+		return nil
+	}
 	for _, c := range p.Spec.InitContainers {
-		if hasTessera(c.Resources) {
-			return req, sh, fmt.Errorf("pod %s: init container %s requests tessera GPU resources; only app containers may", Key(p), c.Name)
+		sidecar := c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+		if err := add(c, !sidecar); err != nil {
+			return req, sh, err
 		}
 	}
 	for _, c := range p.Spec.Containers {
-		if !hasTessera(c.Resources) {
-			continue
-		}
-		if sh.Container != "" {
-			return req, sh, fmt.Errorf("pod %s: containers %s and %s both request tessera GPU resources; one container per pod may", Key(p), sh.Container, c.Name)
-		}
-		var err error
-		if sh, err = containerShape(p, c, memUnitMiB); err != nil {
+		if err := add(c, false); err != nil {
 			return req, sh, err
 		}
 	}
 	req.CPUMilli, req.MemMiB = cpuMem(p)
-	switch {
-	case sh.MIGs > 0:
-		req.NumMIG, req.MIGProfile = sh.MIGs, sh.MIGProfile
-	case sh.Container != "":
-		req.NumGPU = sh.GPUs
-		req.GPUMemMiB = int32(sh.MemoryMiB)
-		switch {
-		case sh.CorePercent > 0:
-			req.GPUMilli = int32(sh.CorePercent) * partition.MilliPerGPU / 100
-		case sh.MemoryMiB > 0 && sh.GPUs == 1:
-			req.GPUMilli = 1
-		default:
-			req.GPUMilli = partition.MilliPerGPU
-		}
+	req.NodeConstraint = nodefit.Key(p)
+	if err := sh.fill(p, &req); err != nil {
+		return req, sh, err
 	}
 	if m := strings.TrimSpace(p.Annotations[ModelsAnnotation]); m != "" {
 		for _, s := range strings.Split(m, ",") {
@@ -112,6 +150,65 @@ func PodRequest(p *corev1.Pod, memUnitMiB uint64) (placement.Request, Shape, err
 		return req, sh, fmt.Errorf("pod %s: %w", Key(p), err)
 	}
 	return req, sh, nil
+}
+
+// fill sets the request's GPUs or MIG devices from the containers'.
+func (sh Shape) fill(p *corev1.Pod, req *placement.Request) error {
+	for _, c := range sh.Containers {
+		if c.MIGs > 0 {
+			if len(sh.Containers) > 1 {
+				return fmt.Errorf("pod %s: container %s asks for MIG devices beside other containers with tessera resources; MIG devices go to one container per pod", Key(p), c.Name)
+			}
+			req.NumMIG, req.MIGProfile = c.MIGs, c.MIGProfile
+			return nil
+		}
+	}
+	need, err := sh.appNeed(p)
+	if err != nil {
+		return err
+	}
+	for _, c := range sh.Containers {
+		if c.Init {
+			need.gpus = max(need.gpus, c.GPUs)
+			need.milli = max(need.milli, c.milli())
+			need.memMiB = max(need.memMiB, c.MemoryMiB)
+		}
+	}
+	if need.gpus > 1 {
+		need.milli = partition.MilliPerGPU // the engine places several GPUs whole
+	}
+	req.NumGPU, req.GPUMilli, req.GPUMemMiB = need.gpus, need.milli, int32(min(need.memMiB, 1<<30))
+	return nil
+}
+
+// appNeed is what the app containers (and sidecars) need together.
+func (sh Shape) appNeed(p *corev1.Pod) (gpuNeed, error) {
+	var whole, shared gpuNeed
+	var sharing []string
+	for _, c := range sh.Containers {
+		switch {
+		case c.Init:
+		case c.whole():
+			whole.gpus += c.GPUs
+			whole.memMiB = max(whole.memMiB, c.MemoryMiB)
+		default:
+			shared.gpus = 1
+			shared.milli += c.milli()
+			shared.memMiB += c.MemoryMiB
+			sharing = append(sharing, c.Name)
+		}
+	}
+	if shared.milli > partition.MilliPerGPU {
+		return gpuNeed{}, fmt.Errorf("pod %s: containers %s share one GPU and ask for %d%% of its compute together; fractional containers of a pod share one GPU, at most 100%%", Key(p), strings.Join(sharing, ", "), shared.milli/10)
+	}
+	switch {
+	case whole.gpus == 0:
+		return shared, nil
+	case shared.gpus == 0:
+		whole.milli = partition.MilliPerGPU
+		return whole, nil
+	}
+	return gpuNeed{gpus: whole.gpus + 1, milli: partition.MilliPerGPU, memMiB: max(whole.memMiB, shared.memMiB)}, nil
 }
 
 func hasTessera(r corev1.ResourceRequirements) bool {
@@ -141,7 +238,7 @@ func migResources(r corev1.ResourceRequirements) []corev1.ResourceName {
 // migShape reads a container's one tessera.io/mig-<profile> count. MIG
 // devices are whole devices: a container asks for them or for GPU
 // shares, not both, and for one profile.
-func migShape(p *corev1.Pod, c corev1.Container, sh Shape) (Shape, error) {
+func migShape(p *corev1.Pod, c corev1.Container, sh ContainerShape) (ContainerShape, error) {
 	names := migResources(c.Resources)
 	if len(names) > 1 {
 		return sh, fmt.Errorf("pod %s: container %s: %s and %s: one MIG profile per container", Key(p), c.Name, names[0], names[1])
@@ -174,8 +271,8 @@ func quantity(r corev1.ResourceRequirements, n corev1.ResourceName) (resource.Qu
 	return q, ok
 }
 
-func containerShape(p *corev1.Pod, c corev1.Container, memUnitMiB uint64) (Shape, error) {
-	sh := Shape{Container: c.Name}
+func containerShape(p *corev1.Pod, c corev1.Container, memUnitMiB uint64) (ContainerShape, error) {
+	sh := ContainerShape{Name: c.Name}
 	if len(migResources(c.Resources)) > 0 {
 		return migShape(p, c, sh)
 	}
@@ -211,6 +308,9 @@ func containerShape(p *corev1.Pod, c corev1.Container, memUnitMiB uint64) (Shape
 			return sh, fmt.Errorf("pod %s: container %s: %s: %d over %d GPUs is not an even share of at most 100 each", Key(p), c.Name, ResourceCore, core, gpus)
 		}
 		sh.CorePercent = uint32(core / gpus)
+		if gpus > 1 && sh.CorePercent != 100 {
+			return sh, fmt.Errorf("pod %s: container %s: %s: %d over %d GPUs: a multi-GPU container takes whole GPUs (100 each)", Key(p), c.Name, ResourceCore, core, gpus)
+		}
 	}
 	if hasMem {
 		sh.MemoryMiB = (uint64(mem)*memUnitMiB + uint64(gpus) - 1) / uint64(gpus)

@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -10,6 +11,8 @@ import (
 
 	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
 	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
+	"github.com/tessera-gpu/tessera/internal/partition"
+	"github.com/tessera-gpu/tessera/internal/placement"
 	"github.com/tessera-gpu/tessera/internal/priority"
 )
 
@@ -78,7 +81,7 @@ func TestPodRequestShapes(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", c.res, err)
 		}
-		if req.NumGPU != c.gpus || req.GPUMilli != c.milli || req.GPUMemMiB != c.memMiB || uint64(sh.CorePercent) != c.corePercent || sh.MemoryMiB != c.shapeM || sh.Container != "main" || req.CPUMilli != 500 {
+		if req.NumGPU != c.gpus || req.GPUMilli != c.milli || req.GPUMemMiB != c.memMiB || len(sh.Containers) != 1 || uint64(sh.Containers[0].CorePercent) != c.corePercent || sh.Containers[0].MemoryMiB != c.shapeM || sh.Containers[0].Name != "main" || req.CPUMilli != 500 {
 			t.Errorf("%v: request %+v shape %+v", c.res, req, sh)
 		}
 	}
@@ -89,7 +92,8 @@ func TestPodRequestRefusesWithTheReason(t *testing.T) {
 		p    *corev1.Pod
 		want string
 	}{
-		{pod(ctr("a", map[corev1.ResourceName]string{ResourceGPU: "1"}), ctr("b", map[corev1.ResourceName]string{ResourceGPU: "1"})), "containers a and b"},
+		{pod(ctr("a", map[corev1.ResourceName]string{ResourceCore: "60"}), ctr("b", map[corev1.ResourceName]string{ResourceCore: "50"})), "containers a, b share one GPU and ask for 110%"},
+		{pod(ctr("a", map[corev1.ResourceName]string{"tessera.io/mig-1g.5gb": "1"}), ctr("b", map[corev1.ResourceName]string{ResourceGPU: "1"})), "MIG devices go to one container per pod"},
 		{pod(ctr("a", map[corev1.ResourceName]string{ResourceGPU: "2", ResourceCore: "51"})), "even share"},
 		{pod(ctr("a", map[corev1.ResourceName]string{ResourceGPU: "2", ResourceCore: "100"})), "whole GPUs"},
 		{pod(ctr("a", map[corev1.ResourceName]string{ResourceCore: "500m"})), "tessera.io/gpu-core: 500m"},
@@ -155,7 +159,7 @@ func TestMIGInventoryAndRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if req.NumMIG != 2 || req.MIGProfile != "1g.5gb" || req.NumGPU != 0 || sh.Container != "main" || sh.MIGs != 2 {
+	if req.NumMIG != 2 || req.MIGProfile != "1g.5gb" || req.NumGPU != 0 || len(sh.Containers) != 1 || sh.Containers[0].Name != "main" || sh.Containers[0].MIGs != 2 {
 		t.Fatalf("request %+v shape %+v: want 2 of 1g.5gb and no GPUs", req, sh)
 	}
 	for _, c := range []struct{ res, qty, want string }{
@@ -164,6 +168,107 @@ func TestMIGInventoryAndRequest(t *testing.T) {
 	} {
 		if _, _, err := PodRequest(pod(ctr("main", map[corev1.ResourceName]string{corev1.ResourceName(c.res): c.qty})), 1); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %s: err = %v, want %q", c.res, c.qty, err, c.want)
+		}
+	}
+}
+
+// Several containers each get their own slice: whole-GPU containers GPUs
+// of their own, fractional ones one GPU together (shares added), both
+// together a shared GPU taken whole; an init container counts as
+// kube-scheduler counts it (the larger of it and the app containers) and
+// runs on the first GPUs; a sidecar counts as an app container. The
+// assignment names each container's GPUs with its own amounts and reads
+// back to the same GPUs.
+func TestMultiContainerSlices(t *testing.T) {
+	m := func(kv ...string) map[corev1.ResourceName]string {
+		out := map[corev1.ResourceName]string{}
+		for i := 0; i < len(kv); i += 2 {
+			out[corev1.ResourceName(kv[i])] = kv[i+1]
+		}
+		return out
+	}
+	always := corev1.ContainerRestartPolicyAlways
+	sidecar := ctr("sidecar", m(string(ResourceCore), "10", string(ResourceMemory), "1"))
+	sidecar.RestartPolicy = &always
+	cases := []struct {
+		name   string
+		init   []corev1.Container
+		apps   []corev1.Container
+		gpus   int
+		milli  int32
+		memMiB int32
+		// want: container -> indices of the decided GPUs it gets
+		want map[string][]int
+	}{
+		{"two fractional share one GPU", nil,
+			[]corev1.Container{ctr("a", m(string(ResourceCore), "30", string(ResourceMemory), "8")), ctr("b", m(string(ResourceCore), "20", string(ResourceMemory), "4"))},
+			1, 500, 12288, map[string][]int{"a": {0}, "b": {0}}},
+		{"two whole containers", nil,
+			[]corev1.Container{ctr("a", m(string(ResourceGPU), "2")), ctr("b", m(string(ResourceGPU), "1"))},
+			3, 1000, 0, map[string][]int{"a": {0, 1}, "b": {2}}},
+		{"whole and fractional", nil,
+			[]corev1.Container{ctr("a", m(string(ResourceCore), "30")), ctr("b", m(string(ResourceGPU), "2"))},
+			3, 1000, 0, map[string][]int{"b": {0, 1}, "a": {2}}},
+		{"init larger than the apps", []corev1.Container{ctr("warm", m(string(ResourceCore), "70", string(ResourceMemory), "2"))},
+			[]corev1.Container{ctr("a", m(string(ResourceCore), "30", string(ResourceMemory), "8"))},
+			1, 700, 8192, map[string][]int{"warm": {0}, "a": {0}}},
+		{"init of two GPUs", []corev1.Container{ctr("warm", m(string(ResourceGPU), "2"))},
+			[]corev1.Container{ctr("a", m(string(ResourceCore), "30"))},
+			2, 1000, 0, map[string][]int{"warm": {0, 1}, "a": {0}}},
+		{"sidecar adds up", []corev1.Container{sidecar},
+			[]corev1.Container{ctr("a", m(string(ResourceCore), "30", string(ResourceMemory), "8"))},
+			1, 400, 9216, map[string][]int{"sidecar": {0}, "a": {0}}},
+	}
+	inv, err := NodeInventory(gpuNode("n1", `{"version":"v1","gpus":[
+ {"uuid":"GPU-0","index":0,"model":"A100","memoryMiB":40960,"numaNode":0,"healthy":true},
+ {"uuid":"GPU-1","index":1,"model":"A100","memoryMiB":40960,"numaNode":0,"healthy":true},
+ {"uuid":"GPU-2","index":2,"model":"A100","memoryMiB":40960,"numaNode":0,"healthy":true}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		p := pod(c.apps...)
+		p.Spec.InitContainers = c.init
+		req, sh, err := PodRequest(p, 1024)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if req.NumGPU != c.gpus || req.GPUMilli != c.milli || req.GPUMemMiB != c.memMiB {
+			t.Errorf("%s: request %d GPUs of %d milli, %d MiB; want %d, %d, %d", c.name, req.NumGPU, req.GPUMilli, req.GPUMemMiB, c.gpus, c.milli, c.memMiB)
+			continue
+		}
+		d := placement.Decision{Node: 0, NodeName: "n1"}
+		for g := range req.NumGPU {
+			d.Grant.Shares = append(d.Grant.Shares, partition.Share{GPU: g, Milli: req.GPUMilli, MemMiB: req.GPUMemMiB})
+		}
+		raw, err := Assignment(d, sh, inv, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		a, err := annv1.ParseAssignment(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		for name, idx := range c.want {
+			ca := a.Container(name)
+			if ca == nil || len(ca.GPUs) != len(idx) {
+				t.Errorf("%s: container %s: %+v, want GPUs %v", c.name, name, ca, idx)
+				continue
+			}
+			for k, g := range idx {
+				if ca.GPUs[k].UUID != fmt.Sprintf("GPU-%d", g) {
+					t.Errorf("%s: container %s GPU %d is %s, want GPU-%d", c.name, name, k, ca.GPUs[k].UUID, g)
+				}
+			}
+		}
+		if a.Container("a") != nil && c.name == "two fractional share one GPU" && (a.Container("a").GPUs[0].CorePercent != 30 || a.Container("b").GPUs[0].MemoryMiB != 4096) {
+			t.Errorf("%s: amounts %+v", c.name, a.Containers)
+		}
+		bound := p.DeepCopy()
+		bound.Annotations = map[string]string{annv1.AssignmentKey: raw}
+		rec, ok := BoundDecision(bound, &req, sh, inv, nil, 0)
+		if !ok || len(rec.Problems) > 0 || len(rec.Decision.Grant.Shares) != req.NumGPU {
+			t.Errorf("%s: read back %+v, %v", c.name, rec, ok)
 		}
 	}
 }

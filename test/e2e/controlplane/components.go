@@ -108,6 +108,10 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context, port int) er
 		"--cluster-signing-key-file=" + f.CAKey,
 		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--use-service-account-credentials=false",
+		// Its default 20 requests/s lift the not-ready taint of 1,000 new
+		// nodes in a minute or more; kwokctl lifts the limit the same way.
+		"--kube-api-qps=1000",
+		"--kube-api-burst=1000",
 		"--profiling=false",
 	}
 	args = append(args, cp.opts.ControllerManagerArgs...)

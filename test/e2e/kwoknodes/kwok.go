@@ -32,7 +32,9 @@ const PodCIDR = "10.64.0.0/10"
 // stages are kwok's "fast" stages (sigs.k8s.io/kwok v0.8.0,
 // kustomize/stage/{node,pod}/fast, Apache-2.0): a node becomes Ready once,
 // its lease is renewed by kwok, a bound pod becomes Running at once, a
-// Job's pod completes, and a deleted pod is removed.
+// Job's pod completes, and a deleted pod is removed; with them kwok's own
+// options (kwok-configuration.yaml: more node workers, so 1,000 nodes come
+// up quickly).
 //
 //go:embed stages/*.yaml
 var stages embed.FS

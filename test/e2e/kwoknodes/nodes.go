@@ -42,6 +42,9 @@ type NodeSpec struct {
 	Model  GPUModel
 	GPUs   int
 	Labels map[string]string
+	// Taints and Unschedulable (a cordon) go on the node as created.
+	Taints        []corev1.Taint
+	Unschedulable bool
 }
 
 // Node labels set on every simulated node.
@@ -127,6 +130,7 @@ func (s NodeSpec) Node(plugin *configv1.Config) (*corev1.Node, error) {
 				annotations.NodeGPUsKey: inv,
 			},
 		},
+		Spec:   corev1.NodeSpec{Taints: s.Taints, Unschedulable: s.Unschedulable},
 		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity.DeepCopy()},
 	}, nil
 }

@@ -144,6 +144,9 @@ func checkCapacity(t *testing.T, ctx context.Context, client kubernetes.Interfac
 			t.Fatalf("pod %s: %v", p.Name, err)
 		}
 		for _, c := range as.Containers {
+			if runsFirst(&p, c.Name) {
+				continue // done before the app containers start on its GPUs
+			}
 			for _, g := range c.GPUs {
 				if owner[g.UUID] != p.Spec.NodeName {
 					t.Fatalf("pod %s on %s was assigned GPU %s of node %q", p.Name, p.Spec.NodeName, g.UUID, owner[g.UUID])
@@ -163,6 +166,17 @@ func checkCapacity(t *testing.T, ctx context.Context, client kubernetes.Interfac
 		}
 	}
 	return bound
+}
+
+// runsFirst reports whether name is a regular init container of p (not a
+// sidecar): it runs alone before the app containers.
+func runsFirst(p *corev1.Pod, name string) bool {
+	for _, c := range p.Spec.InitContainers {
+		if c.Name == name {
+			return c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways
+		}
+	}
+	return false
 }
 
 func numbered(prefix string, n int, build func(i int, name string) *corev1.Pod) []*corev1.Pod {

@@ -119,27 +119,35 @@ func Create(ctx context.Context, client kubernetes.Interface, pods []*corev1.Pod
 }
 
 // DeleteAll deletes every pod in namespace at once (grace period 0: no
-// kubelet has to confirm) and waits until none is left.
+// kubelet has to confirm) and waits until none is left. A collection of
+// thousands takes the API server long enough on a loaded machine that the
+// request's stream may be cut (the server goes on deleting): the delete is
+// then sent again every few seconds while pods remain, until ctx ends.
 func DeleteAll(ctx context.Context, client kubernetes.Interface, namespace string) error {
 	zero := int64(0)
 	pods := client.CoreV1().Pods(namespace)
-	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
-		return fmt.Errorf("delete pods in %s: %w", namespace, err)
+	deleteAll := func() error {
+		return pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
 	}
+	lastErr := deleteAll()
+	lastSent := time.Now()
 	for {
 		list, err := pods.List(ctx, metav1.ListOptions{Limit: 1})
-		if err != nil {
-			return fmt.Errorf("list pods in %s: %w", namespace, err)
-		}
-		if len(list.Items) == 0 {
+		if err == nil && len(list.Items) == 0 {
 			return nil
 		}
+		if time.Since(lastSent) >= 5*time.Second {
+			lastErr, lastSent = deleteAll(), time.Now()
+		}
 		if err := sleep(ctx); err != nil {
-			rest := strconv.Itoa(len(list.Items))
-			if list.RemainingItemCount != nil {
-				rest = strconv.FormatInt(*list.RemainingItemCount+1, 10)
+			rest := "some"
+			if list != nil {
+				rest = strconv.Itoa(len(list.Items))
+				if list.RemainingItemCount != nil {
+					rest = strconv.FormatInt(*list.RemainingItemCount+1, 10)
+				}
 			}
-			return fmt.Errorf("%s pods left in %s: %w", rest, namespace, err)
+			return fmt.Errorf("delete pods in %s: %s left (last delete: %v): %w", namespace, rest, lastErr, err)
 		}
 	}
 }
