@@ -236,7 +236,7 @@ func TestFromReport(t *testing.T) {
 			TotalMiB: 8192, AllocatedMiB: 8192, RefusedWith: "CUDA_ERROR_OUT_OF_MEMORY",
 			Requests: map[string]string{"tessera.io/gpu-mem": "8", "tessera.io/gpu-core": "30"}}},
 		Checks:  []gpunode.Check{{What: "cap", OK: true, Detail: "8 GiB"}, {What: "series gone", OK: false, Detail: "still listed"}},
-		Metrics: []gpunode.MetricRow{{Namespace: "team-a", Pod: "infer-a", Container: "server", GPU: "GPU-b", UsedMiB: 8192, CapMiB: 8192, ComputeRatio: 0.3}},
+		Metrics: []gpunode.MetricRow{{Namespace: "team-a", Pod: "infer-a", Container: "server", GPU: "GPU-b", UsedMiB: 8192, CapMiB: 8192, PeakMiB: 8192, Refused: 2, ComputeRatio: 0.3}},
 		Timings: []gpunode.Timing{{Step: "helm install", Took: 16 * time.Second}},
 	}
 	acc := FromReport(rep)
@@ -256,7 +256,7 @@ func TestFromReport(t *testing.T) {
 			t.Errorf("account lacks %q:\n%s", want, out)
 		}
 	}
-	if len(acc.Metrics) != 1 || acc.Metrics[0].Used != 8<<30 || acc.Metrics[0].Limit != 8<<30 {
+	if len(acc.Metrics) != 1 || acc.Metrics[0].Used != 8<<30 || acc.Metrics[0].Limit != 8<<30 || acc.Metrics[0].Peak != 8<<30 || acc.Metrics[0].Refused != 2 {
 		t.Errorf("metrics %+v", acc.Metrics)
 	}
 }

@@ -83,7 +83,8 @@ func FromReport(r *gpunode.Report) *Account {
 	}
 	for _, m := range r.Metrics {
 		a.Metrics = append(a.Metrics, MetricRow{Namespace: m.Namespace, Pod: m.Pod, Container: m.Container, GPU: m.GPU,
-			Used: uint64(m.UsedMiB) << 20, Limit: uint64(m.CapMiB) << 20, ComputeRatio: m.ComputeRatio})
+			Used: uint64(m.UsedMiB) << 20, Limit: uint64(m.CapMiB) << 20, Peak: uint64(m.PeakMiB) << 20, Refused: float64(m.Refused),
+			ComputeRatio: m.ComputeRatio})
 	}
 	for _, t := range r.Timings {
 		a.Timings = append(a.Timings, fmt.Sprintf("%-45s %s", t.Step, t.Took.Round(time.Millisecond)))

@@ -168,6 +168,10 @@ type Check struct {
 type MetricRow struct {
 	Namespace, Pod, Container, GPU string
 	UsedMiB, CapMiB                float64
+	// PeakMiB is the highest usage since the container's region was
+	// created; Refused counts the allocations the hook refused.
+	PeakMiB float64
+	Refused uint64
 	// ComputeRatio is the compute share (0–1), 0 when none.
 	ComputeRatio float64
 	// BusySeconds is the GPU time of the container's kernels so far;

@@ -13,6 +13,8 @@ import (
 const (
 	metricUsed    = "tessera_container_gpu_memory_used_bytes"
 	metricLimit   = "tessera_container_gpu_memory_limit_bytes"
+	metricPeak    = "tessera_container_gpu_memory_peak_bytes"
+	metricRefused = "tessera_container_gpu_allocations_refused_total"
 	metricCompute = "tessera_container_gpu_compute_limit_ratio"
 	metricBusy    = "tessera_container_gpu_busy_seconds_total"
 	metricWaited  = "tessera_container_throttled_seconds_total"
@@ -42,6 +44,12 @@ func (s *scenario) scrapeRows(ctx context.Context) ([]MetricRow, error) {
 	}
 	for _, m := range fams[metricLimit].GetMetric() {
 		row(m).CapMiB = m.GetGauge().GetValue() / mib
+	}
+	for _, m := range fams[metricPeak].GetMetric() {
+		row(m).PeakMiB = m.GetGauge().GetValue() / mib
+	}
+	for _, m := range fams[metricRefused].GetMetric() {
+		row(m).Refused = uint64(m.GetCounter().GetValue())
 	}
 	for _, m := range fams[metricCompute].GetMetric() {
 		row(m).ComputeRatio = m.GetGauge().GetValue()

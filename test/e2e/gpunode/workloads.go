@@ -328,6 +328,10 @@ func (s *scenario) waitSeries(ctx context.Context, w *Workload, p probeSpec) (Me
 	s.report.Metrics = append(s.report.Metrics, row)
 	s.report.check(row.CapMiB == float64(p.memGiB*1024), "/metrics shows "+w.Pod+"'s cap", "cap %.0f MiB, used %.0f MiB on %s", row.CapMiB, row.UsedMiB, row.GPU)
 	s.report.check(row.GPU == w.GPU, "/metrics attributes "+w.Pod+" to the GPU it saw", "series GPU %s, the program saw %s", row.GPU, w.GPU)
+	if w.RefusedWith != "" { // the probe filled its cap and was refused past it
+		s.report.check(row.PeakMiB >= float64(w.AllocatedMiB) && row.Refused >= 1, "/metrics shows "+w.Pod+"'s peak and refusals",
+			"peak %.0f MiB (the program held at most %d MiB), %d refused", row.PeakMiB, w.AllocatedMiB, row.Refused)
+	}
 	return row, nil
 }
 
