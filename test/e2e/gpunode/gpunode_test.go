@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tessera-gpu/tessera/test/e2e/gpunode"
+	"github.com/tessera-gpu/tessera/test/e2e/realnode"
 )
 
 func TestMain(m *testing.M) { os.Exit(gpunode.Main(m.Run)) }
@@ -17,12 +18,7 @@ func TestMain(m *testing.M) { os.Exit(gpunode.Main(m.Run)) }
 // simulated 4-GPU H200 driver and runs the user scenario (package
 // comment): every check of the report must hold.
 func TestTesseraOnRealNode(t *testing.T) {
-	if why := gpunode.Unavailable(); why != "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true: the real node must run: %s", why)
-		}
-		t.Skip(why)
-	}
+	realnode.RequireNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	rep, err := gpunode.Run(ctx, gpunode.Options{Logf: t.Logf})

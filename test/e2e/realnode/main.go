@@ -75,6 +75,21 @@ func Unavailable() string {
 	return errNotInside.Error()
 }
 
+// RequireNode skips t when the real node cannot start here, saying why —
+// except under CI=true, where that is a failure: CI runs as root and must
+// run the real node.
+func RequireNode(t testing.TB) {
+	t.Helper()
+	why := Unavailable()
+	if why == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true: the real node must run: %s", why)
+	}
+	t.Skip(why)
+}
+
 // Main runs the tests of m inside a fresh network namespace and returns the
 // exit code for os.Exit. Not root: the tests run here and skip, except
 // under CI=true, where that is a failure.

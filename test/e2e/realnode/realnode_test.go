@@ -25,9 +25,7 @@ func TestMain(m *testing.M) { os.Exit(realnode.Main(m)) }
 // them removes their sandboxes and cgroups; a kubelet restart keeps the
 // node Ready and a running pod untouched; teardown leaves nothing.
 func TestRealNode(t *testing.T) {
-	if why := realnode.Unavailable(); why != "" {
-		t.Skip(why)
-	}
+	realnode.RequireNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	began := time.Now()

@@ -25,9 +25,10 @@ import (
 // whose container gets the simulated GPU driver's libraries through CDI; then the
 // node's teardown, which must leave no shim, cgroup or mount behind.
 func TestRuntimeRunsLocalImages(t *testing.T) {
+	RequireNode(t)
 	env, err := inside()
 	if err != nil {
-		t.Skip(Unavailable())
+		t.Fatal(err)
 	}
 	bins, err := binaries.Paths(binaries.Containerd, binaries.ContainerdShim, binaries.Ctr)
 	if err != nil {
