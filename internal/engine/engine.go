@@ -83,7 +83,16 @@ type Engine struct {
 	candBuf          []preempt.Running
 	// balloons: owners' floors and borrowers' loans (balloon.go).
 	balloons balloonState
+	// onPlacement hears every pod that starts or stops holding a placement.
+	onPlacement func(p *Pod, node int, placed bool)
 }
+
+// OnPlacement sets fn to be told, at once, of every pod that starts
+// holding a placement (placed, adopted, started with its group) and every
+// one that stops (completed, preempted): rules that read which pods run
+// where (inter-pod affinity) then see a pod placed earlier in the same
+// cycle.
+func (e *Engine) OnPlacement(fn func(p *Pod, node int, placed bool)) { e.onPlacement = fn }
 
 // New builds an engine over the scheduler's cluster. admit may be nil (no
 // quotas).
@@ -204,6 +213,9 @@ func (e *Engine) stop(r *Running) {
 
 // unbook forgets a running pod whose placement is already released.
 func (e *Engine) unbook(r *Running) {
+	if e.onPlacement != nil {
+		e.onPlacement(r.Pod, r.Decision.Node, false)
+	}
 	if e.admit != nil {
 		e.admit.Uncharge(r.Pod, r)
 	}
@@ -260,6 +272,9 @@ func (e *Engine) book(p *Pod, d placement.Decision, now time.Time) {
 		e.gangs.running[p.Gang.Name] = append(e.gangs.running[p.Gang.Name], r)
 	}
 	e.emit(Event{Kind: Placed, Time: now, Pod: p, Decision: d})
+	if e.onPlacement != nil {
+		e.onPlacement(p, d.Node, true)
+	}
 }
 
 func (e *Engine) emit(ev Event) { e.events = append(e.events, ev) }

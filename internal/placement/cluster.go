@@ -34,6 +34,7 @@ type Cluster struct {
 	constraintIDs map[string]uint32
 	constraints   []string
 	fit           [][]int16
+	refilters     []func(id uint32)
 }
 
 // NewCluster builds an empty cluster from node descriptions, in their order.

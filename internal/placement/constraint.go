@@ -47,6 +47,27 @@ func (c *Cluster) RefilterNode(i int) {
 	c.changed(i)
 }
 
+// RefilterConstraint forgets every memoised answer for pods of constraint
+// key (what the filter reads about them changed on many nodes at once: the
+// pods placed beside them) and tells the score caches that shapes of
+// that constraint changed. Pods of other constraints keep theirs.
+func (c *Cluster) RefilterConstraint(key string) {
+	id, ok := c.constraintIDs[key]
+	if !ok {
+		return // never asked: nothing memoised
+	}
+	if int(id) < len(c.fit) {
+		c.fit[id] = nil
+	}
+	for _, fn := range c.refilters {
+		fn(id)
+	}
+}
+
+// WatchConstraints registers fn to be told which constraint id was
+// refiltered as a whole (RefilterConstraint).
+func (c *Cluster) WatchConstraints(fn func(id uint32)) { c.refilters = append(c.refilters, fn) }
+
 // constraintID interns a constraint key; 0 is the empty key.
 func (c *Cluster) constraintID(key string) uint32 {
 	if key == "" {

@@ -81,3 +81,55 @@ func TestNodeFilterRefusesPrefersAndRefilters(t *testing.T) {
 		t.Fatal("NodeAdmits/Admits disagree with the filter")
 	}
 }
+
+// RefilterConstraint makes the filter be asked again for one constraint on
+// every node (its answers depend on pods placed elsewhere), through the
+// index as through a scan; other constraints keep their memoised answers.
+func TestRefilterConstraintAsksAgainForThatConstraintOnly(t *testing.T) {
+	var specs []partition.NodeSpec
+	for i := range 4 {
+		specs = append(specs, node(fmt.Sprint("n", i), "A100", 32000, 4))
+	}
+	refused := map[int]bool{}
+	asked := map[string]int{}
+	filter := func(key string, i int) (bool, int64) {
+		asked[key]++
+		return key != "spread" || !refused[i], 0
+	}
+	for _, scan := range []bool{false, true} {
+		c, err := NewCluster(specs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetNodeFilter(filter)
+		p, _ := NewPolicy("bestfit", c, Options{})
+		s := NewScheduler(c, p, scan)
+		r := Request{Name: "a", CPUMilli: 1000, NumGPU: 1, GPUMilli: 1000, NodeConstraint: "spread"}
+		other := Request{Name: "b", CPUMilli: 1000, NumGPU: 1, GPUMilli: 1000, NodeConstraint: "other"}
+		d, err := s.Place(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Place(&other); err != nil {
+			t.Fatal(err)
+		}
+		// The node the pod went to now refuses pods of its constraint
+		// (as anti-affinity would): without a refilter the memo keeps it.
+		refused[d.Node] = true
+		clear(asked)
+		c.RefilterConstraint("spread")
+		r.Name = "a2"
+		d2, err := s.Place(&r)
+		if err != nil || d2.Node == d.Node {
+			t.Fatalf("scan=%v: after the refilter the pod went to node %d (%v), refused node %d", scan, d2.Node, err, d.Node)
+		}
+		if asked["spread"] < len(specs)-1 {
+			t.Fatalf("scan=%v: asked %d times for the refiltered constraint", scan, asked["spread"])
+		}
+		other.Name = "b2"
+		if _, err := s.Place(&other); err != nil || asked["other"] != 0 {
+			t.Fatalf("scan=%v: another constraint asked %d times after the refilter (%v)", scan, asked["other"], err)
+		}
+		clear(refused)
+	}
+}

@@ -30,7 +30,18 @@ const DefaultMaxShapes = 256
 func NewIndex(c *Cluster, eval func(int, *Shape) (int64, Candidate)) *Index {
 	x := &Index{eval: eval, n: len(c.Nodes), shapes: map[Shape]*shapeIndex{}, MaxShapes: DefaultMaxShapes}
 	c.Watch(x.changed, x.grown)
+	c.WatchConstraints(x.constraintChanged)
 	return x
+}
+
+// constraintChanged drops the shapes of constraint id: every node's score
+// for them may have moved (rebuilt on the next use).
+func (x *Index) constraintChanged(id uint32) {
+	for s := range x.shapes {
+		if s.Constraint == id {
+			delete(x.shapes, s)
+		}
+	}
 }
 
 func (x *Index) changed(node int) {

@@ -1,0 +1,75 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tessera-gpu/tessera/internal/partition"
+	"github.com/tessera-gpu/tessera/internal/placement"
+	"github.com/tessera-gpu/tessera/internal/priority"
+)
+
+// OnPlacement hears each placement as the cycle makes it, so a filter that
+// reads which pods run where (here: one "spread" pod per node, as
+// anti-affinity would) and is refiltered from the hook keeps pods placed in
+// the same cycle apart; a completed pod frees its node for the rule too.
+func TestOnPlacementKeepsPodsOfOneCycleApart(t *testing.T) {
+	var specs []partition.NodeSpec
+	for _, n := range []string{"n0", "n1", "n2"} {
+		specs = append(specs, partition.NodeSpec{Name: n, Model: "A100", CPU: 64000, MemMiB: 65536, GPUs: 4, GPUMemMiB: 40960})
+	}
+	c, err := placement.NewCluster(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	occupied := map[int]int{}
+	c.SetNodeFilter(func(key string, i int) (bool, int64) { return key != "spread" || occupied[i] == 0, 0 })
+	pol, _ := placement.NewPolicy("binpack", c, placement.Options{})
+	e, err := New(Config{}, placement.NewScheduler(c, pol, false), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heard := 0
+	e.OnPlacement(func(p *Pod, node int, placed bool) {
+		heard++
+		if p.Request.NodeConstraint != "spread" {
+			return
+		}
+		if placed {
+			occupied[node]++
+		} else {
+			occupied[node]--
+		}
+		c.RefilterConstraint("spread")
+		e.ClusterChanged()
+	})
+	now := time.Unix(100, 0)
+	for _, k := range []string{"a", "b", "c", "d"} {
+		p := &Pod{Key: k, Class: priority.P2, Submitted: now, Request: placement.Request{Name: k, CPUMilli: 100, NumGPU: 1, GPUMilli: 100, NodeConstraint: "spread"}}
+		if err := e.Submit(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Cycle(now)
+	nodes := map[int]bool{}
+	for _, k := range []string{"a", "b", "c"} {
+		r, ok := e.Running(k)
+		if !ok {
+			t.Fatalf("%s not placed", k)
+		}
+		if nodes[r.Decision.Node] {
+			t.Fatalf("two spread pods on node %d in one cycle (binpack would stack them)", r.Decision.Node)
+		}
+		nodes[r.Decision.Node] = true
+	}
+	if _, ok := e.Running("d"); ok || heard != 3 {
+		t.Fatalf("d placed with every node taken (heard %d placements)", heard)
+	}
+	if err := e.Complete("b"); err != nil {
+		t.Fatal(err)
+	}
+	e.Cycle(now.Add(time.Minute))
+	if _, ok := e.Running("d"); !ok || heard != 5 {
+		t.Fatalf("d not placed on the node b freed (heard %d)", heard)
+	}
+}
