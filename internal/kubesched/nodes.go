@@ -1,6 +1,7 @@
 package kubesched
 
 import (
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -57,6 +58,9 @@ func (s *Scheduler) syncNode(name string) {
 			// changed, not its capacity.
 			s.cluster.RefilterNode(e.index)
 			s.eng.ClusterChanged()
+		}
+		if old == nil || !maps.Equal(old.Labels, n.Labels) {
+			s.topologyChanged() // its topology domains may have moved
 		}
 	}
 }

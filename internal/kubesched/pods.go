@@ -114,7 +114,10 @@ func (s *Scheduler) forget(e *podEntry) {
 		}
 	case evicting:
 		s.victimGone(e)
+	case elsewhere:
+		s.refilterPods(s.affinity.Unplace(e.key))
 	}
+	delete(s.descs, e.key)
 }
 
 // syncBound books a pod that runs on a node.
@@ -147,6 +150,11 @@ func (s *Scheduler) adoptBound(p *corev1.Pod) {
 	s.podState[key] = e
 	if n == nil || n.index < 0 {
 		e.phase = elsewhere
+		if d, err := s.describe(p); err == nil {
+			// Not on a node tessera places on, but in a topology domain
+			// (a zone) that may hold some.
+			s.refilterPods(s.affinity.Place(d, p.Spec.NodeName))
+		}
 		return
 	}
 	ep, sh := s.boundEnginePod(p)
@@ -198,10 +206,12 @@ func (s *Scheduler) adoptBorrower(p *corev1.Pod) {
 // scheduler is never a preemption victim; a pod whose spec cannot be read
 // as a request still counts its CPU and memory.
 func (s *Scheduler) boundEnginePod(p *corev1.Pod) (*engine.Pod, translate.Shape) {
-	if err := s.constrain(p); err != nil {
+	key, err := s.constrain(p)
+	if err != nil {
 		s.warnPod(p, "TesseraRequestUnreadable", err.Error())
 		p = p.DeepCopy() // counted as a pod without constraints: it is bound already
-		p.Spec.NodeSelector, p.Spec.Affinity, p.Spec.Tolerations = nil, nil, nil
+		p.Spec.NodeSelector, p.Spec.Affinity, p.Spec.Tolerations, p.Spec.TopologySpreadConstraints = nil, nil, nil, nil
+		key, _ = s.constrain(p)
 	}
 	ep, sh, err := translate.EnginePod(p, s.engineCfg, s.memUnit())
 	if err != nil {
@@ -216,6 +226,7 @@ func (s *Scheduler) boundEnginePod(p *corev1.Pod) (*engine.Pod, translate.Shape)
 	if !s.ours(p) {
 		ep.Preemptible = false
 	}
+	ep.Request.NodeConstraint = key
 	return ep, sh
 }
 
@@ -245,13 +256,14 @@ func (s *Scheduler) admitPending(p *corev1.Pod) {
 			s.warnPod(p, "TesseraAnnotationIgnored", err.Error()+"; the scheduler writes its own at bind")
 		}
 	}
-	err := s.constrain(p)
+	key, err := s.constrain(p)
 	var ep *engine.Pod
 	var sh translate.Shape
 	if err == nil {
 		ep, sh, err = translate.EnginePod(p, s.engineCfg, s.memUnit())
 	}
 	if err == nil {
+		ep.Request.NodeConstraint = key
 		e.pod, e.shape = ep, sh
 		err = s.eng.Submit(s.alone(ep))
 	}

@@ -9,6 +9,7 @@ import (
 
 	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/engine"
+	"github.com/tessera-gpu/tessera/internal/kubesched/interpod"
 	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
 	"github.com/tessera-gpu/tessera/internal/partition"
 	"github.com/tessera-gpu/tessera/internal/placement"
@@ -62,6 +63,16 @@ func (s *Scheduler) rebuild(why string) error {
 		}
 	}
 	cluster.SetNodeFilter(s.nodeFits)
+	// The inter-pod index starts empty and learns every pod booked from
+	// here on (adopted, promised, placed); keys known before are wanted
+	// again.
+	s.affinity = interpod.NewIndex(view{s})
+	for key, f := range s.fits {
+		if f.pods != nil {
+			s.affinity.Want(key, f.pods, f.node)
+		}
+	}
+	eng.OnPlacement(s.placementChanged)
 	s.podState = map[string]*podEntry{}
 	s.floors, s.reclaims = map[string]int32{}, map[string]*podEntry{}
 	pods, _ := s.pods.List(everything)
@@ -212,13 +223,18 @@ func (s *Scheduler) nominations(pods []*corev1.Pod, old map[string]*podEntry) (m
 // longer fits there (the caller books the victims and queues the pod).
 func (s *Scheduler) renominate(p *corev1.Pod, victims []*corev1.Pod) bool {
 	n := s.nodeState[p.Status.NominatedNodeName]
-	if n == nil || n.index < 0 || len(victims) == 0 || s.constrain(p) != nil {
+	if n == nil || n.index < 0 || len(victims) == 0 {
+		return false
+	}
+	constraint, err := s.constrain(p)
+	if err != nil {
 		return false
 	}
 	ep, sh, err := translate.EnginePod(p, s.engineCfg, s.memUnit())
 	if err != nil {
 		return false
 	}
+	ep.Request.NodeConstraint = constraint
 	d, ok := s.sched.ScheduleOn(n.index, &ep.Request)
 	if !ok || s.eng.Adopt(ep, d, p.CreationTimestamp.Time) != nil {
 		return false

@@ -35,6 +35,7 @@ import (
 	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
 	"github.com/tessera-gpu/tessera/internal/engine"
 	"github.com/tessera-gpu/tessera/internal/kubesched/bind"
+	"github.com/tessera-gpu/tessera/internal/kubesched/interpod"
 	"github.com/tessera-gpu/tessera/internal/kubesched/metrics"
 	"github.com/tessera-gpu/tessera/internal/kubesched/nodefit"
 	"github.com/tessera-gpu/tessera/internal/placement"
@@ -53,6 +54,7 @@ type Scheduler struct {
 	cmFactory  informers.SharedInformerFactory // nil without a queue ConfigMap
 	pods       corelisters.PodLister
 	nodes      corelisters.NodeLister
+	namespaces corelisters.NamespaceLister
 	configMaps corelisters.ConfigMapLister
 	synced     []cache.InformerSynced
 	recorder   record.EventRecorder
@@ -69,7 +71,11 @@ type Scheduler struct {
 	sched         *placement.Scheduler
 	nodeState     map[string]*nodeEntry
 	byIndex       []*nodeEntry                    // usable nodes by engine index
-	fits          map[string]*nodefit.Constraints // pods' node constraints by key
+	fits          map[string]*fit // pods' constraints by key (constraints.go)
+	// affinity is the placed pods as the inter-pod rules read them, descs
+	// every known pod's labels and terms (interpods.go).
+	affinity *interpod.Index
+	descs    map[string]*interpod.Pod
 	podState      map[string]*podEntry
 	held          map[string]*podEntry // waiting to be queued again after a failed bind
 	rebind        map[string]*podEntry // gang members whose failed bind is retried on held capacity
@@ -96,8 +102,10 @@ func New(cfg *cfgv1.SchedulerConfig, client kubernetes.Interface, log *slog.Logg
 	}
 	s := &Scheduler{cfg: cfg, client: client, log: log, metrics: m, now: time.Now, engineCfg: schedv1.Default(),
 		nodeState: map[string]*nodeEntry{}, podState: map[string]*podEntry{}, held: map[string]*podEntry{}, rebind: map[string]*podEntry{},
-		floors: map[string]int32{}, reclaims: map[string]*podEntry{}, fits: map[string]*nodefit.Constraints{}}
-	s.fits[""], _ = nodefit.For(&corev1.Pod{})
+		floors: map[string]int32{}, reclaims: map[string]*podEntry{}, fits: map[string]*fit{}, descs: map[string]*interpod.Pod{}}
+	none, _ := nodefit.For(&corev1.Pod{})
+	s.fits[""] = &fit{node: none}
+	s.affinity = interpod.NewIndex(view{s})
 	s.changes.init()
 	// Terminal pods hold nothing; the API server filters them out. The
 	// selector is valid for pods only, so pods get their own factory.
@@ -107,10 +115,12 @@ func New(cfg *cfgv1.SchedulerConfig, client kubernetes.Interface, log *slog.Logg
 	s.factory = informers.NewSharedInformerFactory(client, 0)
 	podInf := s.podFactory.Core().V1().Pods()
 	nodeInf := s.factory.Core().V1().Nodes()
-	s.pods, s.nodes = podInf.Lister(), nodeInf.Lister()
+	nsInf := s.factory.Core().V1().Namespaces() // their labels, for pod affinity's namespaceSelector
+	s.pods, s.nodes, s.namespaces = podInf.Lister(), nodeInf.Lister(), nsInf.Lister()
 	_, _ = podInf.Informer().AddEventHandler(s.changes.handler(kindPod))
 	_, _ = nodeInf.Informer().AddEventHandler(s.changes.handler(kindNode))
-	s.synced = []cache.InformerSynced{podInf.Informer().HasSynced, nodeInf.Informer().HasSynced}
+	_, _ = nsInf.Informer().AddEventHandler(s.changes.handler(kindNamespace))
+	s.synced = []cache.InformerSynced{podInf.Informer().HasSynced, nodeInf.Informer().HasSynced, nsInf.Informer().HasSynced}
 	if cfg.QueueConfigMap != "" {
 		ns, name := splitRef(cfg.QueueConfigMap)
 		s.cmFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
@@ -186,9 +196,12 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // iterate is one turn of the loop: apply what changed, take outcomes,
 // rebuild if asked, run a cycle, carry its decisions out.
 func (s *Scheduler) iterate(ctx context.Context) {
-	pods, nodes, config := s.changes.take()
+	pods, nodes, config, namespaces := s.changes.take()
 	if config {
 		s.readQueueConfig()
+	}
+	if namespaces {
+		s.topologyChanged()
 	}
 	for name := range nodes {
 		s.syncNode(name)
@@ -245,6 +258,7 @@ const (
 	kindPod = iota
 	kindNode
 	kindConfig
+	kindNamespace
 )
 
 // changeSet collects the keys informers reported, for the loop to read.
@@ -253,7 +267,9 @@ type changeSet struct {
 	pods   map[string]struct{}
 	nodes  map[string]struct{}
 	config bool
-	ready  chan struct{}
+	// namespaces: a namespace changed (its labels, for namespaceSelector).
+	namespaces bool
+	ready      chan struct{}
 }
 
 func (c *changeSet) init() {
@@ -274,6 +290,8 @@ func (c *changeSet) handler(kind int) cache.ResourceEventHandler {
 			c.nodes[key] = struct{}{}
 		case kindConfig:
 			c.config = true
+		case kindNamespace:
+			c.namespaces = true
 		}
 		c.mu.Unlock()
 		select {
@@ -284,12 +302,12 @@ func (c *changeSet) handler(kind int) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{AddFunc: mark, UpdateFunc: func(_, n any) { mark(n) }, DeleteFunc: mark}
 }
 
-func (c *changeSet) take() (map[string]struct{}, map[string]struct{}, bool) {
+func (c *changeSet) take() (map[string]struct{}, map[string]struct{}, bool, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	p, n, cfg := c.pods, c.nodes, c.config
-	c.pods, c.nodes, c.config = map[string]struct{}{}, map[string]struct{}{}, false
-	return p, n, cfg
+	p, n, cfg, ns := c.pods, c.nodes, c.config, c.namespaces
+	c.pods, c.nodes, c.config, c.namespaces = map[string]struct{}{}, map[string]struct{}{}, false, false
+	return p, n, cfg, ns
 }
 
 func (c *changeSet) takeAll() { c.take() }

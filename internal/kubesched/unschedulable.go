@@ -88,7 +88,7 @@ func (s *Scheduler) explainNodes(key string) []explain.Node {
 			out = append(out, explain.Node{Unusable: true})
 			continue
 		}
-		out = append(out, explain.Node{State: &s.cluster.Nodes[n.index], Cordoned: s.cluster.IsCordoned(n.index), Refused: s.refusal(key, n)})
+		out = append(out, explain.Node{State: &s.cluster.Nodes[n.index], Cordoned: s.cluster.IsCordoned(n.index), Refused: s.refusal(key, n), PodsRefused: s.podRefusal(key, n)})
 	}
 	return out
 }

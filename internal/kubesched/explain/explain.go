@@ -42,6 +42,12 @@ type Node struct {
 	// (internal/kubesched/nodefit: cordon, taints, node selector and
 	// affinity), in kube-scheduler's words; "" when it does not.
 	Refused string
+	// PodsRefused is why the node refuses the pod because of the pods
+	// placed around it (internal/kubesched/interpod: topology spread,
+	// inter-pod affinity and anti-affinity); kube-scheduler runs those
+	// filters after the resource fit, so it counts only on a node with
+	// room.
+	PodsRefused string
 }
 
 // Message is the FailedScheduling text for a request over nodes (plus
@@ -71,8 +77,17 @@ func Format(total int, counts map[string]int) string {
 
 // nodeReasons lists why r does not fit on n; empty when it fits as far
 // as totals go (then placement's finer rules — islands — or the queue and
-// quota decided).
+// quota decided). The pods around a node are its reason only when it has
+// room, as in kube-scheduler's filter order.
 func nodeReasons(n *Node, r *placement.Request) []string {
+	out := capacityReasons(n, r)
+	if len(out) == 0 && n.PodsRefused != "" {
+		return []string{n.PodsRefused}
+	}
+	return out
+}
+
+func capacityReasons(n *Node, r *placement.Request) []string {
 	switch {
 	case n.Unusable:
 		return []string{NoInventory}

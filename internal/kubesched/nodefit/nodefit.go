@@ -97,6 +97,20 @@ func (c *Constraints) Refusal(n *corev1.Node) string {
 	return ""
 }
 
+// MatchesAffinity reports whether node n passes the pod's nodeSelector and
+// required node affinity (topology spread's nodeAffinityPolicy: Honor).
+func (c *Constraints) MatchesAffinity(n *corev1.Node) bool {
+	ok, err := c.required.Match(n)
+	return err == nil && ok
+}
+
+// ToleratesTaints reports whether the pod tolerates node n's NoSchedule
+// and NoExecute taints (topology spread's nodeTaintsPolicy: Honor).
+func (c *Constraints) ToleratesTaints(n *corev1.Node) bool {
+	_, untolerated := v1helper.FindMatchingUntoleratedTaint(klog.Background(), n.Spec.Taints, c.tolerations, refusesScheduling, true)
+	return !untolerated
+}
+
 // Preference is the summed weight of the pod's preferred node affinity
 // terms that node n matches (0 without any).
 func (c *Constraints) Preference(n *corev1.Node) int64 {

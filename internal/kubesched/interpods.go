@@ -1,0 +1,173 @@
+package kubesched
+
+import (
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/tessera-gpu/tessera/internal/engine"
+	"github.com/tessera-gpu/tessera/internal/kubesched/interpod"
+	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
+)
+
+// Inter-pod affinity, anti-affinity and topology spread
+// (internal/kubesched/interpod) in the scheduling loop: every pod's labels
+// and terms are read once (describe); the index learns each placement as
+// the engine makes it (placementChanged), so pods placed in one cycle see
+// each other, and the constraint keys whose answers moved are refiltered.
+
+// describe reads a pod's inter-pod terms and keeps them by pod key for the
+// index. A pod whose terms select other pods registers them: pods already
+// waiting that they select are read again, since their key did not carry
+// their labels.
+func (s *Scheduler) describe(p *corev1.Pod) (*interpod.Pod, error) {
+	d, err := interpod.Describe(p)
+	if err != nil {
+		return nil, err
+	}
+	key := translate.Key(p)
+	s.descs[key] = d
+	if s.affinity.Target(termsSig(p), d) {
+		s.rekeySelectedBy(d, key)
+	}
+	return d, nil
+}
+
+// podsKey extends a pod's node-constraint key with what the inter-pod
+// rules read of it: namespace, labels and terms. Pods equal in all of it
+// (a Deployment's replicas) share one key and one state.
+func podsKey(nodeKey string, p *corev1.Pod) string {
+	k := struct {
+		Node      string                            `json:"n"`
+		Namespace string                            `json:"ns"`
+		Labels    map[string]string                 `json:"l,omitempty"`
+		Affinity  *corev1.PodAffinity               `json:"a,omitempty"`
+		Anti      *corev1.PodAntiAffinity           `json:"x,omitempty"`
+		Spread    []corev1.TopologySpreadConstraint `json:"s,omitempty"`
+	}{Node: nodeKey, Namespace: p.Namespace, Labels: p.Labels, Spread: p.Spec.TopologySpreadConstraints}
+	if a := p.Spec.Affinity; a != nil {
+		k.Affinity, k.Anti = a.PodAffinity, a.PodAntiAffinity
+	}
+	b, err := json.Marshal(k) // map keys sorted: canonical
+	if err != nil {
+		return fmt.Sprintf("%s|pods:%#v", nodeKey, k)
+	}
+	return "pods:" + string(b)
+}
+
+// termsSig is equal for pods whose terms select the same pods.
+func termsSig(p *corev1.Pod) string {
+	if p.Spec.Affinity == nil {
+		return ""
+	}
+	b, _ := json.Marshal(struct {
+		Namespace string
+		A         *corev1.PodAffinity
+		X         *corev1.PodAntiAffinity
+	}{p.Namespace, p.Spec.Affinity.PodAffinity, p.Spec.Affinity.PodAntiAffinity})
+	return string(b)
+}
+
+// rekeySelectedBy reads again the waiting pods (other than self) that
+// terms of d select and whose key ignores other pods: they are queued
+// again under a key that carries their labels.
+func (s *Scheduler) rekeySelectedBy(d *interpod.Pod, self string) {
+	for key, e := range s.podState {
+		if key == self || e.pod == nil || (e.phase != pending && e.phase != held) {
+			continue
+		}
+		if f := s.fits[e.pod.Request.NodeConstraint]; f != nil && f.pods != nil {
+			continue // its state reads every placed pod's terms already
+		}
+		od := s.descs[key]
+		if od == nil || !od.TargetedBy(d, view{s}.NamespaceLabels) {
+			continue
+		}
+		p := s.podFor(key)
+		if p == nil || p.UID != e.uid {
+			continue
+		}
+		nk, err := s.constrain(p)
+		if err != nil || nk == e.pod.Request.NodeConstraint {
+			continue
+		}
+		if e.phase == held {
+			e.pod.Request.NodeConstraint = nk // submitted with it when its backoff ends
+			continue
+		}
+		s.eng.Delete(key)
+		e.pod.Request.NodeConstraint = nk
+		if err := s.eng.Submit(s.alone(e.pod)); err != nil {
+			s.log.Warn("requeue under inter-pod rules failed", "pod", key, "err", err)
+		}
+	}
+}
+
+// placementChanged is the engine's OnPlacement: the index counts the pod
+// where it now runs (or no longer), and the keys whose answers moved are
+// refiltered; a change may let waiting pods in (affinity found, a spread
+// domain filled), so the engine tries again.
+func (s *Scheduler) placementChanged(p *engine.Pod, node int, placed bool) {
+	var changed []string
+	if placed {
+		d := s.descs[p.Key]
+		if d == nil || node < 0 || node >= len(s.byIndex) || s.byIndex[node] == nil {
+			return
+		}
+		changed = s.affinity.Place(d, s.byIndex[node].name)
+	} else {
+		changed = s.affinity.Unplace(p.Key)
+	}
+	s.refilterPods(changed)
+}
+
+func (s *Scheduler) refilterPods(keys []string) {
+	for _, k := range keys {
+		s.cluster.RefilterConstraint(k)
+	}
+	if len(keys) > 0 {
+		s.eng.ClusterChanged()
+	}
+}
+
+// topologyChanged: nodes' labels or namespaces' labels moved, so domains
+// and namespace selections may have: every inter-pod state is rebuilt.
+func (s *Scheduler) topologyChanged() {
+	s.refilterPods(s.affinity.Reset())
+}
+
+// view is interpod.Cluster over the loop's nodes and the informers'
+// caches.
+type view struct{ s *Scheduler }
+
+func (v view) Node(name string) *corev1.Node {
+	s := v.s
+	if e := s.nodeState[name]; e != nil && e.obj != nil {
+		return e.obj
+	}
+	n, err := s.nodes.Get(name)
+	if err != nil {
+		return nil
+	}
+	return n
+}
+
+func (v view) Candidates() []*corev1.Node {
+	out := make([]*corev1.Node, 0, len(v.s.byIndex))
+	for _, e := range v.s.byIndex {
+		if e != nil && e.obj != nil {
+			out = append(out, e.obj)
+		}
+	}
+	return out
+}
+
+func (v view) NamespaceLabels(ns string) labels.Set {
+	n, err := v.s.namespaces.Get(ns)
+	if err != nil {
+		return nil
+	}
+	return n.Labels
+}
