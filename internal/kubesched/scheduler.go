@@ -63,19 +63,19 @@ type Scheduler struct {
 	changes changeSet
 
 	// Owned by the loop.
-	engineCfg     *schedv1.Config // last good queue configuration
-	cfgSeen       string          // resourceVersion of the ConfigMap last read
-	eng           *engine.Engine
-	admit         *engine.QuotaAdmission
-	cluster       *placement.Cluster
-	sched         *placement.Scheduler
-	nodeState     map[string]*nodeEntry
-	byIndex       []*nodeEntry                    // usable nodes by engine index
-	fits          map[string]*fit // pods' constraints by key (constraints.go)
+	engineCfg *schedv1.Config // last good queue configuration
+	cfgSeen   string          // resourceVersion of the ConfigMap last read
+	eng       *engine.Engine
+	admit     *engine.QuotaAdmission
+	cluster   *placement.Cluster
+	sched     *placement.Scheduler
+	nodeState map[string]*nodeEntry
+	byIndex   []*nodeEntry    // usable nodes by engine index
+	fits      map[string]*fit // pods' constraints by key (constraints.go)
 	// affinity is the placed pods as the inter-pod rules read them, descs
 	// every known pod's labels and terms (interpods.go).
-	affinity *interpod.Index
-	descs    map[string]*interpod.Pod
+	affinity      *interpod.Index
+	descs         map[string]*interpod.Pod
 	podState      map[string]*podEntry
 	held          map[string]*podEntry // waiting to be queued again after a failed bind
 	rebind        map[string]*podEntry // gang members whose failed bind is retried on held capacity
