@@ -22,7 +22,7 @@ func TestManyConcurrentBindsNeverOversubscribe(t *testing.T) {
 	}
 	cfg := testConfig()
 	cfg.BindWorkers = 16
-	a.start(cfg)
+	r := a.start(cfg)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 200 {
 		var opt podOpt
@@ -58,6 +58,7 @@ func TestManyConcurrentBindsNeverOversubscribe(t *testing.T) {
 			t.Fatalf("p%d bound %d times", i, n)
 		}
 	}
+	r.checkNoInterPodCost(t)
 }
 
 // A gang of 8 whole-GPU pods on a cluster with 4 free GPUs takes nothing;

@@ -148,5 +148,8 @@ func (x *Index) Reset() []string {
 	return out
 }
 
+// States is how many incoming pods' states are built.
+func (x *Index) States() int { return len(x.states) }
+
 // Placed is how many pods the index holds.
 func (x *Index) Placed() int { return len(x.placed) }

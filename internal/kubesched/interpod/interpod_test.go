@@ -259,6 +259,13 @@ func TestStateFollowsPlacements(t *testing.T) {
 	if got := s.Refusal(c.nodes[0]); got != "" {
 		t.Fatalf("n1 after w1 left: %q", got)
 	}
+	// The state is shared by pods of one key: the pod that stands for them,
+	// once placed, counts like any other.
+	x.Place(s.pod, "n3")
+	if got := s.Refusal(c.nodes[2]); got != AntiAffinityMismatch {
+		t.Fatalf("n3 after the key's own pod was placed there: %q", got)
+	}
+	x.Unplace(s.pod.Key)
 	// Moving a pod (placed again elsewhere) counts it once, where it is now.
 	w1 := describe(t, pod("default", "w1", app("web")))
 	x.Place(w1, "n1")

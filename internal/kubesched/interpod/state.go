@@ -103,7 +103,7 @@ func (s *State) eligibleNode(n *corev1.Node, hard bool) bool {
 // apply counts placed pod o on node n in (sign 1) or out (sign -1); it
 // reports whether anything this state reads changed.
 func (s *State) apply(o *Pod, n *corev1.Node, sign int) bool {
-	if n == nil || o.Key == s.pod.Key {
+	if n == nil {
 		return false
 	}
 	nsLabels := s.cluster.NamespaceLabels
