@@ -172,6 +172,9 @@ func (s *Scheduler) adoptBound(p *corev1.Pod) {
 	if err := s.eng.Adopt(ep, rec.Decision, p.CreationTimestamp.Time); err != nil {
 		s.conflict(p, n, err)
 		e.phase = elsewhere
+		if d := s.descs[key]; d != nil {
+			s.refilterPods(s.affinity.Place(d, p.Spec.NodeName)) // it runs there all the same
+		}
 	}
 }
 

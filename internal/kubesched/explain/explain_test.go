@@ -60,3 +60,22 @@ func TestMessageNamesTheShortResource(t *testing.T) {
 		}
 	}
 }
+
+// Inter-pod refusals come after the resource fit, as kube-scheduler runs
+// its filters: a full node says Insufficient, a node with room names the
+// pods around it, a node refused by its node constraints says that.
+func TestPodsRefusedAfterCapacity(t *testing.T) {
+	anti := "node(s) didn't match pod anti-affinity rules"
+	full := node(t, 64000, 1, 40960, 1000, 0)
+	full.PodsRefused = anti
+	room := node(t, 64000, 1, 40960, 0, 0)
+	room.PodsRefused = anti
+	selector := node(t, 64000, 1, 40960, 0, 0)
+	selector.Refused, selector.PodsRefused = "node(s) didn't match Pod's node affinity/selector", anti
+	r := &placement.Request{CPUMilli: 1000, NumGPU: 1, GPUMilli: 1000}
+	got := Message([]Node{full, room, room, selector}, r)
+	want := "0/4 nodes are available: 1 Insufficient tessera.io/gpu, 1 node(s) didn't match Pod's node affinity/selector, 2 node(s) didn't match pod anti-affinity rules."
+	if got != want {
+		t.Fatalf("message\n got %s\nwant %s", got, want)
+	}
+}
