@@ -52,7 +52,7 @@ func podsKey(nodeKey string, p *corev1.Pod) string {
 	}
 	b, err := json.Marshal(k) // map keys sorted: canonical
 	if err != nil {
-		return fmt.Sprintf("%s|pods:%#v", nodeKey, k)
+		return fmt.Sprintf("pods:%#v", k) // API types always marshal; never reached
 	}
 	return "pods:" + string(b)
 }

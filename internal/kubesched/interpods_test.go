@@ -291,3 +291,34 @@ func (r *running) checkNoInterPodCost(t *testing.T) {
 }
 
 var _ interpod.Cluster = view{}
+
+// A restarted scheduler rebuilds what the inter-pod rules count from the
+// API server alone: replicas bound before the restart keep new ones off
+// their nodes.
+func TestAntiAffinityAcrossRestart(t *testing.T) {
+	a := newAPI(t)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		a.gpuNode(n, 4, 16*gib, "T4")
+		a.zoned(n, "z")
+	}
+	gpu := res(string(translate.ResourceGPU), "1")
+	r := a.start(testConfig())
+	a.pod("web0", gpu, labelled("app", "web"), avoid("web", hostname))
+	a.pod("web1", gpu, labelled("app", "web"), avoid("web", hostname))
+	eventually(t, "two replicas bound", func() bool {
+		return a.get("web0").Spec.NodeName != "" && a.get("web1").Spec.NodeName != ""
+	})
+	r.stop()
+	a.start(testConfig())
+	a.pod("web2", gpu, labelled("app", "web"), avoid("web", hostname))
+	a.pod("web3", gpu, labelled("app", "web"), avoid("web", hostname))
+	eventually(t, "one more bound, the last told why", func() bool {
+		n2, n3 := a.get("web2").Spec.NodeName, a.get("web3").Spec.NodeName
+		return (n2 == "") != (n3 == "") &&
+			(a.eventFor("web2", "FailedScheduling", "3 node(s) didn't match pod anti-affinity rules") ||
+				a.eventFor("web3", "FailedScheduling", "3 node(s) didn't match pod anti-affinity rules"))
+	})
+	if v := a.violations(); len(v) > 0 {
+		t.Fatalf("anti-affinity violated across the restart:\n%s", strings.Join(v, "\n"))
+	}
+}
