@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	annotations "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
 )
 
@@ -33,17 +32,9 @@ func (c *Chooser) chooseMIG(res string, cand *Candidate, pool *pool, must []reso
 // this plugin does not advertise (another node's, a wrong parent GPU, a
 // layout changed since), or one kubelet does not offer as free.
 func (c *Chooser) fromMIGAssignment(res string, cand *Candidate, pool *pool, size int) ([]string, bool, error) {
-	raw, ok := cand.Pod.Annotations[annotations.AssignmentKey]
-	if !ok {
-		return nil, false, nil
-	}
-	a, err := annotations.ParseAssignment(raw)
-	if err != nil {
-		return nil, true, err
-	}
-	ca := a.Container(cand.Ref.Container)
-	if ca == nil {
-		return nil, true, fmt.Errorf("%s has no entry for container %q", annotations.AssignmentKey, cand.Ref.Container)
+	ca, ok, err := assignedContainer(cand)
+	if !ok || err != nil {
+		return nil, ok, err
 	}
 	if len(ca.MIG) == 0 {
 		return nil, false, nil

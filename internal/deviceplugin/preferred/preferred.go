@@ -303,9 +303,10 @@ func containerRef(p *corev1.Pod, container string) ledger.ContainerRef {
 	return ledger.ContainerRef{PodUID: string(p.UID), Namespace: p.Namespace, Pod: p.Name, Container: container}
 }
 
-// fromAssignment returns used=false when the pod has no assignment for the
-// container, and an error when it has one that cannot be honoured.
-func (c *Chooser) fromAssignment(cand *Candidate, kind resource.Kind, pool *pool, must []resource.ID, size int) ([]string, bool, error) {
+// assignedContainer is cand's entry in its pod's tessera.io/assignment;
+// found=false when the pod has no assignment, and an error when the
+// assignment is unreadable or has no entry for the container.
+func assignedContainer(cand *Candidate) (ca *annotations.ContainerAssignment, found bool, err error) {
 	raw, ok := cand.Pod.Annotations[annotations.AssignmentKey]
 	if !ok {
 		return nil, false, nil
@@ -314,9 +315,18 @@ func (c *Chooser) fromAssignment(cand *Candidate, kind resource.Kind, pool *pool
 	if err != nil {
 		return nil, true, err
 	}
-	ca := a.Container(cand.Ref.Container)
-	if ca == nil {
+	if ca = a.Container(cand.Ref.Container); ca == nil {
 		return nil, true, fmt.Errorf("%s has no entry for container %q", annotations.AssignmentKey, cand.Ref.Container)
+	}
+	return ca, true, nil
+}
+
+// fromAssignment returns used=false when the pod has no assignment for the
+// container, and an error when it has one that cannot be honoured.
+func (c *Chooser) fromAssignment(cand *Candidate, kind resource.Kind, pool *pool, must []resource.ID, size int) ([]string, bool, error) {
+	ca, ok, err := assignedContainer(cand)
+	if !ok || err != nil {
+		return nil, ok, err
 	}
 	want, err := c.wantedUnits(kind, ca)
 	if err != nil {

@@ -335,3 +335,64 @@ func TestMismatchCountedOnceAcrossKubeletRestart(t *testing.T) {
 		t.Fatalf("one mismatch reported %d times across a kubelet restart", events)
 	}
 }
+
+// TestFreshAllocationSurvivesInformerLag: right after Allocate, kubelet may
+// not list a container yet and the pod informer may not have its pod yet
+// (or still have the pod of that name it replaces). A read-back in that
+// window keeps the allocation and its files for the ListingGrace after the
+// Allocate; past it, still unlisted and unknown, the allocation goes. A
+// pod the informer learns of meanwhile is carried over as any other.
+func TestFreshAllocationSurvivesInformerLag(t *testing.T) {
+	rb := newReadBack(t)
+	g := rb.gpus[2].UUID
+	unseen := ledger.ContainerRef{PodUID: "uid-unseen", Namespace: "ns", Pod: "unseen", Container: "c"}
+	rb.addPod("recreated", corev1.PodRunning) // the informer's copy: uid-recreated
+	replaced := ledger.ContainerRef{PodUID: "uid-recreated-2", Namespace: "ns", Pod: "recreated", Container: "c"}
+	late := ledger.ContainerRef{PodUID: "uid-late", Namespace: "ns", Pod: "late", Container: "c"}
+	files := map[ledger.ContainerRef]string{}
+	for i, ref := range []ledger.ContainerRef{unseen, replaced, late} {
+		memIDs := ids(g, "mem", 4*i, 4)
+		files[ref] = rb.allocate(resource.Memory, memIDs)
+		rb.r.Ledger.Record(ref, resource.Memory, memIDs)
+	}
+	allocated, ok := rb.r.Ledger.RecordedAt(late, resource.Memory)
+	if !ok {
+		t.Fatal("Record left no time")
+	}
+	clock := allocated
+	rb.r.now = func() time.Time { return clock }
+	held := func(ref ledger.ContainerRef) bool {
+		t.Helper()
+		_, err := os.Stat(files[ref])
+		if rb.r.Ledger.Has(ref, resource.Memory) != (err == nil) {
+			t.Fatalf("%s/%s: ledger holds it %v, its limits file: %v", ref.Pod, ref.Container, rb.r.Ledger.Has(ref, resource.Memory), err)
+		}
+		return err == nil
+	}
+
+	// Kubelet lists nothing yet; read-backs after the Allocate, within the grace.
+	for _, after := range []time.Duration{time.Second, DefaultListingGrace / 2, DefaultListingGrace - time.Second} {
+		clock = allocated.Add(after)
+		rb.once()
+		for _, ref := range []ledger.ContainerRef{unseen, replaced, late} {
+			if !held(ref) {
+				t.Fatalf("%s after the Allocate, unlisted, pod not in the informer: %s/%s dropped", after, ref.Pod, ref.Container)
+			}
+		}
+		if after == DefaultListingGrace/2 {
+			rb.addPod("late", corev1.PodRunning)
+		}
+	}
+
+	clock = allocated.Add(DefaultListingGrace + time.Second)
+	rb.once()
+	rb.once() // the collector removes what two read-backs did not see
+	for _, ref := range []ledger.ContainerRef{unseen, replaced} {
+		if held(ref) {
+			t.Fatalf("past the grace, still unlisted and unknown: %s/%s kept", ref.Pod, ref.Container)
+		}
+	}
+	if !held(late) {
+		t.Fatal("a running pod the informer has learned of meanwhile lost its allocation")
+	}
+}

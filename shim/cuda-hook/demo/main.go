@@ -5,19 +5,16 @@
 package main
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tessera-gpu/tessera/internal/region"
+	"github.com/tessera-gpu/tessera/test/cudash"
 )
 
 const gib = 1 << 30
@@ -42,64 +39,19 @@ type demo struct {
 	lib, cudash, dir string
 }
 
-// proc is one program under the hook, driven one command at a time.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	out  *bufio.Scanner
-}
-
-func (d *demo) start(name string, env []string, hooked bool) (*proc, error) {
-	cmd := exec.Command(d.cudash, "-mode", "dlsym")
-	cmd.Env = []string{
+// start runs cudash as one program, under the hook when hooked, on the
+// simulated driver.
+func (d *demo) start(name string, env []string, hooked bool) (*cudash.Shell, error) {
+	full := []string{
 		"LD_LIBRARY_PATH=" + filepath.Join(d.lib, "fakegpu"),
 		"FAKEGPU_STATE=" + filepath.Join(d.dir, "fakegpu.state"),
 		"TESSERA_LOG=error",
 	}
-	cmd.Env = append(cmd.Env, env...)
+	full = append(full, env...)
 	if hooked {
-		cmd.Env = append(cmd.Env, "LD_PRELOAD="+filepath.Join(d.lib, "libtessera-hook.so"))
+		full = append(full, cudash.HookEnv(d.lib))
 	}
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", d.cudash, err)
-	}
-	return &proc{name: name, cmd: cmd, in: in, out: bufio.NewScanner(out)}, nil
-}
-
-func (p *proc) do(command string) (string, error) {
-	fmt.Fprintln(p.in, command)
-	if !p.out.Scan() {
-		return "", fmt.Errorf("%s: %q: no answer", p.name, command)
-	}
-	return p.out.Text(), nil
-}
-
-func (p *proc) must(command string) (string, error) {
-	out, err := p.do(command)
-	if err == nil && !strings.HasPrefix(out, "ok") {
-		err = fmt.Errorf("%s: %q: %s", p.name, command, out)
-	}
-	return out, err
-}
-
-func value(line, key string) uint64 {
-	for _, f := range strings.Fields(line) {
-		if v, ok := strings.CutPrefix(f, key+"="); ok {
-			n, _ := strconv.ParseUint(v, 10, 64)
-			return n
-		}
-	}
-	return 0
+	return cudash.Start(name, d.cudash, full, "-mode", "dlsym")
 }
 
 func gb(b uint64) string { return fmt.Sprintf("%.2f GiB", float64(b)/gib) }
@@ -118,23 +70,23 @@ func (d *demo) container(name, uuid string, capBytes uint64) ([]string, string, 
 }
 
 // alloc tries one allocation and narrates the outcome.
-func alloc(p *proc, name string, bytes uint64) error {
-	out, err := p.do(fmt.Sprintf("alloc %s %d", name, bytes))
+func alloc(p *cudash.Shell, name string, bytes uint64) error {
+	out, err := p.Do(fmt.Sprintf("alloc %s %d", name, bytes))
 	if err != nil {
 		return err
 	}
-	info, err := p.must("info")
+	info, err := p.Must("info")
 	if err != nil {
 		return err
 	}
-	used := value(info, "total") - value(info, "free")
+	used := cudash.Value(info, "total") - cudash.Value(info, "free")
 	if strings.HasPrefix(out, "ok") {
-		fmt.Printf("  %-7s cuMemAlloc(%s) -> CUDA_SUCCESS; it now sees %s used of %s\n", p.name, gb(bytes),
-			gb(used), gb(value(info, "total")))
+		fmt.Printf("  %-7s cuMemAlloc(%s) -> CUDA_SUCCESS; it now sees %s used of %s\n", p.Name, gb(bytes),
+			gb(used), gb(cudash.Value(info, "total")))
 		return nil
 	}
-	fmt.Printf("  %-7s cuMemAlloc(%s) -> %s; nothing was allocated, it still has %s of %s\n", p.name,
-		gb(bytes), strings.Fields(out)[2], gb(used), gb(value(info, "total")))
+	fmt.Printf("  %-7s cuMemAlloc(%s) -> %s; nothing was allocated, it still has %s of %s\n", p.Name,
+		gb(bytes), strings.Fields(out)[2], gb(used), gb(cudash.Value(info, "total")))
 	return nil
 }
 
@@ -143,16 +95,16 @@ func (d *demo) run() error {
 	if err != nil {
 		return err
 	}
-	if _, err := probe.must("init"); err != nil {
+	if _, err := probe.Must("init"); err != nil {
 		return err
 	}
-	u, err := probe.must("uuid 0")
+	u, err := probe.Must("uuid 0")
 	if err != nil {
 		return err
 	}
 	uuid := strings.TrimPrefix(strings.Fields(u)[1], "uuid=")
-	phys, _ := probe.must("total 0")
-	fmt.Printf("tessera hook demo: one simulated NVIDIA H200 (%s, %s)\n\n", gb(value(phys, "total")), uuid)
+	phys, _ := probe.Must("total 0")
+	fmt.Printf("tessera hook demo: one simulated NVIDIA H200 (%s, %s)\n\n", gb(cudash.Value(phys, "total")), uuid)
 
 	envA, regionA, limitsA, err := d.container("team-a", uuid, 8*gib)
 	if err != nil {
@@ -175,22 +127,22 @@ func (d *demo) run() error {
 	if err != nil {
 		return err
 	}
-	for _, p := range []*proc{a, b} {
+	for _, p := range []*cudash.Shell{a, b} {
 		for _, c := range []string{"init", "ctx 0"} {
-			if _, err := p.must(c); err != nil {
+			if _, err := p.Must(c); err != nil {
 				return err
 			}
 		}
 	}
-	infoA, _ := a.must("info")
-	infoB, _ := b.must("info")
+	infoA, _ := a.Must("info")
+	infoB, _ := b.Must("info")
 	fmt.Println("What each process sees (cuMemGetInfo):")
-	fmt.Printf("  team-a  total %s, free %s\n", gb(value(infoA, "total")), gb(value(infoA, "free")))
-	fmt.Printf("  team-b  total %s, free %s\n\n", gb(value(infoB, "total")), gb(value(infoB, "free")))
+	fmt.Printf("  team-a  total %s, free %s\n", gb(cudash.Value(infoA, "total")), gb(cudash.Value(infoA, "free")))
+	fmt.Printf("  team-b  total %s, free %s\n\n", gb(cudash.Value(infoB, "total")), gb(cudash.Value(infoB, "free")))
 
 	fmt.Println("Both allocate:")
 	steps := []struct {
-		p     *proc
+		p     *cudash.Shell
 		name  string
 		bytes uint64
 	}{{a, "a1", 3 * gib}, {a, "a2", 3 * gib}, {b, "b1", 20 * gib}, {a, "a3", 3 * gib}, {a, "a4", 2 * gib}}
@@ -199,9 +151,9 @@ func (d *demo) run() error {
 			return err
 		}
 	}
-	nv, _ := probe.must("nvml 0")
-	fmt.Printf("\nThe node's view (NVML, no hook): %s of %s in use on the GPU\n", gb(value(nv, "used")),
-		gb(value(nv, "total")))
+	nv, _ := probe.Must("nvml 0")
+	fmt.Printf("\nThe node's view (NVML, no hook): %s of %s in use on the GPU\n", gb(cudash.Value(nv, "used")),
+		gb(cudash.Value(nv, "total")))
 
 	r, err := region.OpenRegion(regionA)
 	if err != nil {
@@ -225,10 +177,9 @@ func (d *demo) run() error {
 		return err
 	}
 
-	fmt.Printf("\nteam-a's process (pid %d) is killed with SIGKILL while holding %s.\n", a.cmd.Process.Pid,
+	fmt.Printf("\nteam-a's process (pid %d) is killed with SIGKILL while holding %s.\n", a.Pid(),
 		gb(r.Usage().UsedBytes[0]))
-	a.cmd.Process.Kill()
-	a.cmd.Wait()
+	a.Kill()
 	time.Sleep(50 * time.Millisecond)
 	procs, bytes := r.Reap(region.ProcessAlive)
 	fmt.Printf("The node reaper finds it dead and reclaims %d slot, %s; team-a's region now holds %s.\n",
@@ -238,7 +189,7 @@ func (d *demo) run() error {
 		return err
 	}
 	for _, c := range []string{"init", "ctx 0"} {
-		if _, err := a2.must(c); err != nil {
+		if _, err := a2.Must(c); err != nil {
 			return err
 		}
 	}
@@ -246,12 +197,13 @@ func (d *demo) run() error {
 	if err := alloc(a2, "n1", 12*gib); err != nil {
 		return err
 	}
-	nv, _ = probe.must("nvml 0")
+	nv, _ = probe.Must("nvml 0")
 	fmt.Printf("\nThe GPU now holds %s: team-b's 20 GiB and the new team-a process's 12 GiB.\n",
-		gb(value(nv, "used")))
-	for _, p := range []*proc{a2, b, probe} {
-		p.do("exit")
-		p.cmd.Wait()
+		gb(cudash.Value(nv, "used")))
+	for _, p := range []*cudash.Shell{a2, b, probe} {
+		if err := p.Exit(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

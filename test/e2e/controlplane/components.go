@@ -181,30 +181,6 @@ func (cp *ControlPlane) StartKubeScheduler(ctx context.Context, opts KubeSchedul
 	return procs[len(procs)-1], nil
 }
 
-// waitReady polls ready until it succeeds, p exits, or ctx ends.
-func waitReady(ctx context.Context, p *process.Process, ready func(context.Context) error) error {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	var last error
-	for {
-		if done, err := p.Exited(); done {
-			return fmt.Errorf("exited: %v", err)
-		}
-		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
-		last = ready(attempt)
-		cancel()
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last check: %v)", ctx.Err(), last)
-		case <-p.Done():
-		case <-tick.C:
-		}
-	}
-}
-
 // healthClient reads health endpoints: plain HTTP (etcd, kwok), or HTTPS
 // with the certificate the controller manager and schedulers made for
 // themselves (nothing to verify it against; loopback only).
@@ -216,7 +192,7 @@ var healthClient = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls
 func WaitHealthy(ctx context.Context, p *process.Process, url string) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return waitReady(ctx, p, func(ctx context.Context) error {
+	return p.WaitReady(ctx, func(ctx context.Context) error {
 		_, err := get(ctx, url)
 		return err
 	})

@@ -274,7 +274,7 @@ func (cp *ControlPlane) startComponent(ctx context.Context, b binaries.Binary, a
 	}
 	ctx, cancel := context.WithTimeout(ctx, cp.opts.StartTimeout)
 	defer cancel()
-	if err := waitReady(ctx, p, ready); err != nil {
+	if err := p.WaitReady(ctx, ready); err != nil {
 		return fmt.Errorf("%s %s did not become ready: %w; log tail (%s):\n%s", b.Name, b.Version, err, p.LogPath, p.Tail(4096))
 	}
 	return nil

@@ -66,25 +66,29 @@ log: {level: warn, format: text}
 	return m, nil
 }
 
+// awaitReady waits up to wait for /readyz to answer 200 OK.
 func (m *monitor) awaitReady(ctx context.Context, wait time.Duration) error {
-	deadline := time.Now().Add(wait)
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, m.url+"/readyz", nil)
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	err := m.proc.WaitReady(ctx, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.url+"/readyz", nil)
+		if err != nil {
+			return err
+		}
 		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		if err != nil {
+			return err
 		}
-		if done, _ := m.proc.Exited(); done {
-			return fmt.Errorf("vgpu-monitor exited: %s", logTail(m.proc.LogPath))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %s", resp.Status)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("vgpu-monitor not ready in %s: %s", wait, logTail(m.proc.LogPath))
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("vgpu-monitor not ready in %s: %w: %s", wait, err, logTail(m.proc.LogPath))
 	}
+	return nil
 }
 
 func (m *monitor) stop() { _ = m.proc.Stop(5 * time.Second) }

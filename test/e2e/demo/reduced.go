@@ -91,7 +91,7 @@ func (r *run) step(format string, args ...any) {
 func (r *run) cleanup() {
 	for _, p := range r.pods {
 		if p.ctr != nil {
-			p.ctr.kill()
+			p.ctr.Kill()
 		}
 	}
 	if r.mon != nil {
@@ -263,7 +263,7 @@ func (r *run) compute() error {
 	r.step("the containers on GPU %d run kernels for %s; the device measures each one's busy time", gpuIdx, r.o.ComputeWindow)
 	for _, p := range group {
 		// Far more work than the window: both stay busy throughout.
-		if err := p.ctr.send("launch 1000000 1000000"); err != nil {
+		if err := p.ctr.Send("launch 1000000 1000000"); err != nil {
 			return err
 		}
 	}
@@ -281,7 +281,7 @@ func (r *run) compute() error {
 	var total float64
 	got := make([]float64, len(group))
 	for i, p := range group {
-		got[i] = float64(b[p.ctr.pid()] - min(a[p.ctr.pid()], b[p.ctr.pid()]))
+		got[i] = float64(b[p.ctr.Pid()] - min(a[p.ctr.Pid()], b[p.ctr.Pid()]))
 		total += got[i]
 	}
 	if total == 0 {
@@ -317,7 +317,7 @@ func (r *run) priority(ctx context.Context, sched *scheduler) error {
 		return err
 	}
 	r.step("%s beside %s, which saturates GPU %d", p0.acc.Name, p3.acc.Name, p0.acc.GPUIndex)
-	if err := p3.ctr.send("launch 1000000 1000000"); err != nil {
+	if err := p3.ctr.Send("launch 1000000 1000000"); err != nil {
 		return err
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -335,10 +335,10 @@ func burstLatency(c *container, n int) (float64, error) {
 	var ms []float64
 	for i := range n {
 		began := time.Now()
-		if _, err := c.must("launch 2 1000000"); err != nil {
+		if _, err := c.Must("launch 2 1000000"); err != nil {
 			return 0, err
 		}
-		if _, err := c.must("sync"); err != nil {
+		if _, err := c.Must("sync"); err != nil {
 			return 0, err
 		}
 		if i > 0 {
@@ -415,7 +415,7 @@ func (r *run) deletePod(ctx context.Context, p *runPod) error {
 	r.step("deleting %s/%s", p.acc.Namespace, p.acc.Name)
 	held := p.capB
 	began := time.Now()
-	p.ctr.kill()
+	p.ctr.Kill()
 	if err := r.node.podRes.remove(p.acc.Namespace, p.acc.Name); err != nil {
 		return err
 	}

@@ -162,6 +162,32 @@ func (p *Process) WaitExit(ctx context.Context) error {
 	}
 }
 
+// WaitReady calls check every 100 ms, each call bounded by 5 s, until it
+// succeeds, the process exits, or ctx ends. An exit is an error naming the
+// process and its exit status; the end of ctx, one quoting the last
+// check's error. Callers add the log tail where they report.
+func (p *Process) WaitReady(ctx context.Context, check func(context.Context) error) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if done, err := p.Exited(); done {
+			return fmt.Errorf("%s exited: %v", p.Name, err)
+		}
+		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
+		last := check(attempt)
+		cancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last check: %v)", ctx.Err(), last)
+		case <-p.done:
+		case <-tick.C:
+		}
+	}
+}
+
 // Tail returns the last n bytes of the process's log, for error messages.
 func (p *Process) Tail(n int64) string {
 	f, err := os.Open(p.LogPath)

@@ -2,6 +2,8 @@ package process
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -161,4 +163,42 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Exit(m.Run())
+}
+
+// TestWaitReady: WaitReady returns once the check passes, fails as soon as
+// the process exits (naming it and its status), and quotes the last check
+// when its context ends.
+func TestWaitReady(t *testing.T) {
+	dir := t.TempDir()
+	flag := filepath.Join(dir, "ready")
+	p, err := Start(Spec{Name: "starter", Path: "/bin/sh", LogDir: dir,
+		Args: []string{"-c", "sleep 0.3; touch " + flag + "; exec sleep 300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(5 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.WaitReady(ctx, func(context.Context) error { _, err := os.Stat(flag); return err }); err != nil {
+		t.Fatalf("WaitReady: %v", err)
+	}
+	if _, err := os.Stat(flag); err != nil {
+		t.Fatalf("WaitReady returned before the check passed: %v", err)
+	}
+
+	crasher, err := Start(Spec{Name: "crasher", Path: "/bin/sh", LogDir: dir, Args: []string{"-c", "exit 3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = crasher.WaitReady(ctx, func(context.Context) error { return errors.New("not listening") })
+	if err == nil || !strings.Contains(err.Error(), "crasher exited") || !strings.Contains(err.Error(), "exit status 3") || ctx.Err() != nil {
+		t.Fatalf("WaitReady of a process that exits: %v (context: %v); want its exit, before the context ends", err, ctx.Err())
+	}
+
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	err = p.WaitReady(short, func(context.Context) error { return errors.New("port closed") })
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "port closed") {
+		t.Fatalf("WaitReady past its context: %v; want the deadline and the last check", err)
+	}
 }

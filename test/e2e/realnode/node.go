@@ -174,10 +174,13 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	n.mu.Unlock()
 	wait, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return poll(wait, p, func(ctx context.Context) error {
+	if err := p.WaitReady(wait, func(ctx context.Context) error {
 		_, err := n.ctr(ctx, "version")
 		return err
-	})
+	}); err != nil {
+		return fmt.Errorf("containerd not ready: %w; log tail (%s):\n%s", err, p.LogPath, p.Tail(4096))
+	}
+	return nil
 }
 
 // ctr runs ctr against the node's containerd in the CRI namespace.
@@ -229,7 +232,7 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	n.mu.Unlock()
 	wait, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := poll(wait, p, func(ctx context.Context) error { return n.readySince(ctx, began) }); err != nil {
+	if err := p.WaitReady(wait, func(ctx context.Context) error { return n.readySince(ctx, began) }); err != nil {
 		return fmt.Errorf("kubelet: node %s not Ready: %w; log tail (%s):\n%s", NodeName, err, p.LogPath, p.Tail(4096))
 	}
 	return nil
@@ -409,27 +412,6 @@ func (n *Node) removeSandboxes(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// poll calls check every 100 ms until it succeeds, p exits, or ctx ends.
-func poll(ctx context.Context, p *process.Process, check func(context.Context) error) error {
-	var last error
-	for {
-		if done, err := p.Exited(); done {
-			return fmt.Errorf("%s exited: %v; log tail:\n%s", p.Name, err, p.Tail(4096))
-		}
-		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
-		last = check(attempt)
-		cancel()
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last check: %v)", ctx.Err(), last)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // waitGone waits until none of pids is alive.

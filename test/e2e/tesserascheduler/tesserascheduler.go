@@ -13,13 +13,12 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/tessera-gpu/tessera/test/e2e/binaries"
 	"github.com/tessera-gpu/tessera/test/e2e/controlplane"
 	"github.com/tessera-gpu/tessera/test/e2e/process"
 )
 
-// BinaryEnv names a prebuilt cluster-scheduler (make bench-e2e sets it);
-// unset, Binary builds one.
+// BinaryEnv names a prebuilt cluster-scheduler (make test-e2e and make
+// bench-e2e set it to the one make built); unset, Binary builds one.
 const BinaryEnv = "TESSERA_CLUSTER_SCHEDULER"
 
 // Name is the scheduler name its pods carry in spec.schedulerName.
@@ -36,7 +35,9 @@ var build struct {
 }
 
 // Binary returns $TESSERA_CLUSTER_SCHEDULER, or builds ./cmd/cluster-scheduler
-// of the main module (once per test binary) into $TESSERA_CACHE/build.
+// of the main module (once per test binary) into build/e2e of that
+// checkout: a path shared by all checkouts on the machine (the binary
+// cache) would let tests of one checkout run another's scheduler.
 func Binary(ctx context.Context) (string, error) {
 	if p := os.Getenv(BinaryEnv); p != "" {
 		if _, err := os.Stat(p); err != nil {
@@ -53,16 +54,12 @@ func buildBinary(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	bin, err := binaries.Dir()
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(filepath.Dir(bin), "build")
+	dir := filepath.Join(root, "build", "e2e")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("build cluster-scheduler: %w", err)
 	}
 	// A name of our own, then a rename: test binaries of several packages
-	// may build at once.
+	// of this checkout may build at once.
 	tmp, err := os.CreateTemp(dir, "cluster-scheduler-*")
 	if err != nil {
 		return "", fmt.Errorf("build cluster-scheduler: %w", err)
