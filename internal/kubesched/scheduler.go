@@ -70,6 +70,8 @@ type Scheduler struct {
 	nodeState     map[string]*nodeEntry
 	byIndex       []*nodeEntry                    // usable nodes by engine index
 	fits          map[string]*nodefit.Constraints // pods' node constraints by key
+	portPods      cache.Indexer                   // bound pods that bind host ports, by node (hostPortIndex)
+	promisedPorts map[string]map[string]bool      // node → our pods binding host ports promised there (assumed, nominated)
 	podState      map[string]*podEntry
 	held          map[string]*podEntry // waiting to be queued again after a failed bind
 	rebind        map[string]*podEntry // gang members whose failed bind is retried on held capacity
@@ -96,7 +98,8 @@ func New(cfg *cfgv1.SchedulerConfig, client kubernetes.Interface, log *slog.Logg
 	}
 	s := &Scheduler{cfg: cfg, client: client, log: log, metrics: m, now: time.Now, engineCfg: schedv1.Default(),
 		nodeState: map[string]*nodeEntry{}, podState: map[string]*podEntry{}, held: map[string]*podEntry{}, rebind: map[string]*podEntry{},
-		floors: map[string]int32{}, reclaims: map[string]*podEntry{}, fits: map[string]*nodefit.Constraints{}}
+		floors: map[string]int32{}, reclaims: map[string]*podEntry{}, fits: map[string]*nodefit.Constraints{},
+		promisedPorts: map[string]map[string]bool{}}
 	s.fits[""], _ = nodefit.For(&corev1.Pod{})
 	s.changes.init()
 	// Terminal pods hold nothing; the API server filters them out. The
@@ -109,6 +112,9 @@ func New(cfg *cfgv1.SchedulerConfig, client kubernetes.Interface, log *slog.Logg
 	nodeInf := s.factory.Core().V1().Nodes()
 	s.pods, s.nodes = podInf.Lister(), nodeInf.Lister()
 	_, _ = podInf.Informer().AddEventHandler(s.changes.handler(kindPod))
+	_ = podInf.Informer().AddIndexers(cache.Indexers{hostPortIndex: hostPortNode})
+	s.portPods = podInf.Informer().GetIndexer()
+	_, _ = podInf.Informer().AddEventHandler(s.changes.portHandler())
 	_, _ = nodeInf.Informer().AddEventHandler(s.changes.handler(kindNode))
 	s.synced = []cache.InformerSynced{podInf.Informer().HasSynced, nodeInf.Informer().HasSynced}
 	if cfg.QueueConfigMap != "" {
@@ -196,6 +202,7 @@ func (s *Scheduler) iterate(ctx context.Context) {
 	for key := range pods {
 		s.syncPod(key)
 	}
+	s.refilterPorts(s.changes.takePortNodes(), true)
 	if len(pods) > 0 {
 		s.balloonsDirty = true // an owner named on a node may have become known
 	}
@@ -208,6 +215,7 @@ func (s *Scheduler) iterate(ctx context.Context) {
 		}
 	}
 	s.retryDue()
+	s.sweepPortPromises()
 	s.retryReclaims(ctx)
 	s.syncBalloons(s.now())
 	start := s.now()
@@ -253,11 +261,13 @@ type changeSet struct {
 	pods   map[string]struct{}
 	nodes  map[string]struct{}
 	config bool
-	ready  chan struct{}
+	// portNodes are nodes where a pod binding host ports came or went.
+	portNodes map[string]struct{}
+	ready     chan struct{}
 }
 
 func (c *changeSet) init() {
-	c.pods, c.nodes, c.ready = map[string]struct{}{}, map[string]struct{}{}, make(chan struct{}, 1)
+	c.pods, c.nodes, c.portNodes, c.ready = map[string]struct{}{}, map[string]struct{}{}, map[string]struct{}{}, make(chan struct{}, 1)
 }
 
 func (c *changeSet) handler(kind int) cache.ResourceEventHandler {
@@ -292,7 +302,10 @@ func (c *changeSet) take() (map[string]struct{}, map[string]struct{}, bool) {
 	return p, n, cfg
 }
 
-func (c *changeSet) takeAll() { c.take() }
+func (c *changeSet) takeAll() {
+	c.take()
+	c.takePortNodes()
+}
 
 // podFor returns the cached pod, or nil when it is gone.
 func (s *Scheduler) podFor(key string) *corev1.Pod {
