@@ -196,7 +196,8 @@ func (s *Scheduler) refilterPorts(nodes map[string]struct{}, freed bool) {
 }
 
 // portHandler marks the node of a bound pod that binds host ports when it
-// comes, changes or goes.
+// comes to the node (created bound, or bound) or goes. Other updates
+// (status) change nothing: a pod's ports are immutable.
 func (c *changeSet) portHandler() cache.ResourceEventHandler {
 	mark := func(obj any) {
 		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -214,7 +215,15 @@ func (c *changeSet) portHandler() cache.ResourceEventHandler {
 		default:
 		}
 	}
-	return cache.ResourceEventHandlerFuncs{AddFunc: mark, UpdateFunc: func(_, n any) { mark(n) }, DeleteFunc: mark}
+	bound := func(obj any) bool {
+		p, ok := obj.(*corev1.Pod)
+		return ok && p.Spec.NodeName != ""
+	}
+	return cache.ResourceEventHandlerFuncs{AddFunc: mark, DeleteFunc: mark, UpdateFunc: func(o, n any) {
+		if !bound(o) {
+			mark(n)
+		}
+	}}
 }
 
 func (c *changeSet) takePortNodes() map[string]struct{} {
