@@ -112,7 +112,9 @@ func New(cfg *cfgv1.SchedulerConfig, client kubernetes.Interface, log *slog.Logg
 	nodeInf := s.factory.Core().V1().Nodes()
 	s.pods, s.nodes = podInf.Lister(), nodeInf.Lister()
 	_, _ = podInf.Informer().AddEventHandler(s.changes.handler(kindPod))
-	_ = podInf.Informer().AddIndexers(cache.Indexers{hostPortIndex: hostPortNode})
+	if err := podInf.Informer().AddIndexers(cache.Indexers{hostPortIndex: hostPortNode}); err != nil {
+		return nil, fmt.Errorf("pod informer: host port index: %w", err)
+	}
 	s.portPods = podInf.Informer().GetIndexer()
 	_, _ = podInf.Informer().AddEventHandler(s.changes.portHandler())
 	_, _ = nodeInf.Informer().AddEventHandler(s.changes.handler(kindNode))
