@@ -118,3 +118,50 @@ func (a *api) podOn(node string) string {
 	a.t.Fatalf("no pod on %s", node)
 	return ""
 }
+
+func hostPort(port int32, protocol corev1.Protocol) podOpt {
+	return func(p *corev1.Pod) {
+		p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{ContainerPort: port, HostPort: port, Protocol: protocol})
+	}
+}
+
+// Host ports as kube-scheduler's NodePorts filter checks them: a node
+// where a pod of any scheduler binds the port refuses a pod asking for it
+// (told so in kube-scheduler's words), two pods placed in one cycle do not
+// both get one node's port, another protocol does not conflict, and a
+// port freed lets the waiting pod in.
+func TestHostPortsRefuseANodeWhereThePortIsTaken(t *testing.T) {
+	a := newAPI(t)
+	a.gpuNode("n1", 4, 16*gib, "T4")
+	a.gpuNode("n2", 4, 16*gib, "T4")
+	a.pod("web", onNode("n1"), scheduler("default-scheduler"), hostPort(80, ""))
+	gpu := res(string(translate.ResourceGPU), "1")
+	a.pod("a", gpu, hostPort(80, corev1.ProtocolTCP)) // in the first cycle together
+	a.pod("b", gpu, hostPort(80, ""))
+	a.start(testConfig())
+	var waiting, placed string
+	eventually(t, "one of a and b bound to n2, the other told why", func() bool {
+		for _, pair := range [][2]string{{"a", "b"}, {"b", "a"}} {
+			if a.get(pair[0]).Spec.NodeName == "n2" && a.get(pair[1]).Spec.NodeName == "" &&
+				a.eventFor(pair[1], "FailedScheduling", "0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports.") {
+				placed, waiting = pair[0], pair[1]
+				return true
+			}
+		}
+		return false
+	})
+	a.pod("udp", gpu, hostPort(80, corev1.ProtocolUDP))
+	a.pod("free", gpu)
+	eventually(t, "pods without a conflicting port bound", func() bool {
+		return a.get("udp").Spec.NodeName != "" && a.get("free").Spec.NodeName != ""
+	})
+	if a.get(waiting).Spec.NodeName != "" {
+		t.Fatalf("%s bound while port 80 is taken on both nodes", waiting)
+	}
+	a.deletePod("web")
+	eventually(t, waiting+" bound to n1 once web is gone", func() bool { return a.get(waiting).Spec.NodeName == "n1" })
+	if a.bindsOf("default/"+placed) != 1 || a.bindsOf("default/"+waiting) != 1 {
+		t.Fatalf("binds: %s %d, %s %d; want one each", placed, a.bindsOf("default/"+placed), waiting, a.bindsOf("default/"+waiting))
+	}
+	a.checkCapacity(16 * gib)
+}

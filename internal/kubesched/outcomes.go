@@ -68,6 +68,12 @@ func (s *Scheduler) apply(ctx context.Context, events []engine.Event, now time.T
 
 func (s *Scheduler) placed(ctx context.Context, e *podEntry, ev engine.Event, victims []*podEntry, now time.Time) {
 	n := s.nodeState[ev.Decision.NodeName]
+	if s.portsTaken(e, n) {
+		for _, v := range victims {
+			s.victimStays(v) // released for this placement, which is undone
+		}
+		return
+	}
 	e.node, e.uuids = n.name, nil
 	for _, sh := range ev.Decision.Grant.Shares {
 		e.uuids = append(e.uuids, n.inv.UUIDs[sh.GPU])
@@ -321,14 +327,20 @@ func (s *Scheduler) evictOutcome(o bind.Outcome) {
 	ns, name := splitRef(pre.key)
 	s.pool.Submit(context.Background(), &bind.Job{Kind: bind.Patch, Namespace: ns, Name: name, SetNominated: true, Nominated: ""})
 	for key := range victims {
-		v := s.podState[key]
-		if v == nil || v.phase != evicting {
-			continue
-		}
-		delete(s.podState, key)
-		if p := s.podFor(key); p != nil && p.UID == v.uid && p.Spec.NodeName != "" {
-			s.adoptBound(p) // still there (refused, not tried, or terminating): it holds its capacity
-		}
+		s.victimStays(s.podState[key])
+	}
+}
+
+// victimStays books a victim of a preemption that was stopped again
+// (still there: refused, not tried, or terminating, it holds its
+// capacity).
+func (s *Scheduler) victimStays(v *podEntry) {
+	if v == nil || v.phase != evicting {
+		return
+	}
+	delete(s.podState, v.key)
+	if p := s.podFor(v.key); p != nil && p.UID == v.uid && p.Spec.NodeName != "" {
+		s.adoptBound(p)
 	}
 }
 

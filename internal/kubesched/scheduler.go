@@ -63,15 +63,17 @@ type Scheduler struct {
 	changes changeSet
 
 	// Owned by the loop.
-	engineCfg *schedv1.Config // last good queue configuration
-	cfgSeen   string          // resourceVersion of the ConfigMap last read
-	eng       *engine.Engine
-	admit     *engine.QuotaAdmission
-	cluster   *placement.Cluster
-	sched     *placement.Scheduler
-	nodeState map[string]*nodeEntry
-	byIndex   []*nodeEntry    // usable nodes by engine index
-	fits      map[string]*fit // pods' constraints by key (constraints.go)
+	engineCfg     *schedv1.Config // last good queue configuration
+	cfgSeen       string          // resourceVersion of the ConfigMap last read
+	eng           *engine.Engine
+	admit         *engine.QuotaAdmission
+	cluster       *placement.Cluster
+	sched         *placement.Scheduler
+	nodeState     map[string]*nodeEntry
+	byIndex       []*nodeEntry               // usable nodes by engine index
+	fits          map[string]*fit            // pods' constraints by key (constraints.go)
+	portPods      cache.Indexer              // bound pods that bind host ports, by node (hostPortIndex)
+	promisedPorts map[string]map[string]bool // node → our pods binding host ports promised there (assumed, nominated)
 	// affinity is the placed pods as the inter-pod rules read them, descs
 	// every known pod's labels and terms (interpods.go).
 	affinity      *interpod.Index
@@ -102,7 +104,8 @@ func New(cfg *cfgv1.SchedulerConfig, client kubernetes.Interface, log *slog.Logg
 	}
 	s := &Scheduler{cfg: cfg, client: client, log: log, metrics: m, now: time.Now, engineCfg: schedv1.Default(),
 		nodeState: map[string]*nodeEntry{}, podState: map[string]*podEntry{}, held: map[string]*podEntry{}, rebind: map[string]*podEntry{},
-		floors: map[string]int32{}, reclaims: map[string]*podEntry{}, fits: map[string]*fit{}, descs: map[string]*interpod.Pod{}}
+		floors: map[string]int32{}, reclaims: map[string]*podEntry{}, fits: map[string]*fit{}, descs: map[string]*interpod.Pod{},
+		promisedPorts: map[string]map[string]bool{}}
 	none, _ := nodefit.For(&corev1.Pod{})
 	s.fits[""] = &fit{node: none}
 	s.affinity = interpod.NewIndex(view{s})
@@ -118,6 +121,11 @@ func New(cfg *cfgv1.SchedulerConfig, client kubernetes.Interface, log *slog.Logg
 	nsInf := s.factory.Core().V1().Namespaces() // their labels, for pod affinity's namespaceSelector
 	s.pods, s.nodes, s.namespaces = podInf.Lister(), nodeInf.Lister(), nsInf.Lister()
 	_, _ = podInf.Informer().AddEventHandler(s.changes.handler(kindPod))
+	if err := podInf.Informer().AddIndexers(cache.Indexers{hostPortIndex: hostPortNode}); err != nil {
+		return nil, fmt.Errorf("pod informer: host port index: %w", err)
+	}
+	s.portPods = podInf.Informer().GetIndexer()
+	_, _ = podInf.Informer().AddEventHandler(s.changes.portHandler())
 	_, _ = nodeInf.Informer().AddEventHandler(s.changes.handler(kindNode))
 	_, _ = nsInf.Informer().AddEventHandler(s.changes.handler(kindNamespace))
 	s.synced = []cache.InformerSynced{podInf.Informer().HasSynced, nodeInf.Informer().HasSynced, nsInf.Informer().HasSynced}
@@ -209,6 +217,7 @@ func (s *Scheduler) iterate(ctx context.Context) {
 	for key := range pods {
 		s.syncPod(key)
 	}
+	s.refilterPorts(s.changes.takePortNodes(), true)
 	if len(pods) > 0 {
 		s.balloonsDirty = true // an owner named on a node may have become known
 	}
@@ -221,6 +230,7 @@ func (s *Scheduler) iterate(ctx context.Context) {
 		}
 	}
 	s.retryDue()
+	s.sweepPortPromises()
 	s.retryReclaims(ctx)
 	s.syncBalloons(s.now())
 	start := s.now()
@@ -269,11 +279,13 @@ type changeSet struct {
 	config bool
 	// namespaces: a namespace changed (its labels, for namespaceSelector).
 	namespaces bool
-	ready      chan struct{}
+	// portNodes are nodes where a pod binding host ports came or went.
+	portNodes map[string]struct{}
+	ready     chan struct{}
 }
 
 func (c *changeSet) init() {
-	c.pods, c.nodes, c.ready = map[string]struct{}{}, map[string]struct{}{}, make(chan struct{}, 1)
+	c.pods, c.nodes, c.portNodes, c.ready = map[string]struct{}{}, map[string]struct{}{}, map[string]struct{}{}, make(chan struct{}, 1)
 }
 
 func (c *changeSet) handler(kind int) cache.ResourceEventHandler {
@@ -310,7 +322,10 @@ func (c *changeSet) take() (map[string]struct{}, map[string]struct{}, bool, bool
 	return p, n, cfg, ns
 }
 
-func (c *changeSet) takeAll() { c.take() }
+func (c *changeSet) takeAll() {
+	c.take()
+	c.takePortNodes()
+}
 
 // podFor returns the cached pod, or nil when it is gone.
 func (s *Scheduler) podFor(key string) *corev1.Pod {

@@ -2,11 +2,14 @@
 // on a node apart from capacity: spec.unschedulable (unless the pod
 // tolerates node.kubernetes.io/unschedulable), NoSchedule and NoExecute
 // taints against the pod's tolerations, and nodeSelector with required
-// node affinity; preferred node affinity is a preference. The rules are
+// node affinity, and host ports another pod on the node already binds;
+// preferred node affinity is a preference. The rules are
 // k8s.io/component-helpers' (what kube-scheduler's NodeUnschedulable,
-// TaintToleration and NodeAffinity plugins call), checked in
-// kube-scheduler's filter order, and a refusal is worded as kube-scheduler
-// words it in FailedScheduling.
+// TaintToleration and NodeAffinity plugins call) and NodePorts' (its
+// HostPortInfo lives in k8s.io/kube-scheduler/framework, a package that
+// pulls in dynamic resource allocation and CEL, so its twenty lines are
+// restated in hostports.go), checked in kube-scheduler's filter order, and
+// a refusal is worded as kube-scheduler words it in FailedScheduling.
 package nodefit
 
 import (
@@ -34,6 +37,7 @@ type Constraints struct {
 	required    nodeaffinity.RequiredNodeAffinity
 	preferred   *nodeaffinity.PreferredSchedulingTerms
 	tolerations []corev1.Toleration
+	ports       []HostPort
 }
 
 // keyed is what decides where a pod may run; pods equal in it are
@@ -42,17 +46,22 @@ type keyed struct {
 	NodeSelector map[string]string    `json:"s,omitempty"`
 	Affinity     *corev1.NodeAffinity `json:"a,omitempty"`
 	Tolerations  []corev1.Toleration  `json:"t,omitempty"`
+	Ports        []HostPort           `json:"p,omitempty"`
 }
 
 // Key is the canonical text of a pod's node constraints: equal for pods
 // the filter treats alike, "" for a pod with none (a node's taints and
 // cordon still refuse it).
 func Key(p *corev1.Pod) string {
-	k := keyed{NodeSelector: p.Spec.NodeSelector, Tolerations: p.Spec.Tolerations}
+	return key(p, HostPorts(p))
+}
+
+func key(p *corev1.Pod, ports []HostPort) string {
+	k := keyed{NodeSelector: p.Spec.NodeSelector, Tolerations: p.Spec.Tolerations, Ports: ports}
 	if p.Spec.Affinity != nil {
 		k.Affinity = p.Spec.Affinity.NodeAffinity
 	}
-	if len(k.NodeSelector) == 0 && k.Affinity == nil && len(k.Tolerations) == 0 {
+	if len(k.NodeSelector) == 0 && k.Affinity == nil && len(k.Tolerations) == 0 && len(k.Ports) == 0 {
 		return ""
 	}
 	b, err := json.Marshal(k) // map keys sorted: canonical
@@ -66,7 +75,8 @@ func Key(p *corev1.Pod) string {
 // (the API server validates them, so only a client bypassing validation
 // writes one) is an error naming it.
 func For(p *corev1.Pod) (*Constraints, error) {
-	c := &Constraints{key: Key(p), required: nodeaffinity.GetRequiredNodeAffinity(p), tolerations: p.Spec.Tolerations}
+	ports := HostPorts(p)
+	c := &Constraints{key: key(p, ports), required: nodeaffinity.GetRequiredNodeAffinity(p), tolerations: p.Spec.Tolerations, ports: ports}
 	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil && len(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) > 0 {
 		terms, err := nodeaffinity.NewPreferredSchedulingTerms(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution)
 		if err != nil {
@@ -80,9 +90,12 @@ func For(p *corev1.Pod) (*Constraints, error) {
 // Key is the constraints' key (Key of the pod they were read from).
 func (c *Constraints) Key() string { return c.key }
 
-// Refusal is why node n refuses the pod, in kube-scheduler's words; ""
-// when it admits it.
-func (c *Constraints) Refusal(n *corev1.Node) string {
+// Ports are the host ports the pod binds (HostPorts).
+func (c *Constraints) Ports() []HostPort { return c.ports }
+
+// Refusal is why node n, whose pods bind the host ports used, refuses the
+// pod, in kube-scheduler's words; "" when it admits it.
+func (c *Constraints) Refusal(n *corev1.Node, used UsedPorts) string {
 	logger := klog.Background()
 	if n.Spec.Unschedulable && !v1helper.TolerationsTolerateTaint(logger, c.tolerations,
 		&corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}, true) {
@@ -93,6 +106,9 @@ func (c *Constraints) Refusal(n *corev1.Node) string {
 	}
 	if ok, err := c.required.Match(n); err != nil || !ok {
 		return AffinityMismatch
+	}
+	if used.Conflicts(c.ports) {
+		return FreePorts
 	}
 	return ""
 }

@@ -50,7 +50,7 @@ func TestRefusalsInKubeSchedulersOrderAndWords(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := c.Refusal(tc.node); got != tc.want {
+		if got := c.Refusal(tc.node, nil); got != tc.want {
 			t.Errorf("%s: refusal %q, want %q", tc.name, got, tc.want)
 		}
 	}

@@ -15,7 +15,8 @@ import (
 // server (which adds its default tolerations, and the controller manager
 // its unschedulable taint): a nodeSelector pins a pod, a tainted node
 // takes only the pod that tolerates its taint, a cordoned node takes
-// nothing; the pod that fits nowhere is told why, node by node.
+// nothing, a node where the host port is taken takes no pod asking for
+// it; the pod that fits nowhere is told why, node by node.
 func TestNodeConstraints(t *testing.T) {
 	nodes := kwoknodes.UniformNodes("fit", 4, kwoknodes.L4, 2)
 	nodes[0].Taints = []corev1.Taint{{Key: "dedicated", Value: "training", Effect: corev1.TaintEffectNoSchedule}}
@@ -84,5 +85,31 @@ func TestNodeConstraints(t *testing.T) {
 	eventually(t, ctx, waiting+" bound once "+cordoned+" is uncordoned", func() bool { return nodeOf(t, ctx, client, waiting) == cordoned })
 	if got := checkCapacity(t, ctx, client); got != 6 {
 		t.Fatalf("%d pods bound, want 6", got)
+	}
+
+	// Host ports (kube-scheduler's NodePorts): one GPU is left on the
+	// tainted node and one on the uncordoned one, where a pod placed
+	// directly (no scheduler) binds port 9000. Of two pods asking for
+	// GPU and port 9000, one gets the tainted node; the other waits, told
+	// why.
+	web := workload.Pod(ns, "web", "nobody", nil)
+	web.Spec.NodeName = cordoned
+	web.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 9000, HostPort: 9000}}
+	create(t, ctx, c, web)
+	ported := numbered("ported", 2, func(_ int, name string) *corev1.Pod {
+		p := workload.WholeGPUPod(ns, name, workload.TesseraScheduler, 1)
+		p.Spec.Tolerations = tolerant.Spec.Tolerations
+		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 9000, HostPort: 9000, Protocol: corev1.ProtocolTCP}}
+		return p
+	})
+	create(t, ctx, c, ported...)
+	want = "0/4 nodes are available: 2 Insufficient tessera.io/gpu, 2 node(s) didn't have free ports for the requested pod ports."
+	eventually(t, ctx, "one ported pod on "+tainted+", the other told why", func() bool {
+		a, b := nodeOf(t, ctx, client, "ported-000"), nodeOf(t, ctx, client, "ported-001")
+		return (a == tainted && b == "" && hasEvent(ctx, client, "ported-001", "FailedScheduling", want)) ||
+			(b == tainted && a == "" && hasEvent(ctx, client, "ported-000", "FailedScheduling", want))
+	})
+	if got := checkCapacity(t, ctx, client); got != 8 {
+		t.Fatalf("%d pods bound, want 8", got)
 	}
 }
