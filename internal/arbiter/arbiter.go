@@ -25,6 +25,10 @@ type Arbiter struct {
 	// allocations (the files of known ones stay mapped between).
 	Rescan time.Duration
 	Log    *slog.Logger
+	// RealtimePriority > 0 runs the loop on an OS thread of its own under
+	// SCHED_FIFO at this priority (1..99), or at nice -10 where that is
+	// refused; 0 runs it as an ordinary goroutine.
+	RealtimePriority int
 	// Active says whether this node agent may write grants now (it holds the
 	// node lease); nil: always. A standby leaves the hooks on their static
 	// shares until it takes over.
@@ -62,6 +66,11 @@ func Monotonic() uint64 {
 
 // Run steps until ctx ends, then closes the files.
 func (a *Arbiter) Run(ctx context.Context) {
+	if a.RealtimePriority > 0 {
+		defer a.Close()
+		a.runRealtime(ctx)
+		return
+	}
 	t := time.NewTicker(a.Tick)
 	defer t.Stop()
 	defer a.Close()
@@ -156,7 +165,7 @@ func (a *Arbiter) Step(now time.Time, mono uint64) {
 		}
 		for _, v := range s.Step(now, mono, ts) {
 			f := a.files[v.Key]
-			g := region.Grant{Unpaced: v.Go, Solo: v.Solo}
+			g := region.Grant{Unpaced: v.Go, Solo: v.Solo, Until: v.Until}
 			f.limits.SetGrant(where[uuid][v.Key], g, mono)
 			a.last[v.Key+"/"+uuid] = v
 		}
