@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -33,6 +34,11 @@ type Arbiter struct {
 	// node lease); nil: always. A standby leaves the hooks on their static
 	// shares until it takes over.
 	Active func() bool
+
+	// longestGap: the longest time between two steps since TakeLongestGap
+	// last read it (ns): how late the OS let the loop run.
+	longestGap atomic.Int64
+	lastStep   atomic.Uint64 // CLOCK_MONOTONIC of the last step
 
 	mu      sync.Mutex
 	files   map[string]*tenantFiles
@@ -107,6 +113,11 @@ func (f *tenantFiles) close() {
 
 // Step runs one control step at now (mono on CLOCK_MONOTONIC).
 func (a *Arbiter) Step(now time.Time, mono uint64) {
+	if prev := a.lastStep.Swap(mono); prev != 0 && mono > prev {
+		gap := int64(mono - prev)
+		for cur := a.longestGap.Load(); gap > cur && !a.longestGap.CompareAndSwap(cur, gap); cur = a.longestGap.Load() {
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.files == nil {
@@ -213,6 +224,10 @@ func (a *Arbiter) scan() {
 		}
 	}
 }
+
+// TakeLongestGap returns the longest time between two steps since the last
+// call (a tick's worth when the loop runs on time), and starts over.
+func (a *Arbiter) TakeLongestGap() time.Duration { return time.Duration(a.longestGap.Swap(0)) }
 
 // Verdict is the latest decision for allocation key on GPU uuid.
 func (a *Arbiter) Verdict(key, uuid string) (Verdict, bool) {

@@ -88,6 +88,9 @@ func TestRealtimeLoop(t *testing.T) {
 	if n := ticks.Load(); n < 20 {
 		t.Fatalf("%d ticks in 10 s", n)
 	}
+	if gap := a.TakeLongestGap(); gap < a.Tick/2 {
+		t.Errorf("longest gap between steps %v, want at least about a tick (%v)", gap, a.Tick)
+	}
 	out := logs.String()
 	switch {
 	case strings.Contains(out, "control loop on its own thread"):
