@@ -68,6 +68,7 @@ type node struct {
 	arb      *arbiter.Arbiter
 	stop     func()
 	extraEnv []string // e.g. FAKEGPU_DEVICES for a node of several GPUs
+	tenants  []int    // pids of the tenants started
 }
 
 // defaultPolicy is the monitor's default (api/config/v1).
@@ -176,6 +177,7 @@ func (n *node) start(c *container, args ...string) *proc {
 	}
 	p := &proc{cmd: cmd, out: bufio.NewReader(stdout), pid: cmd.Process.Pid, done: make(chan string, 1)}
 	watchTenant(p.pid)
+	n.tenants = append(n.tenants, p.pid)
 	n.t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	line, err := p.out.ReadString('\n')
 	if strings.HasPrefix(line, "err") && strings.Contains(line, "not in this driver") {
@@ -230,6 +232,9 @@ type sample struct {
 	// sample (without an arbiter: the longest this test process was kept
 	// from running, by a 1 ms sleeper's lateness).
 	stall time.Duration
+	// cpuWait: how long each tenant of the node had waited for a CPU by
+	// then (fakegpu.RunQueueWait; recorders sampling every 50 ms or slower).
+	cpuWait map[int]time.Duration
 }
 
 func (n *node) sample() sample {
@@ -303,6 +308,14 @@ func (n *node) record(every time.Duration, cs ...*container) *recorder {
 			}
 			for _, reg := range regs {
 				s.billed = append(s.billed, reg.Compute(0).BusyNs)
+			}
+			if every >= 50*time.Millisecond {
+				s.cpuWait = map[int]time.Duration{}
+				for _, pid := range n.tenants {
+					if w, err := fakegpu.RunQueueWait(pid); err == nil {
+						s.cpuWait[pid] = w
+					}
+				}
 			}
 			r.mu.Lock()
 			r.samples = append(r.samples, s)
