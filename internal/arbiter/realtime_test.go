@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // threadScheduling lists this process's threads' (policy, rt priority,
@@ -45,6 +47,25 @@ func raised(t *testing.T, prio int) bool {
 			return true
 		}
 	}
+	return false
+}
+
+// hasSysNice: CAP_SYS_NICE (23) is in this process's effective set.
+func hasSysNice(t *testing.T) bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return caps&(1<<unix.CAP_SYS_NICE) != 0
+		}
+	}
+	t.Fatal("no CapEff in /proc/self/status")
 	return false
 }
 
@@ -98,10 +119,13 @@ func TestRealtimeLoop(t *testing.T) {
 			t.Errorf("the log says raised (%s) but no thread is at SCHED_FIFO %d or nice %d: %v", out, prio, niceFallback, threadScheduling(t))
 		}
 	case strings.Contains(out, "priority not raised"):
-		if os.Geteuid() == 0 && os.Getenv("CI") != "" {
-			t.Errorf("root under CI could not raise the loop: %s", out)
+		// With CAP_SYS_NICE nice -10 is always allowed, whatever the
+		// kernel says to SCHED_FIFO; without it (a container's default
+		// capabilities) neither is, and the log line is what is owed.
+		if hasSysNice(t) {
+			t.Errorf("the process has CAP_SYS_NICE but the loop was not raised: %s", out)
 		}
-		t.Logf("not raised here: %s", out)
+		t.Logf("not raised here (no CAP_SYS_NICE): %s", out)
 	default:
 		t.Errorf("no log line says how the loop is scheduled: %q", out)
 	}
