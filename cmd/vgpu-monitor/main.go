@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -119,15 +120,21 @@ func parseFlags(args []string) (*configv1.MonitorConfig, options, error) {
 	path := fs.String("config", "", "configuration file (api/config/v1 MonitorConfig)")
 	var opts options
 	fs.StringVar(&opts.nvmlLibrary, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the dynamic loader's search)")
-	overrides := map[string]func(c *configv1.MonitorConfig, v string){
-		"node-name":            func(c *configv1.MonitorConfig, v string) { c.NodeName = v },
-		"state-dir":            func(c *configv1.MonitorConfig, v string) { c.StateDir = v },
-		"proc-root":            func(c *configv1.MonitorConfig, v string) { c.ProcRoot = v },
-		"pod-resources-socket": func(c *configv1.MonitorConfig, v string) { c.PodResourcesSocket = v },
-		"listen-address":       func(c *configv1.MonitorConfig, v string) { c.ListenAddress = v },
-		"enforcement-policy":   func(c *configv1.MonitorConfig, v string) { c.Enforcement.Policy = v },
-		"containerd-socket":    func(c *configv1.MonitorConfig, v string) { c.Containerd.Socket = v },
-		"kubeconfig":           func(c *configv1.MonitorConfig, v string) { c.Kubernetes.Kubeconfig = v },
+	overrides := map[string]func(c *configv1.MonitorConfig, v string) error{
+		"node-name":            func(c *configv1.MonitorConfig, v string) error { c.NodeName = v; return nil },
+		"state-dir":            func(c *configv1.MonitorConfig, v string) error { c.StateDir = v; return nil },
+		"proc-root":            func(c *configv1.MonitorConfig, v string) error { c.ProcRoot = v; return nil },
+		"pod-resources-socket": func(c *configv1.MonitorConfig, v string) error { c.PodResourcesSocket = v; return nil },
+		"listen-address":       func(c *configv1.MonitorConfig, v string) error { c.ListenAddress = v; return nil },
+		"enforcement-policy":   func(c *configv1.MonitorConfig, v string) error { c.Enforcement.Policy = v; return nil },
+		"containerd-socket":    func(c *configv1.MonitorConfig, v string) error { c.Containerd.Socket = v; return nil },
+		"kubeconfig":           func(c *configv1.MonitorConfig, v string) error { c.Kubernetes.Kubeconfig = v; return nil },
+		"arbiter-realtime-priority": func(c *configv1.MonitorConfig, v string) (err error) {
+			if c.Arbiter.RealtimePriority, err = strconv.Atoi(v); err != nil {
+				return fmt.Errorf("--arbiter-realtime-priority (arbiter.realtimePriority): %q is not a number", v)
+			}
+			return nil
+		},
 	}
 	vals := map[string]*string{}
 	for name := range overrides {
@@ -140,11 +147,15 @@ func parseFlags(args []string) (*configv1.MonitorConfig, options, error) {
 	if err != nil {
 		return nil, opts, err
 	}
+	var flagErr error
 	fs.Visit(func(f *flag.Flag) {
-		if set, ok := overrides[f.Name]; ok {
-			set(cfg, *vals[f.Name])
+		if set, ok := overrides[f.Name]; ok && flagErr == nil {
+			flagErr = set(cfg, *vals[f.Name])
 		}
 	})
+	if flagErr != nil {
+		return nil, opts, flagErr
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, opts, fmt.Errorf("configuration: %w", err)
 	}

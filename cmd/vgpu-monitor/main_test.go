@@ -175,9 +175,11 @@ func TestBinaryServesAContainerFromPodResources(t *testing.T) {
 
 func TestBadConfigurationNamesTheField(t *testing.T) {
 	for args, field := range map[string]string{
-		"--node-name n --enforcement-policy shoot": "enforcement.policy",
-		"--node-name n --state-dir relative":       "stateDir",
-		"--listen-address nowhere --node-name n":   "listenAddress",
+		"--node-name n --enforcement-policy shoot":       "enforcement.policy",
+		"--node-name n --state-dir relative":             "stateDir",
+		"--listen-address nowhere --node-name n":         "listenAddress",
+		"--node-name n --arbiter-realtime-priority high": "arbiter.realtimePriority",
+		"--node-name n --arbiter-realtime-priority 100":  "arbiter.realtimePriority",
 	} {
 		err := run(context.Background(), strings.Fields(args))
 		if err == nil || !strings.Contains(err.Error(), field) {

@@ -476,3 +476,53 @@ func TestWorkloadShape(t *testing.T) {
 		}
 	}
 }
+
+// TestMonitorMayRaiseTheArbiter: a monitor whose compute arbiter asks for a
+// real-time control loop (arbiter.realtimePriority, on by default) gets
+// CAP_SYS_NICE and nothing else it did not have; one that does not ask gets
+// no SYS_NICE. A privileged container has every capability already.
+func TestMonitorMayRaiseTheArbiter(t *testing.T) {
+	checked := 0
+	for _, r := range renderAll(t) {
+		rt := map[string]bool{} // ConfigMap name → the arbiter asks for SCHED_FIFO
+		for _, cm := range find[*corev1.ConfigMap](r.objects) {
+			if body, ok := cm.Data["vgpu-monitor.yaml"]; ok {
+				c := configv1.DefaultMonitor()
+				if err := configv1.ParseMonitor([]byte(body), c); err != nil {
+					t.Fatalf("%s: %v", r.Name, err)
+				}
+				rt[cm.Name] = c.Arbiter.Enabled && c.Arbiter.RealtimePriority > 0
+			}
+		}
+		for _, ds := range find[*appsv1.DaemonSet](r.objects) {
+			var wantRT bool
+			for _, v := range ds.Spec.Template.Spec.Volumes {
+				if v.ConfigMap != nil {
+					wantRT = wantRT || rt[v.ConfigMap.Name]
+				}
+			}
+			for _, c := range ds.Spec.Template.Spec.Containers {
+				sc := c.SecurityContext
+				if c.Name != "vgpu-monitor" || sc == nil || (sc.Privileged != nil && *sc.Privileged) {
+					continue
+				}
+				checked++
+				var add []corev1.Capability
+				if sc.Capabilities != nil {
+					add = sc.Capabilities.Add
+				}
+				if got := slices.Contains(add, "SYS_NICE"); got != wantRT {
+					t.Errorf("%s: monitor adds %v; the arbiter asks for a real-time loop: %v", r.Name, add, wantRT)
+				}
+				for _, a := range add {
+					if a != "SYS_NICE" && a != "KILL" {
+						t.Errorf("%s: monitor adds capability %s", r.Name, a)
+					}
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no rendering has an unprivileged monitor container to check")
+	}
+}

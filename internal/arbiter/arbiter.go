@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,10 +26,19 @@ type Arbiter struct {
 	// allocations (the files of known ones stay mapped between).
 	Rescan time.Duration
 	Log    *slog.Logger
+	// RealtimePriority > 0 runs the loop on an OS thread of its own under
+	// SCHED_FIFO at this priority (1..99), or at nice -10 where that is
+	// refused; 0 runs it as an ordinary goroutine.
+	RealtimePriority int
 	// Active says whether this node agent may write grants now (it holds the
 	// node lease); nil: always. A standby leaves the hooks on their static
 	// shares until it takes over.
 	Active func() bool
+
+	// longestGap: the longest time between two steps since TakeLongestGap
+	// last read it (ns): how late the OS let the loop run.
+	longestGap atomic.Int64
+	lastStep   atomic.Uint64 // CLOCK_MONOTONIC of the last step
 
 	mu      sync.Mutex
 	files   map[string]*tenantFiles
@@ -62,6 +72,11 @@ func Monotonic() uint64 {
 
 // Run steps until ctx ends, then closes the files.
 func (a *Arbiter) Run(ctx context.Context) {
+	if a.RealtimePriority > 0 {
+		defer a.Close()
+		a.runRealtime(ctx)
+		return
+	}
 	t := time.NewTicker(a.Tick)
 	defer t.Stop()
 	defer a.Close()
@@ -98,6 +113,11 @@ func (f *tenantFiles) close() {
 
 // Step runs one control step at now (mono on CLOCK_MONOTONIC).
 func (a *Arbiter) Step(now time.Time, mono uint64) {
+	if prev := a.lastStep.Swap(mono); prev != 0 && mono > prev {
+		gap := int64(mono - prev)
+		for cur := a.longestGap.Load(); gap > cur && !a.longestGap.CompareAndSwap(cur, gap); cur = a.longestGap.Load() {
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.files == nil {
@@ -156,7 +176,7 @@ func (a *Arbiter) Step(now time.Time, mono uint64) {
 		}
 		for _, v := range s.Step(now, mono, ts) {
 			f := a.files[v.Key]
-			g := region.Grant{Unpaced: v.Go, Solo: v.Solo}
+			g := region.Grant{Unpaced: v.Go, Solo: v.Solo, Until: v.Until}
 			f.limits.SetGrant(where[uuid][v.Key], g, mono)
 			a.last[v.Key+"/"+uuid] = v
 		}
@@ -204,6 +224,10 @@ func (a *Arbiter) scan() {
 		}
 	}
 }
+
+// TakeLongestGap returns the longest time between two steps since the last
+// call (a tick's worth when the loop runs on time), and starts over.
+func (a *Arbiter) TakeLongestGap() time.Duration { return time.Duration(a.longestGap.Swap(0)) }
 
 // Verdict is the latest decision for allocation key on GPU uuid.
 func (a *Arbiter) Verdict(key, uuid string) (Verdict, bool) {

@@ -21,6 +21,13 @@ type Policy struct {
 	// PriorityFloor is the share of the GPU (0..1) a throttled lower-priority
 	// tenant keeps.
 	PriorityFloor float64
+	// TurnGrace > 0 gives the holder's grant a deadline: the end of its turn
+	// as it stands (quantum, lead over the next in line, a capped tenant's
+	// tokens) plus TurnGrace, renewed at every step. The hook stops the
+	// holder by itself past it, so an arbiter the OS did not run for a while
+	// (a loaded node) no longer lets a turn last as long as the stall. 0: no
+	// deadline.
+	TurnGrace time.Duration
 }
 
 // Tenant is one container's standing on one GPU, as its files say now.
@@ -56,6 +63,9 @@ type Verdict struct {
 	Suppressed bool
 	// Solo: no other tenant of the GPU is active (its hook may queue deeper).
 	Solo bool
+	// Until: for a holder with others waiting (Policy.TurnGrace > 0), how
+	// long from now it may go on should no further step come; 0: no bound.
+	Until time.Duration
 }
 
 // tenantState is what the scheduler remembers about a tenant between steps.
@@ -169,12 +179,16 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 		}
 	}
 	draining := s.draining(now, ts)
+	until := s.turnLeft(now, ts)
 	out := make([]Verdict, 0, len(ts))
 	for i := range ts {
 		t := &ts[i]
 		st := s.tenants[t.Key]
 		v := Verdict{Key: t.Key, Go: t.Key == s.holder && !draining}
 		v.Solo = v.Go && others == 0
+		if v.Go && !v.Solo {
+			v.Until = until
+		}
 		if !v.Go && st.active {
 			v.Throttled = true
 			v.Suppressed = s.suppressed(now, t)
@@ -400,6 +414,68 @@ func (s *Scheduler) holds(now time.Time, h *Tenant, cands []*Tenant) bool {
 	}
 	return true
 }
+
+// turnLeft is how long the holder's turn may go on if no further step came
+// (the deadline its grant carries), plus TurnGrace: at most the rest of its
+// quantum, no longer than a capped holder's tokens last, and no longer than
+// it takes to get a lead of virtual time over another candidate of its rank
+// (holds), at the GPU's whole time; never less than the quarter quantum a
+// turn lasts at least. 0 when there is no deadline to give: TurnGrace 0, no
+// holder, or no other candidate waiting (a late arbiter then delays nobody).
+func (s *Scheduler) turnLeft(now time.Time, ts []Tenant) time.Duration {
+	if s.Policy.TurnGrace <= 0 || s.holder == "" {
+		return 0
+	}
+	var h *Tenant
+	var others []*Tenant
+	most := 0.0
+	for i := range ts {
+		t := &ts[i]
+		if t.Key == s.holder {
+			h = t
+		} else if s.eligible(now, t) {
+			others = append(others, t)
+		}
+		if s.eligible(now, t) {
+			most = math.Max(most, t.Share)
+		}
+	}
+	if h == nil || len(others) == 0 {
+		return 0
+	}
+	end := s.since.Add(s.Policy.Quantum)
+	hs := s.tenants[h.Key]
+	if s.capOf(now, h) < 1 {
+		end = earliest(end, now.Add(seconds(hs.tokens)))
+	}
+	if most > 0 && h.Share > 0 {
+		lead := s.Policy.Quantum.Seconds() / (4 * most)
+		for _, c := range others {
+			if s.rank(now, c) == s.rank(now, h) {
+				// GPU time that brings the holder lead ahead of c: its
+				// virtual time grows by 1/share per second it runs.
+				gap := lead - (hs.vtime - s.tenants[c.Key].vtime)
+				end = earliest(end, now.Add(seconds(gap*h.Share)))
+			}
+		}
+	}
+	if least := s.since.Add(s.Policy.Quantum / 4); end.Before(least) {
+		end = least
+	}
+	if end.Before(now) {
+		end = now
+	}
+	return end.Sub(now) + s.Policy.TurnGrace
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // Holder is the tenant holding the turn ("" none).
 func (s *Scheduler) Holder() string { return s.holder }

@@ -25,6 +25,8 @@ const (
 	GrantPPMMax      = 1000000
 	GrantArbitrated  = 1 << 32
 	GrantSolo        = 1 << 33
+	GrantUntilShift  = 40
+	GrantUntilUsMax  = 0xffffff
 	HeartbeatStaleNs = 1000000000
 )
 

@@ -3,6 +3,7 @@ package region
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 // Compute is one device's compute accounting in a region, summed over all
@@ -50,6 +51,10 @@ type Grant struct {
 	Unpaced bool   // no pacing (in-flight work is still bounded)
 	PPM     uint32 // share of the device's time, parts per million, when paced
 	Solo    bool   // no other tenant is active on the GPU: a deeper queue is allowed
+	// Until is the turn's deadline after the heartbeat written with the
+	// grant (0: none): past it the hook stops by itself until the next
+	// grant. Rounded up to whole microseconds, at most GrantUntilUsMax.
+	Until time.Duration
 }
 
 // Word encodes g as the compute_grant word, marked as the arbiter's.
@@ -57,6 +62,13 @@ func (g Grant) Word() uint64 {
 	w := uint64(GrantArbitrated)
 	if g.Solo {
 		w |= GrantSolo
+	}
+	if g.Until > 0 {
+		us := (uint64(g.Until) + 999) / 1000
+		if us > GrantUntilUsMax {
+			us = GrantUntilUsMax
+		}
+		w |= us << GrantUntilShift
 	}
 	if g.Unpaced {
 		return w | GrantUnpaced
@@ -73,11 +85,14 @@ func DecodeGrant(w uint64) (g Grant, ok bool) {
 	if w&GrantArbitrated == 0 {
 		return Grant{}, false
 	}
-	rate, solo := w&GrantRateMask, w&GrantSolo != 0
+	rate := w & GrantRateMask
+	g = Grant{Solo: w&GrantSolo != 0, Until: time.Duration(w>>GrantUntilShift&GrantUntilUsMax) * time.Microsecond}
 	if rate == GrantUnpaced {
-		return Grant{Unpaced: true, Solo: solo}, true
+		g.Unpaced = true
+	} else {
+		g.PPM = uint32(rate)
 	}
-	return Grant{PPM: uint32(rate), Solo: solo}, true
+	return g, true
 }
 
 // PolicyName is the annotation value of a compute policy word.

@@ -4,10 +4,12 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestGrantWordRoundTrip(t *testing.T) {
-	for _, g := range []Grant{{Unpaced: true}, {Unpaced: true, Solo: true}, {PPM: 0}, {PPM: 300000}, {PPM: GrantPPMMax, Solo: true}} {
+	for _, g := range []Grant{{Unpaced: true}, {Unpaced: true, Solo: true}, {PPM: 0}, {PPM: 300000}, {PPM: GrantPPMMax, Solo: true},
+		{Unpaced: true, Until: 12 * time.Millisecond}, {PPM: 0, Solo: true, Until: time.Microsecond}, {PPM: 250000, Until: GrantUntilUsMax * time.Microsecond}} {
 		got, ok := DecodeGrant(g.Word())
 		if !ok || got != g {
 			t.Errorf("%+v → %#x → %+v, %v", g, g.Word(), got, ok)
@@ -15,6 +17,12 @@ func TestGrantWordRoundTrip(t *testing.T) {
 	}
 	if g, ok := DecodeGrant(Grant{PPM: 5 * GrantPPMMax}.Word()); !ok || g.PPM != GrantPPMMax {
 		t.Errorf("an oversized rate decodes to %+v; want the maximum", g)
+	}
+	if g, _ := DecodeGrant(Grant{Until: time.Hour}.Word()); g.Until != GrantUntilUsMax*time.Microsecond {
+		t.Errorf("a deadline beyond the word decodes to %v; want the most it holds", g.Until)
+	}
+	if g, _ := DecodeGrant(Grant{Until: 1500 * time.Nanosecond}.Word()); g.Until != 2*time.Microsecond {
+		t.Errorf("a deadline of 1.5 µs decodes to %v; want it rounded up (never earlier than asked)", g.Until)
 	}
 	if _, ok := DecodeGrant(0); ok {
 		t.Error("a word no arbiter wrote decodes as a grant")

@@ -49,6 +49,7 @@ func TestConstantsMatchCHeader(t *testing.T) {
 		"PolicyGuaranteed": PolicyGuaranteed, "PolicyHard": PolicyHard,
 		"GrantRateMask": GrantRateMask, "GrantUnpaced": GrantUnpaced, "GrantPPMMax": GrantPPMMax,
 		"GrantArbitrated": GrantArbitrated, "GrantSolo": GrantSolo, "HeartbeatStaleNs": HeartbeatStaleNs,
+		"GrantUntilShift": GrantUntilShift, "GrantUntilUsMax": GrantUntilUsMax,
 	}
 	for i, b := range BalloonWaitBoundsUs {
 		goSide[fmt.Sprint("BalloonWaitBoundUs", i)] = b

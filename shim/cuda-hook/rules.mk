@@ -54,7 +54,7 @@ $(HOOK_BUILD)/cudash: $(HOOK_DIR)/test/cudash.c $(HOOK_HDRS) fakegpu
 
 $(HOOK_BUILD)/bench_hook: $(HOOK_DIR)/bench/bench_hook.c $(HOOK_HDRS) $(HOOK_DIR)/test/abi_files.h
 	@mkdir -p $(HOOK_BUILD)
-	@$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -I$(HOOK_DIR)/include -I$(HOOK_DIR)/test -o $@ $< -ldl
+	@$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -I$(HOOK_DIR)/include -I$(HOOK_DIR)/test -o $@ $< -ldl -pthread
 
 $(HOOK_BUILD)/libempty.so: $(HOOK_DIR)/bench/empty.c
 	@mkdir -p $(HOOK_BUILD)

@@ -108,6 +108,11 @@ type KubernetesConfig struct {
 	Kubeconfig string `json:"kubeconfig,omitempty"`
 }
 
+// DefaultArbiterRealtimePriority is the arbiter's SCHED_FIFO priority by
+// default: the lowest band, above every SCHED_OTHER process and below the
+// kernel's own real-time threads and any latency-critical RT application.
+const DefaultArbiterRealtimePriority = 5
+
 // ArbiterConfig is the compute-share arbiter's control loop.
 type ArbiterConfig struct {
 	// Enabled: without the arbiter, hooks fall back to the static share
@@ -128,6 +133,18 @@ type ArbiterConfig struct {
 	// PriorityFloorPercent is the share of the GPU (0..100) a throttled
 	// lower-priority tenant keeps.
 	PriorityFloorPercent int `json:"priorityFloorPercent"`
+	// RealtimePriority runs the control loop on an OS thread of its own
+	// under SCHED_FIFO at this priority (1..99; low is enough to run ahead
+	// of every ordinary process), or at nice -10 where the kernel refuses
+	// it; without CAP_SYS_NICE neither is granted and one log line says so.
+	// A late tick is a turn that lasts as long. 0: an ordinary goroutine.
+	RealtimePriority int `json:"realtimePriority"`
+	// TurnGrace: each grant to a holder with others waiting carries a
+	// deadline, the end of its turn as it stands plus this grace, after
+	// which the hook stops it by itself until the arbiter writes again (a
+	// late arbiter then costs idle GPU time instead of a wrong share).
+	// 0: no deadlines.
+	TurnGrace Duration `json:"turnGrace"`
 }
 
 // EnforcementConfig is the out-of-band check of the driver's per-process truth.
@@ -183,7 +200,8 @@ func DefaultMonitor() *MonitorConfig {
 			Settle: Duration{10 * time.Minute}, MarginPercent: 10, MinFloorMiB: 1024, WaitMS: 3000},
 		Containerd: ContainerdConfig{Socket: "/run/containerd/containerd.sock", Namespace: "k8s.io"},
 		Arbiter: ArbiterConfig{Enabled: true, Tick: Duration{time.Millisecond}, Quantum: Duration{10 * time.Millisecond},
-			IdleAfter: Duration{5 * time.Millisecond}, PriorityHold: Duration{100 * time.Millisecond}},
+			IdleAfter: Duration{5 * time.Millisecond}, PriorityHold: Duration{100 * time.Millisecond},
+			RealtimePriority: DefaultArbiterRealtimePriority, TurnGrace: Duration{2 * time.Millisecond}},
 	}
 }
 
@@ -232,6 +250,12 @@ func (c *MonitorConfig) Validate() error {
 	atLeast("arbiter.idleAfter", c.Arbiter.IdleAfter.Duration, c.Arbiter.Tick.Duration)
 	if c.Arbiter.PriorityHold.Duration < 0 {
 		bad("arbiter.priorityHold", "negative %s", c.Arbiter.PriorityHold.Duration)
+	}
+	if c.Arbiter.RealtimePriority < 0 || c.Arbiter.RealtimePriority > 99 {
+		bad("arbiter.realtimePriority", "%d outside 0..99", c.Arbiter.RealtimePriority)
+	}
+	if c.Arbiter.TurnGrace.Duration < 0 {
+		bad("arbiter.turnGrace", "negative %s", c.Arbiter.TurnGrace.Duration)
 	}
 	if c.Arbiter.PriorityFloorPercent < 0 || c.Arbiter.PriorityFloorPercent > 100 {
 		bad("arbiter.priorityFloorPercent", "%d outside 0..100", c.Arbiter.PriorityFloorPercent)

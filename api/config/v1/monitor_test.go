@@ -37,8 +37,11 @@ func TestMonitorConfigErrorsNameTheField(t *testing.T) {
 	c.Enforcement.Policy = "shoot"
 	c.Enforcement.ToleranceMiB = -1
 	c.ReapInterval = Duration{}
+	c.Arbiter.RealtimePriority = 100
+	c.Arbiter.TurnGrace = Duration{-time.Millisecond}
 	err := c.Validate()
-	for _, field := range []string{"nodeName", "stateDir", "enforcement.policy", "enforcement.toleranceMiB", "reapInterval"} {
+	for _, field := range []string{"nodeName", "stateDir", "enforcement.policy", "enforcement.toleranceMiB", "reapInterval",
+		"arbiter.realtimePriority", "arbiter.turnGrace"} {
 		if err == nil || !strings.Contains(err.Error(), field+":") {
 			t.Errorf("Validate: %v, want %s named", err, field)
 		}

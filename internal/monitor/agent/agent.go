@@ -82,8 +82,10 @@ func New(cfg *configv1.MonitorConfig, log *slog.Logger, source identity.Source, 
 	}
 	if ac := cfg.Arbiter; ac.Enabled {
 		a.Arbiter = &arbiter.Arbiter{StateDir: cfg.StateDir, Tick: ac.Tick.Duration, Rescan: 200 * time.Millisecond, Log: log,
+			RealtimePriority: ac.RealtimePriority,
 			Policy: arbiter.Policy{Quantum: ac.Quantum.Duration, IdleAfter: ac.IdleAfter.Duration,
-				PriorityHold: ac.PriorityHold.Duration, PriorityFloor: float64(ac.PriorityFloorPercent) / 100}}
+				PriorityHold: ac.PriorityHold.Duration, PriorityFloor: float64(ac.PriorityFloorPercent) / 100,
+				TurnGrace: ac.TurnGrace.Duration}}
 	}
 	c := &metrics.Collector{Node: cfg.NodeName, Reader: a.Reader, Owner: a.Identity.Owner, Processes: a.Reaper.Owners}
 	if node != nil {

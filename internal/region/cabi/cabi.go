@@ -45,6 +45,8 @@ func Constants() map[string]uint64 {
 		"GrantPPMMax":          uint64(C.TESSERA_GRANT_PPM_MAX),
 		"GrantArbitrated":      uint64(C.TESSERA_GRANT_ARBITRATED),
 		"GrantSolo":            uint64(C.TESSERA_GRANT_SOLO),
+		"GrantUntilShift":      uint64(C.TESSERA_GRANT_UNTIL_SHIFT),
+		"GrantUntilUsMax":      uint64(C.TESSERA_GRANT_UNTIL_US_MAX),
 		"HeartbeatStaleNs":     uint64(C.TESSERA_HEARTBEAT_STALE_NS),
 	}
 }

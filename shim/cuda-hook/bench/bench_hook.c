@@ -6,12 +6,15 @@
  *
  * usage: bench_hook libtessera-hook.so libempty.so [shared]   (LD_LIBRARY_PATH finds libcuda.so.1)
  * shared: only the launch overhead, with a 30 % compute share in force (core
- * limits and core region, the arbiter's grant "run" with a fresh heartbeat):
- * every launch goes through the burst bookkeeping and its events.
+ * limits and core region, the arbiter's grant "run" with a turn deadline far
+ * ahead, its heartbeat refreshed every 10 ms as the arbiter does): every launch
+ * goes through the burst bookkeeping, its events and the deadline check.
  * libempty.so is an empty shared object: preloading it is the dynamic loader's
  * share of the start-up cost, which any preloaded library pays. */
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -90,6 +93,17 @@ static void make_container(const char *dir, const char *uuid)
 
 /* A 30 % compute share on device 0, granted (unpaced, not solo) by an arbiter
  * whose heartbeat stays fresh for the run. */
+/* The arbiter's part: a fresh heartbeat (past, so the deadline is judged). */
+static void *heartbeat(void *limits)
+{
+    tessera_limits *l = limits;
+    for (;;) {
+        atomic_store(&l->devices[0].compute_heartbeat_ns, (uint64_t)now_ns());
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    return NULL;
+}
+
 static void make_core_share(const char *dir, const char *uuid)
 {
     char path[256];
@@ -105,10 +119,15 @@ static void make_core_share(const char *dir, const char *uuid)
         fprintf(stderr, "bench_hook: cannot map %s\n", path);
         exit(1);
     }
-    l->devices[0].compute_grant = TESSERA_GRANT_ARBITRATED | TESSERA_GRANT_UNPACED;
-    l->devices[0].compute_heartbeat_ns = (uint64_t)now_ns() + 3600ull * 1000000000ull;
-    munmap(l, sizeof *l);
+    l->devices[0].compute_grant =
+        TESSERA_GRANT_ARBITRATED | TESSERA_GRANT_UNPACED | (TESSERA_GRANT_UNTIL_US_MAX << TESSERA_GRANT_UNTIL_SHIFT);
+    l->devices[0].compute_heartbeat_ns = (uint64_t)now_ns();
     close(fd);
+    pthread_t beat;
+    if (pthread_create(&beat, NULL, heartbeat, l) != 0) {
+        fprintf(stderr, "bench_hook: cannot start the heartbeat thread\n");
+        exit(1);
+    }
     snprintf(path, sizeof path, "%s/core-region", dir);
     abi_write_region(path);
     setenv("TESSERA_CORE_REGION", path, 1);

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
 	"github.com/tessera-gpu/tessera/internal/arbiter"
 	"github.com/tessera-gpu/tessera/internal/region"
 	"github.com/tessera-gpu/tessera/internal/statedir"
@@ -67,12 +68,24 @@ type node struct {
 	arb      *arbiter.Arbiter
 	stop     func()
 	extraEnv []string // e.g. FAKEGPU_DEVICES for a node of several GPUs
+	tenants  []int    // pids of the tenants started
 }
 
 // defaultPolicy is the monitor's default (api/config/v1).
 func defaultPolicy() arbiter.Policy {
-	return arbiter.Policy{Quantum: 10 * time.Millisecond, IdleAfter: 5 * time.Millisecond, PriorityHold: 100 * time.Millisecond}
+	return arbiter.Policy{Quantum: 10 * time.Millisecond, IdleAfter: 5 * time.Millisecond, PriorityHold: 100 * time.Millisecond,
+		TurnGrace: 2 * time.Millisecond}
 }
+
+// arbiterKind is how a node's arbiter is run: as the monitor runs it by
+// default, or as it was before its control loop was raised and its turns
+// carried deadlines (the benchmark's baseline, measured in the same run).
+type arbiterKind int
+
+const (
+	arbiterDefault  arbiterKind = iota
+	arbiterBaseline             // an ordinary goroutine, no turn deadlines
+)
 
 func newNode(t testing.TB) *node {
 	t.Helper()
@@ -84,10 +97,18 @@ func newNode(t testing.TB) *node {
 	return n
 }
 
-// startArbiter runs the arbiter over the node's state directory until cleanup.
-func (n *node) startArbiter(p arbiter.Policy) {
+// startArbiter runs the arbiter over the node's state directory until
+// cleanup, on a real-time thread as the monitor does by default (this test
+// process runs it, so it gets the priority when the test runs as root).
+func (n *node) startArbiter(p arbiter.Policy) { n.startArbiterAs(p, arbiterDefault) }
+
+func (n *node) startArbiterAs(p arbiter.Policy, kind arbiterKind) {
+	rt := configv1.DefaultArbiterRealtimePriority
+	if kind == arbiterBaseline {
+		rt, p.TurnGrace = 0, 0
+	}
 	n.arb = &arbiter.Arbiter{StateDir: n.stateDir, Policy: p, Tick: time.Millisecond, Rescan: 50 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		RealtimePriority: rt, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { n.arb.Run(ctx); close(done) }()
@@ -156,6 +177,7 @@ func (n *node) start(c *container, args ...string) *proc {
 	}
 	p := &proc{cmd: cmd, out: bufio.NewReader(stdout), pid: cmd.Process.Pid, done: make(chan string, 1)}
 	watchTenant(p.pid)
+	n.tenants = append(n.tenants, p.pid)
 	n.t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	line, err := p.out.ReadString('\n')
 	if strings.HasPrefix(line, "err") && strings.Contains(line, "not in this driver") {
@@ -206,9 +228,13 @@ type sample struct {
 	byPID  map[int]uint64
 	device uint64
 	billed []uint64 // busy_ns each recorded container's hooks published, read right after
-	// stall: the longest this test process (where the arbiter runs) was kept
-	// from running since the previous sample, by a 1 ms sleeper's lateness.
+	// stall: the longest the arbiter went without a step since the previous
+	// sample (without an arbiter: the longest this test process was kept
+	// from running, by a 1 ms sleeper's lateness).
 	stall time.Duration
+	// cpuWait: how long each tenant of the node had waited for a CPU by
+	// then (fakegpu.RunQueueWait; recorders sampling every 50 ms or slower).
+	cpuWait map[int]time.Duration
 }
 
 func (n *node) sample() sample {
@@ -274,8 +300,22 @@ func (n *node) record(every time.Duration, cs ...*container) *recorder {
 		for {
 			s := n.sample()
 			s.stall = time.Duration(stall.Swap(0))
+			if n.arb != nil {
+				// The arbiter's own longest gap between steps: its
+				// thread may be scheduled apart from this process's
+				// others (a real-time one).
+				s.stall = n.arb.TakeLongestGap()
+			}
 			for _, reg := range regs {
 				s.billed = append(s.billed, reg.Compute(0).BusyNs)
+			}
+			if every >= 50*time.Millisecond {
+				s.cpuWait = map[int]time.Duration{}
+				for _, pid := range n.tenants {
+					if w, err := fakegpu.RunQueueWait(pid); err == nil {
+						s.cpuWait[pid] = w
+					}
+				}
 			}
 			r.mu.Lock()
 			r.samples = append(r.samples, s)

@@ -107,6 +107,13 @@ typedef struct tessera_limits {
 #define TESSERA_GRANT_PPM_MAX 1000000ull
 #define TESSERA_GRANT_ARBITRATED (1ull << 32)
 #define TESSERA_GRANT_SOLO (1ull << 33) /* no other tenant is active on the GPU: a deeper queue is allowed */
+/* Bits 40..63: the turn's deadline, in microseconds after the word's heartbeat
+ * (compute_heartbeat_ns); 0 = none. From then on the hook treats the grant as
+ * rate 0 until the arbiter writes again: a holder stops by itself when the
+ * arbiter is late to hand its turn on (a node agent the OS did not run). Hooks
+ * that predate it ignore these bits; arbiters that predate it leave them 0. */
+#define TESSERA_GRANT_UNTIL_SHIFT 40
+#define TESSERA_GRANT_UNTIL_US_MAX 0xffffffull
 #define TESSERA_HEARTBEAT_STALE_NS 1000000000ull
 
 /* ---- usage region ---- */

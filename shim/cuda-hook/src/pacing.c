@@ -11,6 +11,11 @@ uint32_t pacing_rate(uint64_t grant, uint64_t heartbeat_ns, uint64_t policy, uin
     bool fresh = (grant & TESSERA_GRANT_ARBITRATED) != 0 &&
                  (now < heartbeat_ns || now - heartbeat_ns < TESSERA_HEARTBEAT_STALE_NS);
     if (fresh) {
+        /* A turn past its deadline stops, whatever its rate: the arbiter is
+         * late to hand it on. No clock read of its own: `now` is the burst's. */
+        uint64_t until_us = (grant >> TESSERA_GRANT_UNTIL_SHIFT) & TESSERA_GRANT_UNTIL_US_MAX;
+        if (until_us != 0 && now >= heartbeat_ns && now - heartbeat_ns >= until_us * 1000u)
+            return 0;
         uint64_t r = grant & TESSERA_GRANT_RATE_MASK;
         if (r == TESSERA_GRANT_UNPACED)
             return PACING_UNPACED;
@@ -93,12 +98,14 @@ bool pacing_wait_bounded(int (*done)(void *), void *arg, uint64_t bound_ns, _Ato
         if (done(arg))
             return true;
         uint64_t now = mono_ns();
-        if (now - start >= bound_ns)
-            return false;
+        /* Stamped before the bound is judged: one nap the OS stretched past
+         * the whole bound (a loaded node) was still a wait. */
         if (demand != NULL && now - stamped >= 1000000) {
             atomic_store_explicit(demand, now, memory_order_relaxed);
             stamped = now;
         }
+        if (now - start >= bound_ns)
+            return false;
         nanosleep(&(struct timespec){0, (long)nap}, NULL);
         if (nap < 200000)
             nap += nap / 2;

@@ -18,7 +18,8 @@
 #define PACING_DEBT_NS 200000000ll
 
 /* The rate in force for one device: the arbiter's grant while its heartbeat is
- * fresh, else the static rule (hard: the share; guaranteed: unpaced). */
+ * fresh (0 once the grant's turn deadline, counted from the heartbeat, has
+ * passed), else the static rule (hard: the share; guaranteed: unpaced). */
 uint32_t pacing_rate(uint64_t grant, uint64_t heartbeat_ns, uint64_t policy, uint32_t share_pct, uint64_t now);
 
 /* Adds what rate earned since the last refill (one process wins each interval). */

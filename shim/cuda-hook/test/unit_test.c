@@ -359,6 +359,15 @@ static void test_pacing(void)
     CHECK(pacing_rate(0, 0, TESSERA_POLICY_GUARANTEED, 30, now) == PACING_UNPACED);
     CHECK(pacing_rate(arb | 0, now - TESSERA_HEARTBEAT_STALE_NS, TESSERA_POLICY_HARD, 30, now) == 300000);
     CHECK(pacing_rate(0, 0, TESSERA_POLICY_HARD, 100, now) == PACING_UNPACED);
+    /* A turn with a deadline (5 ms after the heartbeat): its rate until then,
+     * stopped from then on; a stale heartbeat still falls back. */
+    const uint64_t until5ms = 5000ull << TESSERA_GRANT_UNTIL_SHIFT;
+    CHECK(pacing_rate(arb | until5ms | TESSERA_GRANT_UNPACED, now - 4999999, TESSERA_POLICY_HARD, 30, now) == PACING_UNPACED);
+    CHECK(pacing_rate(arb | until5ms | TESSERA_GRANT_UNPACED, now - 5000000, TESSERA_POLICY_HARD, 30, now) == 0);
+    CHECK(pacing_rate(arb | until5ms | 250000, now - 6000000, TESSERA_POLICY_GUARANTEED, 30, now) == 0);
+    CHECK(pacing_rate(arb | until5ms | 250000, now + 1000, TESSERA_POLICY_GUARANTEED, 30, now) == 250000);
+    CHECK(pacing_rate(arb | until5ms | TESSERA_GRANT_UNPACED, now - TESSERA_HEARTBEAT_STALE_NS, TESSERA_POLICY_GUARANTEED, 30, now) ==
+          PACING_UNPACED);
     /* The bucket: starts empty, earns rate × time, at most PACING_BUCKET_NS. */
     tessera_device_compute c;
     memset(&c, 0, sizeof c);

@@ -1,0 +1,71 @@
+package arbiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// niceFallback is the nice value asked for when a real-time policy is refused
+// (a kernel or cgroup without real-time bandwidth): still ahead of the
+// tenants' CPU-bound threads, which run at nice 0.
+const niceFallback = -10
+
+// raisePriority puts the calling OS thread (only it: Linux schedules threads)
+// under SCHED_FIFO at prio, or failing that at niceFallback. It says what it
+// got, or why it got nothing.
+func raisePriority(prio int) (string, error) {
+	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(prio)}
+	fifoErr := unix.SchedSetAttr(0, &attr, 0)
+	if fifoErr == nil {
+		return fmt.Sprintf("SCHED_FIFO priority %d", prio), nil
+	}
+	if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), niceFallback); err != nil {
+		return "", errors.Join(fmt.Errorf("SCHED_FIFO priority %d: %w", prio, fifoErr), fmt.Errorf("nice %d: %w", niceFallback, err))
+	}
+	return fmt.Sprintf("nice %d (SCHED_FIFO refused: %v)", niceFallback, fifoErr), nil
+}
+
+// runRealtime is Run's loop on an OS thread of its own at a raised priority:
+// the grants are a control loop whose error grows with every millisecond the
+// OS keeps it from running (a late tick is a turn that lasts as long). The
+// tick is slept in clock_nanosleep on that thread, so the kernel wakes the
+// loop itself, not a Go timer that another (unprivileged, starved) thread
+// would have to notice first. When the loop ends the thread's scheduling is
+// put back, and it stays locked: the Go runtime then ends it (or, for the
+// process's main thread, parks it) instead of handing it to other goroutines.
+func (a *Arbiter) runRealtime(ctx context.Context) {
+	runtime.LockOSThread()
+	if was, err := unix.SchedGetAttr(0, 0); err == nil {
+		defer unix.SchedSetAttr(0, was, 0) //nolint:errcheck // best effort; the thread is not reused either way
+	}
+	if got, err := raisePriority(a.RealtimePriority); err != nil {
+		a.log().Warn("compute arbiter: priority not raised (needs CAP_SYS_NICE); grants may come late on a busy node", "err", err)
+	} else {
+		a.log().Info("compute arbiter: control loop on its own thread", "scheduling", got)
+	}
+	tick := uint64(a.Tick)
+	next := Monotonic() + tick
+	for ctx.Err() == nil {
+		ts := unix.NsecToTimespec(int64(next))
+		if err := unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil); err != nil && err != unix.EINTR {
+			time.Sleep(a.Tick) // not expected; never spin
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if a.Active == nil || a.Active() {
+			a.Step(time.Now(), Monotonic())
+		}
+		// A late wake-up skips the ticks it missed (Step accounts for the
+		// real time elapsed) rather than running them back to back.
+		next += tick
+		if now := Monotonic(); next <= now {
+			next = now + tick
+		}
+	}
+}
