@@ -30,6 +30,7 @@ func dynamicFlags(fs *flag.FlagSet) func() (dynsim.Options, error) {
 	warmup := fs.Duration("warmup", d.Warmup, "dynamic: arrivals before this are simulated but not reported")
 	age := fs.Duration("age-step", d.AgeStep, "dynamic (full): wait that gains one priority class")
 	ceiling := fs.String("age-ceiling", d.AgeCeiling.String(), "dynamic (full): the most urgent class ageing reaches")
+	join := fs.String("age-join", d.AgeJoin.String(), "dynamic (full): where an aged pod queues in the class it reached: submission, reach (behind that class's earlier pods) or ahead (ahead of every pod that did not age into it)")
 	ageClasses := fs.String("age-classes", "", "dynamic (full): the classes that age, e.g. P3 (default: all)")
 	protect := fs.Bool("protect-aged", d.ProtectAged, "dynamic (full): a pod started while aged runs at the class it reached (only more urgent classes may preempt it)")
 	shares := fs.String("team-quota", "", "dynamic: the teams' guaranteed shares of GPU compute, e.g. 0.4,0.3,0.2,0.1 (default: equal)")
@@ -49,6 +50,9 @@ func dynamicFlags(fs *flag.FlagSet) func() (dynsim.Options, error) {
 			return o, fmt.Errorf("--age-ceiling: %w", err)
 		}
 		o.AgeCeiling = c
+		if o.AgeJoin, err = priority.ParseJoin(*join); err != nil {
+			return o, fmt.Errorf("--age-join: %w", err)
+		}
 		o.ProtectAged = *protect
 		if *ageClasses != "" {
 			for _, part := range strings.Split(*ageClasses, ",") {

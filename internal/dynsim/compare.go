@@ -25,6 +25,9 @@ type Options struct {
 	AgeStep time.Duration
 	// AgeCeiling is the most urgent class ageing reaches (full mode).
 	AgeCeiling priority.Class
+	// AgeJoin is where an aged pod queues in the class it reached (full
+	// mode; DefaultOptions: priority.JoinAtReach).
+	AgeJoin priority.Join
 	// AgeClasses are the classes that age (full mode); empty: all.
 	AgeClasses []priority.Class
 	// ProtectAged (full mode): pods started while aged run at the class
@@ -47,7 +50,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		Workload: WorkloadConfig{Load: 1.5, Horizon: 4 * time.Hour, MaxRun: 6 * time.Hour, P0Share: 0.02, Teams: 4, Seed: 42},
-		Modes:    ModeNames, Tick: 10 * time.Second, Drain: 12 * time.Hour, Warmup: time.Hour, AgeStep: 30 * time.Minute, AgeCeiling: priority.P2, Policy: "tessera",
+		Modes:    ModeNames, Tick: 10 * time.Second, Drain: 12 * time.Hour, Warmup: time.Hour, AgeStep: 30 * time.Minute, AgeCeiling: priority.P2, AgeJoin: priority.JoinAtReach, Policy: "tessera",
 		Balloons: true, Balloon: DefaultBalloonConfig(),
 	}
 }
@@ -66,7 +69,7 @@ func Compare(nodes []partition.NodeSpec, pods []trace.Pod, o Options) ([]*Result
 	}
 	modes := make([]Mode, len(o.Modes))
 	for i, name := range o.Modes {
-		ageing := priority.Ageing{Step: o.AgeStep, Ceiling: o.AgeCeiling}
+		ageing := priority.Ageing{Step: o.AgeStep, Ceiling: o.AgeCeiling, Join: o.AgeJoin}
 		for c := range ageing.Skip {
 			ageing.Skip[c] = len(o.AgeClasses) > 0 && !slices.Contains(o.AgeClasses, priority.Class(c))
 		}
