@@ -138,6 +138,7 @@ func TestSimulateDynamicShort(t *testing.T) {
 	}
 	for _, bad := range []struct{ flag, value, want string }{
 		{"--load", "0", "load 0"}, {"--deadline", "P9=1h", "--deadline"}, {"--modes", "lifo", `mode "lifo"`}, {"--warmup", "5h", "--warmup"},
+		{"--age-join", "first", "--age-join"},
 	} {
 		code, _, stderr := runCLI("simulate", "--mode", "dynamic", "--nodes", testNodes, "--pods", testPods, "--horizon", "2h", bad.flag, bad.value)
 		if code == 0 || !strings.Contains(stderr, bad.want) {

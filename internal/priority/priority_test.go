@@ -220,3 +220,20 @@ func TestAgeingSkipAndReached(t *testing.T) {
 		t.Errorf("joining at submission: %v, want the submission", got.Sub(sub))
 	}
 }
+
+// The API spells joins submission, reach and ahead; anything else is an
+// error naming the value, and an Ageing with a join out of range does not
+// validate.
+func TestParseJoin(t *testing.T) {
+	for _, j := range []Join{JoinAtSubmission, JoinAtReach, JoinAhead} {
+		if got, err := ParseJoin(j.String()); err != nil || got != j {
+			t.Errorf("ParseJoin(%q) = %v, %v", j.String(), got, err)
+		}
+	}
+	if _, err := ParseJoin("first"); err == nil || !strings.Contains(err.Error(), `"first"`) {
+		t.Errorf("ParseJoin(first): %v", err)
+	}
+	if err := (Ageing{Step: time.Minute, Ceiling: P2, Join: JoinAhead + 1}).Validate(); err == nil {
+		t.Error("a join out of range validated")
+	}
+}
