@@ -2,6 +2,7 @@ package dynsim
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -42,6 +43,9 @@ type Options struct {
 	// same workload, configured by Balloon.
 	Balloons bool
 	Balloon  BalloonConfig
+	// PodLog, when not empty, is a path prefix: each mode writes its pod
+	// log (Config.PodLog) to PodLog.<mode>.csv.
+	PodLog string
 }
 
 // DefaultOptions: load 1.5 for 4 hours of arrivals of which the first hour
@@ -99,7 +103,21 @@ func Compare(nodes []partition.NodeSpec, pods []trace.Pod, o Options) ([]*Result
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			results[i], errs[i] = Simulate(nodes, jobs, o.Workload.Horizon, Config{Mode: modes[i], Tick: o.Tick, Drain: o.Drain, Warmup: o.Warmup, Teams: teams, Deadline: o.Deadline, Policy: o.Policy})
+			cfg := Config{Mode: modes[i], Tick: o.Tick, Drain: o.Drain, Warmup: o.Warmup, Teams: teams, Deadline: o.Deadline, Policy: o.Policy}
+			if o.PodLog != "" {
+				f, err := os.Create(o.PodLog + "." + modes[i].Name + ".csv")
+				if err != nil {
+					errs[i] = fmt.Errorf("pod log: %w", err)
+					return
+				}
+				defer func() {
+					if err := f.Close(); err != nil && errs[i] == nil {
+						errs[i] = fmt.Errorf("pod log: %w", err)
+					}
+				}()
+				cfg.PodLog = f
+			}
+			results[i], errs[i] = Simulate(nodes, jobs, o.Workload.Horizon, cfg)
 		}()
 	}
 	wg.Wait()
