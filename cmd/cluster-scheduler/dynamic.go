@@ -30,8 +30,10 @@ func dynamicFlags(fs *flag.FlagSet) func() (dynsim.Options, error) {
 	warmup := fs.Duration("warmup", d.Warmup, "dynamic: arrivals before this are simulated but not reported")
 	age := fs.Duration("age-step", d.AgeStep, "dynamic (full): wait that gains one priority class")
 	ceiling := fs.String("age-ceiling", d.AgeCeiling.String(), "dynamic (full): the most urgent class ageing reaches")
+	join := fs.String("age-join", d.AgeJoin.String(), "dynamic (full): where an aged pod queues in the class it reached: submission, reach (behind that class's earlier pods) or ahead (ahead of every pod that did not age into it)")
 	ageClasses := fs.String("age-classes", "", "dynamic (full): the classes that age, e.g. P3 (default: all)")
 	protect := fs.Bool("protect-aged", d.ProtectAged, "dynamic (full): a pod started while aged runs at the class it reached (only more urgent classes may preempt it)")
+	podLog := fs.String("pod-log", "", "dynamic: write one CSV row per reported pod (arrival, first start, wait, evictions by class, reservation) to PREFIX.<mode>.csv")
 	shares := fs.String("team-quota", "", "dynamic: the teams' guaranteed shares of GPU compute, e.g. 0.4,0.3,0.2,0.1 (default: equal)")
 	deadlines := fs.String("deadline", "", "dynamic: per-class deadlines, e.g. P1=1h,P3=12h (pods still pending then are dropped)")
 	balloons := fs.Bool("balloons", d.Balloons, "dynamic: also compare memory balloons off vs on (docs/balloon.md)")
@@ -49,7 +51,11 @@ func dynamicFlags(fs *flag.FlagSet) func() (dynsim.Options, error) {
 			return o, fmt.Errorf("--age-ceiling: %w", err)
 		}
 		o.AgeCeiling = c
+		if o.AgeJoin, err = priority.ParseJoin(*join); err != nil {
+			return o, fmt.Errorf("--age-join: %w", err)
+		}
 		o.ProtectAged = *protect
+		o.PodLog = *podLog
 		if *ageClasses != "" {
 			for _, part := range strings.Split(*ageClasses, ",") {
 				k, err := priority.ParseClass(strings.TrimSpace(part))

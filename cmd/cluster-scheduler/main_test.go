@@ -118,10 +118,17 @@ func TestBenchWithoutOpenBDirSaysSo(t *testing.T) {
 // The short dynamic run: every mode, the BENCH metrics the issue names, and
 // bad flags refused with the flag named.
 func TestSimulateDynamicShort(t *testing.T) {
+	podLog := filepath.Join(t.TempDir(), "pods")
 	code, stdout, stderr := runCLI("simulate", "--mode", "dynamic", "--nodes", testNodes, "--pods", testPods,
-		"--horizon", "40m", "--warmup", "10m", "--drain", "2h", "--format", "bench")
+		"--horizon", "40m", "--warmup", "10m", "--drain", "2h", "--format", "bench", "--pod-log", podLog)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, m := range []string{"fifo", "priority_noaging", "full"} {
+		b, err := os.ReadFile(podLog + "." + m + ".csv")
+		if lines := strings.Count(string(b), "\n"); err != nil || !strings.HasPrefix(string(b), "mode,pod,class,") || lines < 2 {
+			t.Errorf("pod log of %s: %v, %d lines", m, err, lines)
+		}
 	}
 	for _, m := range []string{"fifo", "priority_noaging", "full"} {
 		for _, metric := range []string{"p0_wait_p99_s", "p1_wait_p99_s", "p3_wait_max_s", "gpu_alloc_mean_pct", "preemptions", "min_run_violations 0 "} {
@@ -138,6 +145,7 @@ func TestSimulateDynamicShort(t *testing.T) {
 	}
 	for _, bad := range []struct{ flag, value, want string }{
 		{"--load", "0", "load 0"}, {"--deadline", "P9=1h", "--deadline"}, {"--modes", "lifo", `mode "lifo"`}, {"--warmup", "5h", "--warmup"},
+		{"--age-join", "first", "--age-join"},
 	} {
 		code, _, stderr := runCLI("simulate", "--mode", "dynamic", "--nodes", testNodes, "--pods", testPods, "--horizon", "2h", bad.flag, bad.value)
 		if code == 0 || !strings.Contains(stderr, bad.want) {

@@ -2,6 +2,7 @@ package dynsim
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -25,6 +26,9 @@ type Options struct {
 	AgeStep time.Duration
 	// AgeCeiling is the most urgent class ageing reaches (full mode).
 	AgeCeiling priority.Class
+	// AgeJoin is where an aged pod queues in the class it reached (full
+	// mode; DefaultOptions: priority.JoinAtReach).
+	AgeJoin priority.Join
 	// AgeClasses are the classes that age (full mode); empty: all.
 	AgeClasses []priority.Class
 	// ProtectAged (full mode): pods started while aged run at the class
@@ -39,6 +43,9 @@ type Options struct {
 	// same workload, configured by Balloon.
 	Balloons bool
 	Balloon  BalloonConfig
+	// PodLog, when not empty, is a path prefix: each mode writes its pod
+	// log (Config.PodLog) to PodLog.<mode>.csv.
+	PodLog string
 }
 
 // DefaultOptions: load 1.5 for 4 hours of arrivals of which the first hour
@@ -47,7 +54,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		Workload: WorkloadConfig{Load: 1.5, Horizon: 4 * time.Hour, MaxRun: 6 * time.Hour, P0Share: 0.02, Teams: 4, Seed: 42},
-		Modes:    ModeNames, Tick: 10 * time.Second, Drain: 12 * time.Hour, Warmup: time.Hour, AgeStep: 30 * time.Minute, AgeCeiling: priority.P2, Policy: "tessera",
+		Modes:    ModeNames, Tick: 10 * time.Second, Drain: 12 * time.Hour, Warmup: time.Hour, AgeStep: 30 * time.Minute, AgeCeiling: priority.P2, AgeJoin: priority.JoinAtReach, Policy: "tessera",
 		Balloons: true, Balloon: DefaultBalloonConfig(),
 	}
 }
@@ -66,7 +73,7 @@ func Compare(nodes []partition.NodeSpec, pods []trace.Pod, o Options) ([]*Result
 	}
 	modes := make([]Mode, len(o.Modes))
 	for i, name := range o.Modes {
-		ageing := priority.Ageing{Step: o.AgeStep, Ceiling: o.AgeCeiling}
+		ageing := priority.Ageing{Step: o.AgeStep, Ceiling: o.AgeCeiling, Join: o.AgeJoin}
 		for c := range ageing.Skip {
 			ageing.Skip[c] = len(o.AgeClasses) > 0 && !slices.Contains(o.AgeClasses, priority.Class(c))
 		}
@@ -96,7 +103,21 @@ func Compare(nodes []partition.NodeSpec, pods []trace.Pod, o Options) ([]*Result
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			results[i], errs[i] = Simulate(nodes, jobs, o.Workload.Horizon, Config{Mode: modes[i], Tick: o.Tick, Drain: o.Drain, Warmup: o.Warmup, Teams: teams, Deadline: o.Deadline, Policy: o.Policy})
+			cfg := Config{Mode: modes[i], Tick: o.Tick, Drain: o.Drain, Warmup: o.Warmup, Teams: teams, Deadline: o.Deadline, Policy: o.Policy}
+			if o.PodLog != "" {
+				f, err := os.Create(o.PodLog + "." + modes[i].Name + ".csv")
+				if err != nil {
+					errs[i] = fmt.Errorf("pod log: %w", err)
+					return
+				}
+				defer func() {
+					if err := f.Close(); err != nil && errs[i] == nil {
+						errs[i] = fmt.Errorf("pod log: %w", err)
+					}
+				}()
+				cfg.PodLog = f
+			}
+			results[i], errs[i] = Simulate(nodes, jobs, o.Workload.Horizon, cfg)
 		}()
 	}
 	wg.Wait()

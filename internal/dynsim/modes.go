@@ -51,7 +51,6 @@ func Modes(name string, ageing priority.Ageing) (Mode, error) {
 				ReserveAfter: 10 * time.Minute, MaxReservations: 16, PreemptionSearches: 32}}
 		if name == "full" {
 			m.Engine.Queue.Ageing = ageing
-			m.Engine.Queue.Ageing.JoinAtReach = true
 		}
 		return m, nil
 	}

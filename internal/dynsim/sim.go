@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	schedv1 "github.com/tessera-gpu/tessera/api/scheduler/v1"
@@ -31,6 +32,10 @@ type Config struct {
 	// Teams are the teams' names and guaranteed shares of the cluster's GPU
 	// compute (used when the mode has quotas).
 	Teams []TeamQuota
+	// PodLog, when set, gets one CSV row per reported pod that started
+	// (podLogHeader): which pods make a class's longest waits and what
+	// happened to them.
+	PodLog io.Writer
 }
 
 // TeamQuota is one team's guarantee, a share of the GPU compute.
@@ -114,9 +119,11 @@ func Simulate(nodes []partition.NodeSpec, jobs []Job, horizon time.Duration, cfg
 		return nil, err
 	}
 	s := &state{cfg: cfg, eng: eng, byKey: map[string]*Job{}, running: map[string]*runningJob{}, epochs: map[string]int{},
-		waitAt: map[string]int{}, evictedAt: map[string]time.Duration{},
+		waitAt: map[string]int{}, evictedAt: map[string]time.Duration{}, records: map[string]*podRecord{},
 		res: newResult(cfg.Mode.Name, c.GPUCapacityMilli(), cfg.Warmup, horizon)}
-	s.run(jobs, horizon)
+	if err := s.run(jobs, horizon); err != nil {
+		return nil, err
+	}
 	return s.res, nil
 }
 
@@ -132,13 +139,14 @@ type state struct {
 	// start plus every eviction to restart.
 	waitAt    map[string]int
 	evictedAt map[string]time.Duration
+	records   map[string]*podRecord // for Config.PodLog
 	ends      completions
 	res       *Result
 	now       time.Duration
 	allocd    float64 // GPUs allocated now
 }
 
-func (s *state) run(jobs []Job, horizon time.Duration) {
+func (s *state) run(jobs []Job, horizon time.Duration) error {
 	next := 0
 	end := horizon + s.cfg.Drain
 	for s.now = 0; s.now <= end; {
@@ -163,7 +171,13 @@ func (s *state) run(jobs []Job, horizon time.Duration) {
 		}
 		s.advance(jobs, next)
 	}
+	if s.cfg.PodLog != nil {
+		if err := s.writePodLog(s.cfg.PodLog); err != nil {
+			return err
+		}
+	}
 	s.res.finish(s, horizon)
+	return nil
 }
 
 // advance moves time to the next tick, or straight to the next arrival or
@@ -230,6 +244,7 @@ func (s *state) finish(key string, rj *runningJob) {
 func (s *state) consume() {
 	for _, ev := range s.eng.Events() {
 		j := s.byKey[ev.Pod.Key]
+		s.record(j, ev)
 		cs := s.res.class(j.Class)
 		if !s.reported(j) {
 			cs = &ClassStats{} // simulated, not reported
@@ -265,6 +280,31 @@ func (s *state) consume() {
 		case engine.Escalated:
 			cs.escalated++
 		}
+	}
+}
+
+// record keeps what the pod log reports beyond waits.
+func (s *state) record(j *Job, ev engine.Event) {
+	if s.cfg.PodLog == nil {
+		return
+	}
+	r := s.records[j.Name]
+	if r == nil {
+		r = &podRecord{firstStart: -1}
+		s.records[j.Name] = r
+	}
+	switch ev.Kind {
+	case engine.Placed:
+		if r.firstStart < 0 {
+			r.firstStart = s.now
+		}
+	case engine.Preempted:
+		r.evictions++
+		if ev.By != nil && ev.By.Class.Valid() {
+			r.evictedBy[ev.By.Class]++
+		}
+	case engine.Reserved:
+		r.reserved = true
 	}
 }
 

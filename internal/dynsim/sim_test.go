@@ -111,3 +111,34 @@ func TestEvictedPodStillPendingCountsAllItsWaiting(t *testing.T) {
 		t.Errorf("P3 max wait %v, want %v..%v", p3.Max, lo, hi)
 	}
 }
+
+// The pod log has one row per reported pod that started, with its own
+// wait (not a sorted statistic): the P3 job of the eviction scenario
+// started at 0, was evicted once by a P1 pod and waited 30 min in all
+// (requeued 20 min after its submission, past the 10 min reservation
+// threshold, it held a reservation meanwhile); the P1 job started at 20 min
+// without waiting.
+func TestPodLogRecordsEachPodsWaitAndEvictions(t *testing.T) {
+	nodes := []partition.NodeSpec{{Name: "n1", Model: "A100", CPU: 64000, MemMiB: 1 << 20, GPUs: 1, GPUMemMiB: 40960}}
+	req := func(name string) placement.Request {
+		return placement.Request{Name: name, CPUMilli: 1000, MemMiB: 1024, NumGPU: 1, GPUMilli: 1000}
+	}
+	jobs := []Job{
+		{Name: "exp", Class: priority.P3, Team: "team-0", Arrive: 0, Run: time.Hour, Request: req("exp")},
+		{Name: "infer", Class: priority.P1, Team: "team-0", Arrive: 20 * time.Minute, Run: 30 * time.Minute, Request: req("infer")},
+	}
+	mode, err := Modes("priority_noaging", priority.Ageing{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	if _, err := Simulate(nodes, jobs, 2*time.Hour, Config{Mode: mode, Tick: 10 * time.Second, Drain: 2 * time.Hour, Policy: "binpack", PodLog: &log}); err != nil {
+		t.Fatal(err)
+	}
+	want := podLogHeader +
+		"priority_noaging,exp,P3,1,1000,3600,0.000,0,1800.000,1,0,1,0,0,true\n" +
+		"priority_noaging,infer,P1,1,1000,1800,1200.000,1200,0.000,0,0,0,0,0,false\n"
+	if log.String() != want {
+		t.Errorf("pod log:\n%s\nwant:\n%s", log.String(), want)
+	}
+}

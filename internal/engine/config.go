@@ -15,7 +15,8 @@ import (
 // to the ageing ceiling — not to P0: an experiment past its maximum wait
 // goes first among training, it does not compete with realtime inference
 // (the ceiling says which classes a waiting pod may overtake) — backfill
-// reservations, the cooldown; ageing.classes says which classes age.
+// reservations, the cooldown; ageing.classes says which classes age,
+// ageing.join where an aged pod queues in the class it reached.
 // Per-pod values
 // (minimum run time, maximum wait) come from PodDefaults.
 func ConfigFrom(c *schedv1.Config) (Config, error) {
@@ -37,6 +38,11 @@ func ConfigFrom(c *schedv1.Config) (Config, error) {
 		ceiling = priority.Class(int(priority.Lowest) - boost)
 	}
 	ageing := priority.Ageing{Step: a.ClassStep(), Ceiling: ceiling}
+	if a.Join != "" {
+		if ageing.Join, err = priority.ParseJoin(a.Join); err != nil {
+			return Config{}, fmt.Errorf("engine: priority.ageing.join: %w", err)
+		}
+	}
 	for c := priority.P0; c <= priority.Lowest; c++ {
 		ageing.Skip[c] = !a.Ages(schedv1.Classes[c])
 	}

@@ -102,6 +102,12 @@ func TestConfigFrom(t *testing.T) {
 	if cfg, err = ConfigFrom(sc); err != nil || cfg.Queue.Ageing.Skip != [priority.NumClasses]bool{true, true, true, false} {
 		t.Errorf("ageing.classes [P3]: skip %v, %v; want only P3 to age", cfg.Queue.Ageing.Skip, err)
 	}
+	for join, want := range map[string]priority.Join{"": priority.JoinAtSubmission, schedv1.JoinReach: priority.JoinAtReach, schedv1.JoinAhead: priority.JoinAhead} {
+		sc.Priority.Ageing.Join = join
+		if cfg, err = ConfigFrom(sc); err != nil || cfg.Queue.Ageing.Join != want {
+			t.Errorf("ageing.join %q: %v, %v; want %v", join, cfg.Queue.Ageing.Join, err, want)
+		}
+	}
 	sc.Priority.Ageing.Ceiling = "P9"
 	if _, err := ConfigFrom(sc); err == nil || !strings.Contains(err.Error(), "ceiling") {
 		t.Errorf("bad ceiling: %v", err)

@@ -200,7 +200,7 @@ func TestAliasShadowedByClassNameIsRefused(t *testing.T) {
 // Classes kept from ageing stay where they are; the others still reach the
 // ceiling. Reached is the time the class was entered by ageing.
 func TestAgeingSkipAndReached(t *testing.T) {
-	a := Ageing{Step: 10 * time.Minute, Ceiling: P1, JoinAtReach: true}
+	a := Ageing{Step: 10 * time.Minute, Ceiling: P1, Join: JoinAtReach}
 	a.Skip[P2] = true
 	if got := a.Effective(P2, time.Hour); got != P2 {
 		t.Errorf("P2 kept from ageing aged to %v", got)
@@ -215,8 +215,25 @@ func TestAgeingSkipAndReached(t *testing.T) {
 	if got := a.Reached(P3, P3, sub); !got.Equal(sub) {
 		t.Errorf("P3 at its own class: %v, want its submission", got.Sub(sub))
 	}
-	a.JoinAtReach = false
+	a.Join = JoinAtSubmission
 	if got := a.Reached(P3, P1, sub); !got.Equal(sub) {
-		t.Errorf("without JoinAtReach: %v, want the submission", got.Sub(sub))
+		t.Errorf("joining at submission: %v, want the submission", got.Sub(sub))
+	}
+}
+
+// The API spells joins submission, reach and ahead; anything else is an
+// error naming the value, and an Ageing with a join out of range does not
+// validate.
+func TestParseJoin(t *testing.T) {
+	for _, j := range []Join{JoinAtSubmission, JoinAtReach, JoinAhead} {
+		if got, err := ParseJoin(j.String()); err != nil || got != j {
+			t.Errorf("ParseJoin(%q) = %v, %v", j.String(), got, err)
+		}
+	}
+	if _, err := ParseJoin("first"); err == nil || !strings.Contains(err.Error(), `"first"`) {
+		t.Errorf("ParseJoin(first): %v", err)
+	}
+	if err := (Ageing{Step: time.Minute, Ceiling: P2, Join: JoinAhead + 1}).Validate(); err == nil {
+		t.Error("a join out of range validated")
 	}
 }

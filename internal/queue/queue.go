@@ -250,9 +250,18 @@ func (q *Queue[T]) Peek(now time.Time) *Entry[T] {
 	return best
 }
 
-// before orders two heads of effective class c: by the time each reached c
-// (its submission unless ageing joins at reach), then submission order.
+// before orders two heads of effective class c: under JoinAhead aged pods
+// first; then by the time each reached c (its submission unless ageing
+// joins at reach), then submission order. Each per-class heap stays sorted
+// by this key: within one base class an older pod is in the same or a more
+// urgent effective class, and at the same class it aged exactly when a
+// younger one did.
 func (q *Queue[T]) before(a, b *Entry[T], c priority.Class) bool {
+	if q.cfg.Ageing.Join == priority.JoinAhead {
+		if aa, ba := priority.Aged(a.queued, c), priority.Aged(b.queued, c); aa != ba {
+			return aa
+		}
+	}
 	ra, rb := q.cfg.Ageing.Reached(a.queued, c, a.Submitted), q.cfg.Ageing.Reached(b.queued, c, b.Submitted)
 	if !ra.Equal(rb) {
 		return ra.Before(rb)

@@ -75,15 +75,16 @@ func TestOrdering(t *testing.T) {
 // The merge of per-class heaps must give exactly the order a full sort by
 // (effective class, submission, push order) gives, at any instant.
 func TestOrderMatchesSort(t *testing.T) {
-	for _, join := range []bool{false, true} {
-		t.Run(fmt.Sprintf("joinAtReach=%v", join), func(t *testing.T) { testOrderMatchesSort(t, join) })
+	for _, join := range []priority.Join{priority.JoinAtSubmission, priority.JoinAtReach, priority.JoinAhead} {
+		t.Run("join="+join.String(), func(t *testing.T) { testOrderMatchesSort(t, join) })
 	}
 }
 
-// testOrderMatchesSort: with JoinAtReach the sort key is (effective class,
-// time the class was reached, submission).
-func testOrderMatchesSort(t *testing.T, join bool) {
-	cfg := Config{Ageing: priority.Ageing{Step: 50 * time.Second, Ceiling: priority.P0, JoinAtReach: join}, EscalateTo: priority.P0}
+// testOrderMatchesSort: the sort key is (effective class, under JoinAhead
+// aged before not aged, under JoinAtReach the time the class was reached,
+// submission).
+func testOrderMatchesSort(t *testing.T, join priority.Join) {
+	cfg := Config{Ageing: priority.Ageing{Step: 50 * time.Second, Ceiling: priority.P0, Join: join}, EscalateTo: priority.P0}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for trial := 0; trial < 50; trial++ {
 		q := newQueue(t, cfg)
@@ -108,6 +109,9 @@ func testOrderMatchesSort(t *testing.T, join bool) {
 			eb := cfg.Ageing.Effective(b.class, at(now).Sub(at(b.sub)))
 			if ea != eb {
 				return ea < eb
+			}
+			if aa, ba := ea < a.class, eb < b.class; join == priority.JoinAhead && aa != ba {
+				return aa
 			}
 			if ra, rb := cfg.Ageing.Reached(a.class, ea, at(a.sub)), cfg.Ageing.Reached(b.class, eb, at(b.sub)); !ra.Equal(rb) {
 				return ra.Before(rb)
@@ -245,21 +249,47 @@ func TestActivateEndsBackoffKeepingAttempts(t *testing.T) {
 	}
 }
 
-// With JoinAtReach an aged pod joins the class it reached behind the pods
-// of that class already waiting: a P3 pod submitted at 0 reaches P1 after
-// two 100 s steps, at 200 — behind a P1 pod submitted at 150, ahead of one
-// submitted at 250. Without it the P3 pod goes ahead of both.
-func TestAgedPodJoinsAtReach(t *testing.T) {
+// Where an aged pod queues in the class it reached. At 300 s, with one
+// class per 100 s up to P1: p3-old (submitted at 10) reached P1 at 210,
+// p2-old (20) at 120; the P1 pods were submitted at 0, 150 and 250.
+// JoinAtSubmission orders by submission; JoinAtReach by the time the class
+// was reached (p3-old behind p1-early, which was waiting when it arrived);
+// JoinAhead puts both aged pods, oldest first, ahead of every P1 pod — also
+// the one submitted before them.
+func TestAgedPodJoins(t *testing.T) {
 	for _, c := range []struct {
-		join bool
+		join priority.Join
 		want []string
-	}{{true, []string{"p1-early", "p3-old", "p1-late"}}, {false, []string{"p3-old", "p1-early", "p1-late"}}} {
-		q := newQueue(t, Config{Ageing: priority.Ageing{Step: 100 * time.Second, Ceiling: priority.P1, JoinAtReach: c.join}, EscalateTo: priority.P1})
-		q.Push(&Entry[struct{}]{Key: "p3-old", Class: priority.P3, Submitted: at(0)})
+	}{
+		{priority.JoinAtSubmission, []string{"p1-first", "p3-old", "p2-old", "p1-early", "p1-late"}},
+		{priority.JoinAtReach, []string{"p1-first", "p2-old", "p1-early", "p3-old", "p1-late"}},
+		{priority.JoinAhead, []string{"p3-old", "p2-old", "p1-first", "p1-early", "p1-late"}},
+	} {
+		q := newQueue(t, Config{Ageing: priority.Ageing{Step: 100 * time.Second, Ceiling: priority.P1, Join: c.join}, EscalateTo: priority.P1})
+		q.Push(&Entry[struct{}]{Key: "p1-first", Class: priority.P1, Submitted: at(0)})
+		q.Push(&Entry[struct{}]{Key: "p3-old", Class: priority.P3, Submitted: at(10)})
+		q.Push(&Entry[struct{}]{Key: "p2-old", Class: priority.P2, Submitted: at(20)})
 		q.Push(&Entry[struct{}]{Key: "p1-early", Class: priority.P1, Submitted: at(150)})
 		q.Push(&Entry[struct{}]{Key: "p1-late", Class: priority.P1, Submitted: at(250)})
 		if got := drain(q, at(300)); !slices.Equal(got, c.want) {
-			t.Errorf("joinAtReach %v: order %v, want %v", c.join, got, c.want)
+			t.Errorf("join %v: order %v, want %v", c.join, got, c.want)
 		}
+	}
+}
+
+// Under JoinAhead with the ceiling at P2 an aged experiment overtakes the
+// whole training backlog but never inference: a P3 pod that waited one
+// step goes after every P1 pod and before every P2 pod, even P2 pods
+// submitted long before it; a P3 pod not yet aged stays last.
+func TestJoinAheadOvertakesTrainingNotInference(t *testing.T) {
+	q := newQueue(t, Config{Ageing: priority.Ageing{Step: 30 * time.Minute, Ceiling: priority.P2, Join: priority.JoinAhead}, EscalateTo: priority.P2})
+	q.Push(&Entry[struct{}]{Key: "p2-hours-old", Class: priority.P2, Submitted: at(0)})
+	q.Push(&Entry[struct{}]{Key: "p3-aged", Class: priority.P3, Submitted: at(3600)})
+	q.Push(&Entry[struct{}]{Key: "p1-new", Class: priority.P1, Submitted: at(5390)})
+	q.Push(&Entry[struct{}]{Key: "p3-fresh", Class: priority.P3, Submitted: at(5000)})
+	q.Push(&Entry[struct{}]{Key: "p2-new", Class: priority.P2, Submitted: at(5300)})
+	want := []string{"p1-new", "p3-aged", "p2-hours-old", "p2-new", "p3-fresh"}
+	if got := drain(q, at(5400)); !slices.Equal(got, want) {
+		t.Errorf("order %v, want %v", got, want)
 	}
 }

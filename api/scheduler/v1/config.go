@@ -254,6 +254,11 @@ func (p *PriorityConfig) validate(v *validator, at string) {
 	if a.Ceiling != "" {
 		v.class(at+".ageing.ceiling", a.Ceiling)
 	}
+	switch a.Join {
+	case "", JoinSubmission, JoinReach, JoinAhead:
+	default:
+		v.bad(at+".ageing.join", "%q: want %s, %s or %s", a.Join, JoinSubmission, JoinReach, JoinAhead)
+	}
 	for _, c := range sortedKeys(p.MaxWait) {
 		v.class(at+".maxWait", c)
 		if d := p.MaxWait[c].Duration; d < 0 {

@@ -23,7 +23,7 @@ priority:
   classValues:
   - {atLeast: 500, class: P1}
   defaultClass: P3
-  ageing: {interval: 30s, step: 5, maxBoost: 150, classes: [P2, P3]}
+  ageing: {interval: 30s, step: 5, maxBoost: 150, classes: [P2, P3], join: ahead}
   maxWait: {P3: 1h}
   backfill: {reserveAfter: 2m, maxReservations: 3}
 queues:
@@ -56,7 +56,7 @@ gang: {timeout: 90s}
 	if len(p.ClassValues) != 1 || p.ClassForValue(600) != P1 || p.ClassForValue(10) != P3 {
 		t.Errorf("classValues = %v (list replaces the default)", p.ClassValues)
 	}
-	if p.Ageing.Interval.Duration != 30*time.Second || p.Ageing.MaxBoost != 150 || p.Ageing.Ages(P1) || !p.Ageing.Ages(P3) {
+	if p.Ageing.Interval.Duration != 30*time.Second || p.Ageing.MaxBoost != 150 || p.Ageing.Ages(P1) || !p.Ageing.Ages(P3) || p.Ageing.Join != JoinAhead {
 		t.Errorf("ageing = %+v", p.Ageing)
 	}
 	if p.MaxWait[P3].Duration != time.Hour || p.MaxWait[P2].Duration != 2*time.Hour {
@@ -91,6 +91,7 @@ func TestInvalidValuesNameTheirField(t *testing.T) {
 		"priority: {ageing: {interval: 0s}}":                                                         {"priority.ageing.interval"},
 		"priority: {ageing: {step: -1}}":                                                             {"priority.ageing.step"},
 		"priority: {ageing: {maxBoost: 100000}}":                                                     {"priority.ageing.maxBoost"},
+		"priority: {ageing: {join: first}}":                                                          {"priority.ageing.join", "first"},
 		"priority: {ageing: {interval: soon}}":                                                       {"interval", "invalid duration"},
 		"priority: {maxWait: {P2: -1s}}":                                                             {"priority.maxWait.P2"},
 		"priority: {maxWait: {Q: 1s}}":                                                               {"priority.maxWait", "Q"},

@@ -102,7 +102,21 @@ type AgeingConfig struct {
 	// Ceiling is the most urgent class ageing can reach (default P2: an
 	// old experiment competes with training, never with inference).
 	Ceiling Class `json:"ceiling,omitempty"`
+	// Join is where an aged pod queues among the pods of the class it
+	// reached: JoinSubmission (absent: the default) keeps its submission
+	// time, JoinReach queues it from the time it reached the class (behind
+	// that class's pods already waiting then), JoinAhead puts it ahead of
+	// every pod that did not age into the class (with the ceiling at P2 an
+	// old experiment overtakes the training backlog, never inference).
+	Join string `json:"join,omitempty"`
 }
+
+// The values of AgeingConfig.Join.
+const (
+	JoinSubmission = "submission"
+	JoinReach      = "reach"
+	JoinAhead      = "ahead"
+)
 
 // BackfillConfig bounds head-of-line blocking: once a pod has waited
 // ReserveAfter, capacity is held for it and smaller pods may only backfill
