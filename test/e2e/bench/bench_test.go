@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,8 +55,11 @@ type bench struct {
 	// profileDir, when set, receives a CPU profile of tessera-scheduler
 	// per pass (E2E_BENCH_PROFILE_DIR).
 	profileDir string
-	passes     []pass
-	latency    []*dto.Histogram // tessera's attempt latency, one per process
+	// tesseraArgs are extra flags of tessera-scheduler for an experiment
+	// (E2E_BENCH_TESSERA_ARGS, split at spaces, e.g. "--bind-workers=64").
+	tesseraArgs []string
+	passes      []pass
+	latency     []*dto.Histogram // tessera's attempt latency, one per process
 }
 
 // TestBench measures kube-scheduler and tessera-scheduler binding the same
@@ -92,7 +96,11 @@ func TestBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &bench{t: t, ctx: ctx, c: c, creator: creator, pods: pods, profileDir: os.Getenv("E2E_BENCH_PROFILE_DIR")}
+	b := &bench{t: t, ctx: ctx, c: c, creator: creator, pods: pods, profileDir: os.Getenv("E2E_BENCH_PROFILE_DIR"),
+		tesseraArgs: strings.Fields(os.Getenv("E2E_BENCH_TESSERA_ARGS"))}
+	if len(b.tesseraArgs) > 0 {
+		t.Logf("bench: tessera-scheduler with extra flags %q", b.tesseraArgs)
+	}
 
 	b.warmUp()
 	for r := range rounds {
@@ -176,7 +184,7 @@ func (b *bench) fractionalPass() {
 // tesseraPass starts tessera-scheduler, measures one pass, keeps its
 // attempt latency histogram and stops it.
 func (b *bench) tesseraPass(ns string, pod func(ns, name string) *corev1.Pod) {
-	var args []string
+	args := slices.Clone(b.tesseraArgs)
 	if b.profileDir != "" {
 		args = append(args, "--profiling=true")
 	}
