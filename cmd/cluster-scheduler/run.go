@@ -95,7 +95,7 @@ var runFlags = map[string]runFlag{
 	"queue-config-map":     {"namespace/name of the ConfigMap holding the engine's SchedulerConfig YAML under key config.yaml; empty: defaults, no queues", func(c *cfgv1.SchedulerConfig, v string) error { c.QueueConfigMap = v; return nil }},
 	"policy":               {"placement policy: tessera, fgd, bestfit, binpack, spread, random (default tessera)", func(c *cfgv1.SchedulerConfig, v string) error { c.Policy = v; return nil }},
 	"memory-unit":          {"the device plugin's gpu-mem unit, e.g. 1Gi (must match the plugin's memoryUnit)", func(c *cfgv1.SchedulerConfig, v string) error { return parseQuantity(&c.MemoryUnit, v) }},
-	"bind-workers":         {"binds, evictions and status patches in flight at once (default 16)", func(c *cfgv1.SchedulerConfig, v string) error { return parseInt(&c.BindWorkers, v) }},
+	"bind-workers":         {"binds, evictions and status patches in flight at once (default 64)", func(c *cfgv1.SchedulerConfig, v string) error { return parseInt(&c.BindWorkers, v) }},
 	"webhook-bind-address": {"host:port of the optional mutating admission webhook (/mutate); empty: off", func(c *cfgv1.SchedulerConfig, v string) error { c.Webhook.BindAddress = v; return nil }},
 	"webhook-cert-file":    {"TLS certificate of the webhook (PEM)", func(c *cfgv1.SchedulerConfig, v string) error { c.Webhook.CertFile = v; return nil }},
 	"webhook-key-file":     {"TLS key of the webhook (PEM)", func(c *cfgv1.SchedulerConfig, v string) error { c.Webhook.KeyFile = v; return nil }},

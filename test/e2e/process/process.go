@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // Spec describes one process to start.
@@ -233,3 +235,19 @@ var (
 	spawnOnce sync.Once
 	spawnc    chan spawnReq
 )
+
+// CPUTime is the user plus system CPU time the process has used so far
+// (/proc/<pid>/stat; its own threads, not its children). A benchmark
+// samples it around a measured interval to say which component spent the
+// machine's time.
+func (p *Process) CPUTime() (time.Duration, error) {
+	proc, err := procfs.NewProc(p.PID)
+	if err != nil {
+		return 0, fmt.Errorf("%s (pid %d) CPU time: %w", p.Name, p.PID, err)
+	}
+	st, err := proc.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("%s (pid %d) CPU time: %w", p.Name, p.PID, err)
+	}
+	return time.Duration(st.CPUTime() * float64(time.Second)), nil
+}

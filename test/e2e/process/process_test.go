@@ -202,3 +202,34 @@ func TestWaitReady(t *testing.T) {
 		t.Fatalf("WaitReady past its context: %v; want the deadline and the last check", err)
 	}
 }
+
+func TestCPUTimeGrowsWhileTheProcessComputes(t *testing.T) {
+	p, err := Start(Spec{Name: "spinner", Path: "/bin/sh", LogDir: t.TempDir(),
+		Args: []string{"-c", "while :; do :; done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(5 * time.Second)
+	// A busy loop on a loaded machine still gets a few ticks within a
+	// minute; the clock counts in 10 ms ticks.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		used, err := p.CPUTime()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if used >= 50*time.Millisecond {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("spinner used %v of CPU in a minute, want ≥ 50ms", used)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := p.Stop(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.CPUTime(); err == nil || !strings.Contains(err.Error(), "spinner") {
+		t.Errorf("CPUTime of a reaped process: err = %v, want an error naming it", err)
+	}
+}

@@ -48,10 +48,20 @@ func Histogram(fams map[string]*dto.MetricFamily, name string) (*dto.Histogram, 
 	if f.GetType() != dto.MetricType_HISTOGRAM {
 		return nil, fmt.Errorf("metric %s is a %s, not a histogram", name, f.GetType())
 	}
+	hs := make([]*dto.Histogram, 0, len(f.Metric))
+	for _, m := range f.Metric {
+		hs = append(hs, m.GetHistogram())
+	}
+	return Sum(hs...), nil
+}
+
+// Sum adds histograms with the same buckets up: the series of one metric,
+// or one metric scraped from several processes (a benchmark that restarts
+// its scheduler for each pass).
+func Sum(hs ...*dto.Histogram) *dto.Histogram {
 	sum := &dto.Histogram{SampleCount: new(uint64), SampleSum: new(float64)}
 	byBound := map[float64]uint64{}
-	for _, m := range f.Metric {
-		h := m.GetHistogram()
+	for _, h := range hs {
 		*sum.SampleCount += h.GetSampleCount()
 		*sum.SampleSum += h.GetSampleSum()
 		for _, b := range h.Bucket {
@@ -66,7 +76,7 @@ func Histogram(fams map[string]*dto.MetricFamily, name string) (*dto.Histogram, 
 	for _, ub := range bounds {
 		sum.Bucket = append(sum.Bucket, &dto.Bucket{UpperBound: &ub, CumulativeCount: new(byBound[ub])})
 	}
-	return sum, nil
+	return sum
 }
 
 // Quantile is the q-quantile (0 ≤ q ≤ 1) of h as histogram_quantile

@@ -76,3 +76,27 @@ func TestEmptyHistogramHasNoQuantile(t *testing.T) {
 		t.Fatalf("p99 of nothing = %g", q)
 	}
 }
+
+func TestSumAddsScrapesOfSeveralProcesses(t *testing.T) {
+	fams, err := Families(context.Background(), serve(t, exposition))
+	if err != nil {
+		t.Fatal(err)
+	}
+	both, err := Histogram(fams, "lat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	twice := Sum(both, both)
+	if twice.GetSampleCount() != 400 || twice.GetSampleSum() != 2*both.GetSampleSum() {
+		t.Fatalf("sum of two scrapes: count %d sum %g, want 400 and %g", twice.GetSampleCount(), twice.GetSampleSum(), 2*both.GetSampleSum())
+	}
+	// The same distribution twice over has the same quantiles.
+	for _, q := range []float64{0.25, 0.5, 0.99} {
+		if a, b := Quantile(q, both), Quantile(q, twice); math.Abs(a-b) > 1e-12 {
+			t.Errorf("q%.2f: %g of one scrape, %g of two", q, a, b)
+		}
+	}
+	if n := Sum().GetSampleCount(); n != 0 {
+		t.Errorf("sum of nothing has %d samples", n)
+	}
+}
