@@ -3,6 +3,7 @@ package kubesched
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -89,20 +90,45 @@ func (s *Scheduler) rekeySelectedBy(d *interpod.Pod, self string) {
 		if p == nil || p.UID != e.uid {
 			continue
 		}
-		nk, err := s.constrain(p)
-		if err != nil || nk == e.pod.Request.NodeConstraint {
-			continue
-		}
-		if e.phase == held {
-			e.pod.Request.NodeConstraint = nk // submitted with it when its backoff ends
-			continue
-		}
-		s.eng.Delete(key)
-		e.pod.Request.NodeConstraint = nk
-		if err := s.eng.Submit(s.alone(e.pod)); err != nil {
-			s.log.Warn("requeue under inter-pod rules failed", "pod", key, "err", err)
-		}
+		s.rekey(p, e)
 	}
+}
+
+// rekey queues a waiting pod (pending or held) again under the key its
+// constraints give it now.
+func (s *Scheduler) rekey(p *corev1.Pod, e *podEntry) {
+	nk, err := s.constrain(p)
+	if err != nil || nk == e.pod.Request.NodeConstraint {
+		return
+	}
+	if e.phase == held {
+		e.pod.Request.NodeConstraint = nk // submitted with it when its backoff ends
+		return
+	}
+	s.eng.Delete(e.key)
+	e.pod.Request.NodeConstraint = nk
+	if err := s.eng.Submit(s.alone(e.pod)); err != nil {
+		s.log.Warn("requeue under inter-pod rules failed", "pod", e.key, "err", err)
+	}
+}
+
+// relabelled reads a known pod's labels again when they changed (they are
+// mutable; its terms are not): where it is placed it counts by its new
+// labels, and a waiting pod is queued under a key carrying them.
+func (s *Scheduler) relabelled(p *corev1.Pod, e *podEntry) {
+	d := s.descs[e.key]
+	if d == nil || maps.Equal(map[string]string(d.Labels), p.Labels) {
+		return
+	}
+	if e.pod != nil && (e.phase == pending || e.phase == held) {
+		s.rekey(p, e) // describes it again
+		return
+	}
+	nd, err := s.describe(p)
+	if err != nil {
+		return
+	}
+	s.refilterPods(s.affinity.Replace(nd))
 }
 
 // placementChanged is the engine's OnPlacement: the index counts the pod

@@ -322,3 +322,52 @@ func TestAntiAffinityAcrossRestart(t *testing.T) {
 		t.Fatalf("anti-affinity violated across the restart:\n%s", strings.Join(v, "\n"))
 	}
 }
+
+// relabel changes a pod's labels in the API server (kubectl label).
+func (a *api) relabel(name string, kv ...string) {
+	a.t.Helper()
+	p := a.get(name)
+	p.Labels = map[string]string{}
+	for i := 0; i < len(kv); i += 2 {
+		p.Labels[kv[i]] = kv[i+1]
+	}
+	if _, err := a.client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+// A bound pod's labels are read again when they change, as kube-scheduler
+// reads the current pods: a pod relabelled into a group that an incoming
+// pod's anti-affinity avoids keeps it off that node, and one relabelled out
+// of it (kubectl label pod x app-, to take it out of a Service) no longer
+// does.
+func TestRelabelledBoundPodCountsByItsNewLabels(t *testing.T) {
+	a := newAPI(t)
+	a.gpuNode("n1", 4, 16*gib, "T4")
+	a.gpuNode("n2", 4, 16*gib, "T4")
+	a.zoned("n1", "a")
+	a.zoned("n2", "b")
+	a.pod("other", labelled("app", "other"), scheduler("default-scheduler"), onNode("n1"))
+	a.pod("web", labelled("app", "web"), scheduler("default-scheduler"), onNode("n2"))
+	a.start(testConfig())
+	gpu := res(string(translate.ResourceGPU), "1")
+	// An anti-affinity pod (placed first) makes the scheduler read pods of
+	// app=web; it can only go to n1.
+	a.pod("probe", gpu, labelled("app", "probe"), avoid("web", hostname))
+	eventually(t, "probe bound", func() bool { return a.get("probe").Spec.NodeName != "" })
+	if n := a.get("probe").Spec.NodeName; n != "n1" {
+		t.Fatalf("probe on %s beside web", n)
+	}
+	a.deletePod("probe")
+	a.relabel("other", "app", "web") // n1 now holds a web pod too
+	a.pod("late", gpu, labelled("app", "late"), avoid("web", hostname))
+	eventually(t, "late told why", func() bool {
+		return a.eventFor("late", "FailedScheduling", "2 node(s) didn't match pod anti-affinity rules") ||
+			a.get("late").Spec.NodeName != ""
+	})
+	if n := a.get("late").Spec.NodeName; n != "" {
+		t.Fatalf("late bound on %s, where a pod relabelled app=web runs", n)
+	}
+	a.relabel("web", "app", "quarantined") // n2 holds no web pod any more
+	eventually(t, "late bound once web is relabelled", func() bool { return a.get("late").Spec.NodeName == "n2" })
+}

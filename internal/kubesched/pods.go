@@ -71,6 +71,9 @@ func (s *Scheduler) syncPod(key string) {
 		}
 		e = nil
 	}
+	if e != nil {
+		s.relabelled(p, e)
+	}
 	if p.Spec.NodeName != "" {
 		s.syncBound(p, e)
 		return

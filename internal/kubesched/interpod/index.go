@@ -106,6 +106,17 @@ func (x *Index) Place(p *Pod, node string) []string {
 	return x.moved(p, node, 1, out)
 }
 
+// Replace counts p (read again: its labels changed) where the pod of its
+// key is placed, if it is, and returns the constraint keys whose answers
+// may have changed.
+func (x *Index) Replace(p *Pod) []string {
+	old, ok := x.placed[p.Key]
+	if !ok {
+		return nil
+	}
+	return x.Place(p, old.node)
+}
+
 // Unplace forgets pod key's placement and returns the constraint keys
 // whose answers may have changed.
 func (x *Index) Unplace(key string) []string {
