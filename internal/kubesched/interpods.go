@@ -113,11 +113,12 @@ func (s *Scheduler) rekey(p *corev1.Pod, e *podEntry) {
 }
 
 // relabelled reads a known pod's labels again when they changed (they are
-// mutable; its terms are not): where it is placed it counts by its new
-// labels, and a waiting pod is queued under a key carrying them.
+// mutable; its terms are not), or when it started terminating: where it
+// is placed it counts by what it is now, and a waiting pod is queued
+// under a key carrying its new labels.
 func (s *Scheduler) relabelled(p *corev1.Pod, e *podEntry) {
 	d := s.descs[e.key]
-	if d == nil || maps.Equal(map[string]string(d.Labels), p.Labels) {
+	if d == nil || (maps.Equal(map[string]string(d.Labels), p.Labels) && d.Terminating == (p.DeletionTimestamp != nil)) {
 		return
 	}
 	if e.pod != nil && (e.phase == pending || e.phase == held) {

@@ -371,3 +371,36 @@ func TestRelabelledBoundPodCountsByItsNewLabels(t *testing.T) {
 	a.relabel("web", "app", "quarantined") // n2 holds no web pod any more
 	eventually(t, "late bound once web is relabelled", func() bool { return a.get("late").Spec.NodeName == "n2" })
 }
+
+// Terminating pods (a rolling update's old replicas in their grace
+// period) do not count for topology spread, as in kube-scheduler's
+// PodTopologySpread (#87621): two old replicas terminating in zone a do
+// not push both new ones into zone b; a replica that starts terminating
+// while bound stops counting then.
+func TestTerminatingPodsDoNotCountForSpread(t *testing.T) {
+	a := newAPI(t)
+	a.gpuNode("n1", 8, 16*gib, "T4")
+	a.gpuNode("n2", 8, 16*gib, "T4")
+	a.zoned("n1", "a")
+	a.zoned("n2", "b")
+	a.pod("old0", labelled("app", "s"), scheduler("default-scheduler"), onNode("n1"), terminating())
+	a.pod("old1", labelled("app", "s"), scheduler("default-scheduler"), onNode("n1"))
+	a.start(testConfig())
+	gpu := res(string(translate.ResourceGPU), "1")
+	// old1 starts terminating while the scheduler runs.
+	p := a.get("old1")
+	now := metav1.Now()
+	p.DeletionTimestamp = &now
+	if _, err := a.client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		a.pod(fmt.Sprint("new", i), gpu, labelled("app", "s"), spreadOver("s", zoneKey, 1))
+	}
+	eventually(t, "both new replicas bound", func() bool {
+		return a.get("new0").Spec.NodeName != "" && a.get("new1").Spec.NodeName != ""
+	})
+	if n0, n1 := a.get("new0").Spec.NodeName, a.get("new1").Spec.NodeName; n0 == n1 {
+		t.Fatalf("both new replicas on %s: the terminating replicas in zone a were counted", n0)
+	}
+}
