@@ -404,3 +404,43 @@ func TestTerminatingPodsDoNotCountForSpread(t *testing.T) {
 		t.Fatalf("both new replicas on %s: the terminating replicas in zone a were counted", n0)
 	}
 }
+
+// A pod on a node without an inventory counts in that node's topology
+// domain; when the node goes (a failed CPU node deleted, its pods
+// collected afterwards) or moves to another domain, the pod stops counting
+// where it no longer is, instead of forbidding its old domain forever.
+func TestPodOnAVanishedNodeStopsCounting(t *testing.T) {
+	for _, change := range []string{"deleted", "relabelled"} {
+		t.Run(change, func(t *testing.T) {
+			a := newAPI(t)
+			a.gpuNode("n1", 4, 16*gib, "T4")
+			a.zoned("n1", "a")
+			cpu := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu1", Labels: map[string]string{hostname: "cpu1", zoneKey: "a"}}}
+			if _, err := a.client.CoreV1().Nodes().Create(context.Background(), cpu, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			a.pod("db", labelled("app", "db"), scheduler("default-scheduler"), onNode("cpu1"))
+			a.start(testConfig())
+			gpu := res(string(translate.ResourceGPU), "1")
+			a.pod("probe", gpu, labelled("app", "probe"), avoid("db", zoneKey))
+			eventually(t, "probe refused zone a", func() bool {
+				return a.eventFor("probe", "FailedScheduling", "1 node(s) didn't match pod anti-affinity rules")
+			})
+			if change == "deleted" {
+				if err := a.client.CoreV1().Nodes().Delete(context.Background(), "cpu1", metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				a.editNode("cpu1", func(n *corev1.Node) { n.Labels[zoneKey] = "b" })
+			}
+			eventually(t, "probe bound once db's node left zone a", func() bool {
+				if change == "deleted" {
+					if _, err := a.client.CoreV1().Pods("default").Get(context.Background(), "db", metav1.GetOptions{}); err == nil {
+						a.deletePod("db") // the pod garbage collector, after the node went
+					}
+				}
+				return a.get("probe").Spec.NodeName == "n1"
+			})
+		})
+	}
+}

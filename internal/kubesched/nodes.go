@@ -44,6 +44,8 @@ func (s *Scheduler) syncNode(name string) {
 		if e != nil {
 			s.rebuildWanted = true
 		}
+		// Pods on it may count for inter-pod rules in its domain.
+		s.refilterPods(s.affinity.NodeChanged(name))
 	case e == nil || e.fingerprint != fingerprint(n):
 		s.rebuildWanted = true
 	default:
