@@ -18,7 +18,7 @@ type Index struct {
 	// nodes are the nodes placed pods are counted on, as they were when
 	// counted: a pod is counted out with the labels it was counted in
 	// with, though its node moved to another domain or went.
-	nodes map[string]*countedNode
+	nodes map[string]countedNode // by value: no allocation per placement
 	// wanted are the incoming pods by constraint key; states are built
 	// from them on first use and dropped when unused for a while.
 	wanted map[string]wanted
@@ -50,7 +50,7 @@ const idleStates = 4096
 
 // NewIndex is an empty index over cluster c.
 func NewIndex(c Cluster) *Index {
-	return &Index{cluster: c, placed: map[string]placed{}, nodes: map[string]*countedNode{}, wanted: map[string]wanted{}, states: map[string]*State{}, targeting: map[string]*Pod{}}
+	return &Index{cluster: c, placed: map[string]placed{}, nodes: map[string]countedNode{}, wanted: map[string]wanted{}, states: map[string]*State{}, targeting: map[string]*Pod{}}
 }
 
 // Want registers incoming pod p (its rules: its node constraints) under
@@ -117,12 +117,12 @@ func (x *Index) Place(p *Pod, node string) []string {
 		out = x.Unplace(p.Key)
 	}
 	x.placed[p.Key] = placed{pod: p, node: node}
-	cn := x.nodes[node]
-	if cn == nil {
-		cn = &countedNode{obj: x.cluster.Node(node)}
-		x.nodes[node] = cn
+	cn, ok := x.nodes[node]
+	if !ok {
+		cn.obj = x.cluster.Node(node)
 	}
 	cn.pods++
+	x.nodes[node] = cn
 	return x.moved(p, cn.obj, 1, out)
 }
 
@@ -148,6 +148,8 @@ func (x *Index) Unplace(key string) []string {
 	cn := x.nodes[pl.node]
 	if cn.pods--; cn.pods == 0 {
 		delete(x.nodes, pl.node)
+	} else {
+		x.nodes[pl.node] = cn
 	}
 	return x.moved(pl.pod, cn.obj, -1, nil)
 }
@@ -156,8 +158,8 @@ func (x *Index) Unplace(key string) []string {
 // when node name changed or went: if pods are counted on it and its labels
 // moved, every state is dropped (Reset).
 func (x *Index) NodeChanged(name string) []string {
-	cn := x.nodes[name]
-	if cn == nil {
+	cn, ok := x.nodes[name]
+	if !ok {
 		return nil
 	}
 	n := x.cluster.Node(name)
@@ -190,6 +192,7 @@ func (x *Index) moved(p *Pod, n *corev1.Node, sign int, out []string) []string {
 func (x *Index) Reset() []string {
 	for name, cn := range x.nodes {
 		cn.obj = x.cluster.Node(name)
+		x.nodes[name] = cn
 	}
 	out := make([]string, 0, len(x.states))
 	for key := range x.states {
