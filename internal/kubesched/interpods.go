@@ -132,6 +132,44 @@ func (s *Scheduler) relabelled(p *corev1.Pod, e *podEntry) {
 	s.refilterPods(s.affinity.Replace(nd))
 }
 
+// collectKeys drops the inter-pod keys and terms of pods that are gone,
+// once they outnumber the known pods (Jobs' pods carry labels of their
+// own, so each Job brings a key and terms; kept, they would grow without
+// bound and every pod without terms would be asked against them all). A
+// key any known pod still uses stays; node-constraint keys are few and
+// stay.
+func (s *Scheduler) collectKeys() {
+	known := len(s.podState) + collectSlack
+	if len(s.fits) < 2*known && s.affinity.Targets() < 2*known {
+		return
+	}
+	used := map[string]bool{}
+	for _, e := range s.podState {
+		if e.pod != nil {
+			used[e.pod.Request.NodeConstraint] = true
+		}
+	}
+	for key, f := range s.fits {
+		if f.pods != nil && !used[key] {
+			delete(s.fits, key)
+			s.affinity.Forget(key)
+			if s.cluster != nil {
+				s.cluster.RefilterConstraint(key) // its memoised answers go too
+			}
+		}
+	}
+	sigs := map[string]bool{}
+	for key := range s.podState {
+		if p := s.podFor(key); p != nil {
+			sigs[termsSig(p)] = true
+		}
+	}
+	s.affinity.KeepTargets(func(sig string) bool { return sigs[sig] })
+}
+
+// collectSlack keeps small clusters from collecting at every pod's end.
+const collectSlack = 64
+
 // placementChanged is the engine's OnPlacement: the index counts the pod
 // where it now runs (or no longer), and the keys whose answers moved are
 // refiltered; a change may let waiting pods in (affinity found, a spread

@@ -444,3 +444,47 @@ func TestPodOnAVanishedNodeStopsCounting(t *testing.T) {
 		})
 	}
 }
+
+// Keys and terms of pods that are gone are dropped: Jobs whose pods carry
+// a label of their own (job-name) and terms over it give every Job a key
+// and a set of terms; a scheduler running for months must not keep them
+// all (memory, and every pod without terms asked against each).
+func TestKeysOfGonePodsAreDropped(t *testing.T) {
+	a := newAPI(t)
+	a.gpuNode("n1", 8, 16*gib, "T4")
+	a.zoned("n1", "a")
+	r := a.start(testConfig())
+	gpu := res(string(translate.ResourceGPU), "1")
+	const jobs, perBatch = 160, 8
+	for b := 0; b < jobs; b += perBatch {
+		for j := b; j < b+perBatch; j++ {
+			a.pod(fmt.Sprint("job", j), gpu, labelled("job-name", fmt.Sprint("job", j)), spreadOver("x", zoneKey, 1),
+				func(p *corev1.Pod) {
+					p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+						LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"job-name": fmt.Sprint("job", j)}}, TopologyKey: hostname}}}}
+				})
+		}
+		eventually(t, "a batch bound", func() bool {
+			for j := b; j < b+perBatch; j++ {
+				if a.get(fmt.Sprint("job", j)).Spec.NodeName == "" {
+					return false
+				}
+			}
+			return true
+		})
+		for j := b; j < b+perBatch; j++ {
+			a.deletePod(fmt.Sprint("job", j))
+		}
+	}
+	a.pod("last", gpu, labelled("app", "last"))
+	eventually(t, "every job forgotten", func() bool {
+		return a.get("last").Spec.NodeName != "" // the deletes came before it
+	})
+	r.stop()
+	if n := len(r.s.fits); n > jobs/2 {
+		t.Fatalf("%d constraint keys kept after %d jobs came and went", n, jobs)
+	}
+	if n := r.s.affinity.Targets(); n > jobs/2 {
+		t.Fatalf("%d pods' terms kept after %d jobs came and went", n, jobs)
+	}
+}

@@ -121,6 +121,7 @@ func (s *Scheduler) forget(e *podEntry) {
 		s.refilterPods(s.affinity.Unplace(e.key))
 	}
 	delete(s.descs, e.key)
+	s.collectKeys()
 }
 
 // syncBound books a pod that runs on a node.

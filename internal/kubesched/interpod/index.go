@@ -203,6 +203,23 @@ func (x *Index) Reset() []string {
 	return out
 }
 
+// Forget drops constraint key, which no pod uses any more: its state and
+// the pod that stood for it.
+func (x *Index) Forget(key string) {
+	delete(x.wanted, key)
+	delete(x.states, key)
+}
+
+// KeepTargets drops the registered terms whose sig keep refuses (no pod
+// carries them any more): pods are no longer asked against them.
+func (x *Index) KeepTargets(keep func(sig string) bool) {
+	maps.DeleteFunc(x.targeting, func(sig string, _ *Pod) bool { return !keep(sig) })
+}
+
+// Targets is how many distinct terms that weigh on other pods are
+// registered.
+func (x *Index) Targets() int { return len(x.targeting) }
+
 // States is how many incoming pods' states are built.
 func (x *Index) States() int { return len(x.states) }
 
