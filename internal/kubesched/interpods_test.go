@@ -488,3 +488,34 @@ func TestKeysOfGonePodsAreDropped(t *testing.T) {
 		t.Fatalf("%d pods' terms kept after %d jobs came and went", n, jobs)
 	}
 }
+
+// A spread constraint with nodeTaintsPolicy Honor counts the domains of
+// the nodes whose taints the pod tolerates: a taint taken off a node makes
+// its domain count (empty, so the minimum drops to 0) at once.
+func TestSpreadHonouringTaintsFollowsTaintChanges(t *testing.T) {
+	a := newAPI(t)
+	a.gpuNode("n1", 8, 16*gib, "T4")
+	a.gpuNode("n2", 8, 16*gib, "T4")
+	a.zoned("n1", "a")
+	a.zoned("n2", "b")
+	a.editNode("n2", func(n *corev1.Node) {
+		n.Spec.Taints = []corev1.Taint{{Key: "maintenance", Effect: corev1.TaintEffectNoSchedule}}
+	})
+	a.pod("s0", labelled("app", "s"), scheduler("default-scheduler"), onNode("n1"))
+	a.start(testConfig())
+	gpu := res(string(translate.ResourceGPU), "1")
+	honour := func(p *corev1.Pod) {
+		h := corev1.NodeInclusionPolicyHonor
+		for i := range p.Spec.TopologySpreadConstraints {
+			p.Spec.TopologySpreadConstraints[i].NodeTaintsPolicy = &h
+		}
+	}
+	a.pod("s1", gpu, labelled("app", "s"), spreadOver("s", zoneKey, 1), honour)
+	eventually(t, "s1 bound in the only eligible zone", func() bool { return a.get("s1").Spec.NodeName == "n1" })
+	a.editNode("n2", func(n *corev1.Node) { n.Spec.Taints = nil })
+	a.pod("s2", gpu, labelled("app", "s"), spreadOver("s", zoneKey, 1), honour)
+	eventually(t, "s2 bound", func() bool { return a.get("s2").Spec.NodeName != "" })
+	if n := a.get("s2").Spec.NodeName; n != "n2" {
+		t.Fatalf("s2 on %s: zone a holds 2 and zone b, untainted, 0 (maxSkew 1)", n)
+	}
+}

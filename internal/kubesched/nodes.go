@@ -1,7 +1,6 @@
 package kubesched
 
 import (
-	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,8 +60,10 @@ func (s *Scheduler) syncNode(name string) {
 			s.cluster.RefilterNode(e.index)
 			s.eng.ClusterChanged()
 		}
-		if old == nil || !maps.Equal(old.Labels, n.Labels) {
-			s.topologyChanged() // its topology domains may have moved
+		if constraintsChanged(old, n) {
+			// Its topology domains may have moved (labels), or which spread
+			// domains count for pods honouring taints (nodeTaintsPolicy).
+			s.topologyChanged()
 		}
 	}
 }
