@@ -3,6 +3,7 @@ package kubesched
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -89,21 +90,85 @@ func (s *Scheduler) rekeySelectedBy(d *interpod.Pod, self string) {
 		if p == nil || p.UID != e.uid {
 			continue
 		}
-		nk, err := s.constrain(p)
-		if err != nil || nk == e.pod.Request.NodeConstraint {
-			continue
-		}
-		if e.phase == held {
-			e.pod.Request.NodeConstraint = nk // submitted with it when its backoff ends
-			continue
-		}
-		s.eng.Delete(key)
-		e.pod.Request.NodeConstraint = nk
-		if err := s.eng.Submit(s.alone(e.pod)); err != nil {
-			s.log.Warn("requeue under inter-pod rules failed", "pod", key, "err", err)
-		}
+		s.rekey(p, e)
 	}
 }
+
+// rekey queues a waiting pod (pending or held) again under the key its
+// constraints give it now.
+func (s *Scheduler) rekey(p *corev1.Pod, e *podEntry) {
+	nk, err := s.constrain(p)
+	if err != nil || nk == e.pod.Request.NodeConstraint {
+		return
+	}
+	if e.phase == held {
+		e.pod.Request.NodeConstraint = nk // submitted with it when its backoff ends
+		return
+	}
+	s.eng.Delete(e.key)
+	e.pod.Request.NodeConstraint = nk
+	if err := s.eng.Submit(s.alone(e.pod)); err != nil {
+		s.log.Warn("requeue under inter-pod rules failed", "pod", e.key, "err", err)
+	}
+}
+
+// relabelled reads a known pod's labels again when they changed (they are
+// mutable; its terms are not), or when it started terminating: where it
+// is placed it counts by what it is now, and a waiting pod is queued
+// under a key carrying its new labels.
+func (s *Scheduler) relabelled(p *corev1.Pod, e *podEntry) {
+	d := s.descs[e.key]
+	if d == nil || (maps.Equal(map[string]string(d.Labels), p.Labels) && d.Terminating == (p.DeletionTimestamp != nil)) {
+		return
+	}
+	if e.pod != nil && (e.phase == pending || e.phase == held) {
+		s.rekey(p, e) // describes it again
+		return
+	}
+	nd, err := s.describe(p)
+	if err != nil {
+		return
+	}
+	s.refilterPods(s.affinity.Replace(nd))
+}
+
+// collectKeys drops the inter-pod keys and terms of pods that are gone,
+// once they outnumber the known pods (Jobs' pods carry labels of their
+// own, so each Job brings a key and terms; kept, they would grow without
+// bound and every pod without terms would be asked against them all). A
+// key any known pod still uses stays; node-constraint keys are few and
+// stay.
+func (s *Scheduler) collectKeys() {
+	known := len(s.podState) + collectSlack
+	if len(s.fits) < 2*known && s.affinity.Targets() < 2*known {
+		return
+	}
+	used := map[string]bool{}
+	for _, e := range s.podState {
+		if e.pod != nil {
+			used[e.pod.Request.NodeConstraint] = true
+		}
+	}
+	for key, f := range s.fits {
+		if f.pods != nil && !used[key] {
+			delete(s.fits, key)
+			s.affinity.Forget(key)
+			if s.cluster != nil {
+				s.cluster.RefilterConstraint(key) // its memoised answers go too
+			}
+		}
+	}
+	sigs := map[string]bool{}
+	for key := range s.podState {
+		if p := s.podFor(key); p != nil {
+			sigs[termsSig(p)] = true
+		}
+	}
+	s.affinity.KeepTargets(func(sig string) bool { return sigs[sig] })
+}
+
+// collectSlack keeps small clusters from collecting at every pod's end.
+const collectSlack = 64
 
 // placementChanged is the engine's OnPlacement: the index counts the pod
 // where it now runs (or no longer), and the keys whose answers moved are

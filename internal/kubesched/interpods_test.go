@@ -322,3 +322,200 @@ func TestAntiAffinityAcrossRestart(t *testing.T) {
 		t.Fatalf("anti-affinity violated across the restart:\n%s", strings.Join(v, "\n"))
 	}
 }
+
+// relabel changes a pod's labels in the API server (kubectl label).
+func (a *api) relabel(name string, kv ...string) {
+	a.t.Helper()
+	p := a.get(name)
+	p.Labels = map[string]string{}
+	for i := 0; i < len(kv); i += 2 {
+		p.Labels[kv[i]] = kv[i+1]
+	}
+	if _, err := a.client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+// A bound pod's labels are read again when they change, as kube-scheduler
+// reads the current pods: a pod relabelled into a group that an incoming
+// pod's anti-affinity avoids keeps it off that node, and one relabelled out
+// of it (kubectl label pod x app-, to take it out of a Service) no longer
+// does.
+func TestRelabelledBoundPodCountsByItsNewLabels(t *testing.T) {
+	a := newAPI(t)
+	a.gpuNode("n1", 4, 16*gib, "T4")
+	a.gpuNode("n2", 4, 16*gib, "T4")
+	a.zoned("n1", "a")
+	a.zoned("n2", "b")
+	a.pod("other", labelled("app", "other"), scheduler("default-scheduler"), onNode("n1"))
+	a.pod("web", labelled("app", "web"), scheduler("default-scheduler"), onNode("n2"))
+	a.start(testConfig())
+	gpu := res(string(translate.ResourceGPU), "1")
+	// An anti-affinity pod (placed first) makes the scheduler read pods of
+	// app=web; it can only go to n1.
+	a.pod("probe", gpu, labelled("app", "probe"), avoid("web", hostname))
+	eventually(t, "probe bound", func() bool { return a.get("probe").Spec.NodeName != "" })
+	if n := a.get("probe").Spec.NodeName; n != "n1" {
+		t.Fatalf("probe on %s beside web", n)
+	}
+	a.deletePod("probe")
+	a.relabel("other", "app", "web") // n1 now holds a web pod too
+	a.pod("late", gpu, labelled("app", "late"), avoid("web", hostname))
+	eventually(t, "late told why", func() bool {
+		return a.eventFor("late", "FailedScheduling", "2 node(s) didn't match pod anti-affinity rules") ||
+			a.get("late").Spec.NodeName != ""
+	})
+	if n := a.get("late").Spec.NodeName; n != "" {
+		t.Fatalf("late bound on %s, where a pod relabelled app=web runs", n)
+	}
+	a.relabel("web", "app", "quarantined") // n2 holds no web pod any more
+	eventually(t, "late bound once web is relabelled", func() bool { return a.get("late").Spec.NodeName == "n2" })
+}
+
+// Terminating pods (a rolling update's old replicas in their grace
+// period) do not count for topology spread, as in kube-scheduler's
+// PodTopologySpread (#87621): two old replicas terminating in zone a do
+// not push both new ones into zone b; a replica that starts terminating
+// while bound stops counting then.
+func TestTerminatingPodsDoNotCountForSpread(t *testing.T) {
+	a := newAPI(t)
+	a.gpuNode("n1", 8, 16*gib, "T4")
+	a.gpuNode("n2", 8, 16*gib, "T4")
+	a.zoned("n1", "a")
+	a.zoned("n2", "b")
+	a.pod("old0", labelled("app", "s"), scheduler("default-scheduler"), onNode("n1"), terminating())
+	a.pod("old1", labelled("app", "s"), scheduler("default-scheduler"), onNode("n1"))
+	a.start(testConfig())
+	gpu := res(string(translate.ResourceGPU), "1")
+	// old1 starts terminating while the scheduler runs.
+	p := a.get("old1")
+	now := metav1.Now()
+	p.DeletionTimestamp = &now
+	if _, err := a.client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		a.pod(fmt.Sprint("new", i), gpu, labelled("app", "s"), spreadOver("s", zoneKey, 1))
+	}
+	eventually(t, "both new replicas bound", func() bool {
+		return a.get("new0").Spec.NodeName != "" && a.get("new1").Spec.NodeName != ""
+	})
+	if n0, n1 := a.get("new0").Spec.NodeName, a.get("new1").Spec.NodeName; n0 == n1 {
+		t.Fatalf("both new replicas on %s: the terminating replicas in zone a were counted", n0)
+	}
+}
+
+// A pod on a node without an inventory counts in that node's topology
+// domain; when the node goes (a failed CPU node deleted, its pods
+// collected afterwards) or moves to another domain, the pod stops counting
+// where it no longer is, instead of forbidding its old domain forever.
+func TestPodOnAVanishedNodeStopsCounting(t *testing.T) {
+	for _, change := range []string{"deleted", "relabelled"} {
+		t.Run(change, func(t *testing.T) {
+			a := newAPI(t)
+			a.gpuNode("n1", 4, 16*gib, "T4")
+			a.zoned("n1", "a")
+			cpu := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu1", Labels: map[string]string{hostname: "cpu1", zoneKey: "a"}}}
+			if _, err := a.client.CoreV1().Nodes().Create(context.Background(), cpu, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			a.pod("db", labelled("app", "db"), scheduler("default-scheduler"), onNode("cpu1"))
+			a.start(testConfig())
+			gpu := res(string(translate.ResourceGPU), "1")
+			a.pod("probe", gpu, labelled("app", "probe"), avoid("db", zoneKey))
+			eventually(t, "probe refused zone a", func() bool {
+				return a.eventFor("probe", "FailedScheduling", "1 node(s) didn't match pod anti-affinity rules")
+			})
+			if change == "deleted" {
+				if err := a.client.CoreV1().Nodes().Delete(context.Background(), "cpu1", metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				a.editNode("cpu1", func(n *corev1.Node) { n.Labels[zoneKey] = "b" })
+			}
+			eventually(t, "probe bound once db's node left zone a", func() bool {
+				if change == "deleted" {
+					if _, err := a.client.CoreV1().Pods("default").Get(context.Background(), "db", metav1.GetOptions{}); err == nil {
+						a.deletePod("db") // the pod garbage collector, after the node went
+					}
+				}
+				return a.get("probe").Spec.NodeName == "n1"
+			})
+		})
+	}
+}
+
+// Keys and terms of pods that are gone are dropped: Jobs whose pods carry
+// a label of their own (job-name) and terms over it give every Job a key
+// and a set of terms; a scheduler running for months must not keep them
+// all (memory, and every pod without terms asked against each).
+func TestKeysOfGonePodsAreDropped(t *testing.T) {
+	a := newAPI(t)
+	a.gpuNode("n1", 8, 16*gib, "T4")
+	a.zoned("n1", "a")
+	r := a.start(testConfig())
+	gpu := res(string(translate.ResourceGPU), "1")
+	const jobs, perBatch = 160, 8
+	for b := 0; b < jobs; b += perBatch {
+		for j := b; j < b+perBatch; j++ {
+			a.pod(fmt.Sprint("job", j), gpu, labelled("job-name", fmt.Sprint("job", j)), spreadOver("x", zoneKey, 1),
+				func(p *corev1.Pod) {
+					p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+						LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"job-name": fmt.Sprint("job", j)}}, TopologyKey: hostname}}}}
+				})
+		}
+		eventually(t, "a batch bound", func() bool {
+			for j := b; j < b+perBatch; j++ {
+				if a.get(fmt.Sprint("job", j)).Spec.NodeName == "" {
+					return false
+				}
+			}
+			return true
+		})
+		for j := b; j < b+perBatch; j++ {
+			a.deletePod(fmt.Sprint("job", j))
+		}
+	}
+	a.pod("last", gpu, labelled("app", "last"))
+	eventually(t, "every job forgotten", func() bool {
+		return a.get("last").Spec.NodeName != "" // the deletes came before it
+	})
+	r.stop()
+	if n := len(r.s.fits); n > jobs/2 {
+		t.Fatalf("%d constraint keys kept after %d jobs came and went", n, jobs)
+	}
+	if n := r.s.affinity.Targets(); n > jobs/2 {
+		t.Fatalf("%d pods' terms kept after %d jobs came and went", n, jobs)
+	}
+}
+
+// A spread constraint with nodeTaintsPolicy Honor counts the domains of
+// the nodes whose taints the pod tolerates: a taint taken off a node makes
+// its domain count (empty, so the minimum drops to 0) at once.
+func TestSpreadHonouringTaintsFollowsTaintChanges(t *testing.T) {
+	a := newAPI(t)
+	a.gpuNode("n1", 8, 16*gib, "T4")
+	a.gpuNode("n2", 8, 16*gib, "T4")
+	a.zoned("n1", "a")
+	a.zoned("n2", "b")
+	a.editNode("n2", func(n *corev1.Node) {
+		n.Spec.Taints = []corev1.Taint{{Key: "maintenance", Effect: corev1.TaintEffectNoSchedule}}
+	})
+	a.pod("s0", labelled("app", "s"), scheduler("default-scheduler"), onNode("n1"))
+	a.start(testConfig())
+	gpu := res(string(translate.ResourceGPU), "1")
+	honour := func(p *corev1.Pod) {
+		h := corev1.NodeInclusionPolicyHonor
+		for i := range p.Spec.TopologySpreadConstraints {
+			p.Spec.TopologySpreadConstraints[i].NodeTaintsPolicy = &h
+		}
+	}
+	a.pod("s1", gpu, labelled("app", "s"), spreadOver("s", zoneKey, 1), honour)
+	eventually(t, "s1 bound in the only eligible zone", func() bool { return a.get("s1").Spec.NodeName == "n1" })
+	a.editNode("n2", func(n *corev1.Node) { n.Spec.Taints = nil })
+	a.pod("s2", gpu, labelled("app", "s"), spreadOver("s", zoneKey, 1), honour)
+	eventually(t, "s2 bound", func() bool { return a.get("s2").Spec.NodeName != "" })
+	if n := a.get("s2").Spec.NodeName; n != "n2" {
+		t.Fatalf("s2 on %s: zone a holds 2 and zone b, untainted, 0 (maxSkew 1)", n)
+	}
+}

@@ -1,7 +1,6 @@
 package kubesched
 
 import (
-	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,6 +43,8 @@ func (s *Scheduler) syncNode(name string) {
 		if e != nil {
 			s.rebuildWanted = true
 		}
+		// Pods on it may count for inter-pod rules in its domain.
+		s.refilterPods(s.affinity.NodeChanged(name))
 	case e == nil || e.fingerprint != fingerprint(n):
 		s.rebuildWanted = true
 	default:
@@ -59,8 +60,10 @@ func (s *Scheduler) syncNode(name string) {
 			s.cluster.RefilterNode(e.index)
 			s.eng.ClusterChanged()
 		}
-		if old == nil || !maps.Equal(old.Labels, n.Labels) {
-			s.topologyChanged() // its topology domains may have moved
+		if constraintsChanged(old, n) {
+			// Its topology domains may have moved (labels), or which spread
+			// domains count for pods honouring taints (nodeTaintsPolicy).
+			s.topologyChanged()
 		}
 	}
 }

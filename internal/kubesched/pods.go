@@ -71,6 +71,9 @@ func (s *Scheduler) syncPod(key string) {
 		}
 		e = nil
 	}
+	if e != nil {
+		s.relabelled(p, e)
+	}
 	if p.Spec.NodeName != "" {
 		s.syncBound(p, e)
 		return
@@ -118,6 +121,7 @@ func (s *Scheduler) forget(e *podEntry) {
 		s.refilterPods(s.affinity.Unplace(e.key))
 	}
 	delete(s.descs, e.key)
+	s.collectKeys()
 }
 
 // syncBound books a pod that runs on a node.

@@ -1,6 +1,11 @@
 package interpod
 
-import "slices"
+import (
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+)
 
 // Index is every placed pod (bound by any scheduler, or placed by this one
 // and not bound yet) with its node, and the states of the incoming pods
@@ -10,6 +15,10 @@ import "slices"
 type Index struct {
 	cluster Cluster
 	placed  map[string]placed
+	// nodes are the nodes placed pods are counted on, as they were when
+	// counted: a pod is counted out with the labels it was counted in
+	// with, though its node moved to another domain or went.
+	nodes map[string]countedNode // by value: no allocation per placement
 	// wanted are the incoming pods by constraint key; states are built
 	// from them on first use and dropped when unused for a while.
 	wanted map[string]wanted
@@ -25,6 +34,11 @@ type placed struct {
 	node string
 }
 
+type countedNode struct {
+	obj  *corev1.Node // nil: unknown, its pods count nowhere
+	pods int
+}
+
 type wanted struct {
 	pod   *Pod
 	rules NodeRules
@@ -36,7 +50,7 @@ const idleStates = 4096
 
 // NewIndex is an empty index over cluster c.
 func NewIndex(c Cluster) *Index {
-	return &Index{cluster: c, placed: map[string]placed{}, wanted: map[string]wanted{}, states: map[string]*State{}, targeting: map[string]*Pod{}}
+	return &Index{cluster: c, placed: map[string]placed{}, nodes: map[string]countedNode{}, wanted: map[string]wanted{}, states: map[string]*State{}, targeting: map[string]*Pod{}}
 }
 
 // Want registers incoming pod p (its rules: its node constraints) under
@@ -85,7 +99,7 @@ func (x *Index) State(key string) *State {
 	}
 	s = newState(w.pod, w.rules, x.cluster)
 	for _, pl := range x.placed {
-		s.apply(pl.pod, x.cluster.Node(pl.node), 1)
+		s.apply(pl.pod, x.nodes[pl.node].obj, 1)
 	}
 	s.lastUsed = x.clock
 	x.states[key] = s
@@ -103,7 +117,24 @@ func (x *Index) Place(p *Pod, node string) []string {
 		out = x.Unplace(p.Key)
 	}
 	x.placed[p.Key] = placed{pod: p, node: node}
-	return x.moved(p, node, 1, out)
+	cn, ok := x.nodes[node]
+	if !ok {
+		cn.obj = x.cluster.Node(node)
+	}
+	cn.pods++
+	x.nodes[node] = cn
+	return x.moved(p, cn.obj, 1, out)
+}
+
+// Replace counts p (read again: its labels changed) where the pod of its
+// key is placed, if it is, and returns the constraint keys whose answers
+// may have changed.
+func (x *Index) Replace(p *Pod) []string {
+	old, ok := x.placed[p.Key]
+	if !ok {
+		return nil
+	}
+	return x.Place(p, old.node)
 }
 
 // Unplace forgets pod key's placement and returns the constraint keys
@@ -114,15 +145,35 @@ func (x *Index) Unplace(key string) []string {
 		return nil
 	}
 	delete(x.placed, key)
-	return x.moved(pl.pod, pl.node, -1, nil)
+	cn := x.nodes[pl.node]
+	if cn.pods--; cn.pods == 0 {
+		delete(x.nodes, pl.node)
+	} else {
+		x.nodes[pl.node] = cn
+	}
+	return x.moved(pl.pod, cn.obj, -1, nil)
 }
 
-func (x *Index) moved(p *Pod, node string, sign int, out []string) []string {
+// NodeChanged returns the constraint keys whose answers may have changed
+// when node name changed or went: if pods are counted on it and its labels
+// moved, every state is dropped (Reset).
+func (x *Index) NodeChanged(name string) []string {
+	cn, ok := x.nodes[name]
+	if !ok {
+		return nil
+	}
+	n := x.cluster.Node(name)
+	if (n == nil) == (cn.obj == nil) && (n == nil || maps.Equal(n.Labels, cn.obj.Labels)) {
+		return nil
+	}
+	return x.Reset()
+}
+
+func (x *Index) moved(p *Pod, n *corev1.Node, sign int, out []string) []string {
 	x.clock++
 	if len(x.states) == 0 {
 		return out
 	}
-	n := x.cluster.Node(node)
 	for key, s := range x.states {
 		switch {
 		case x.clock-s.lastUsed > idleStates:
@@ -139,6 +190,10 @@ func (x *Index) moved(p *Pod, node string, sign int, out []string) []string {
 // Reset drops every state (nodes' labels or namespaces changed: topology
 // domains may have moved) and returns their keys.
 func (x *Index) Reset() []string {
+	for name, cn := range x.nodes {
+		cn.obj = x.cluster.Node(name)
+		x.nodes[name] = cn
+	}
 	out := make([]string, 0, len(x.states))
 	for key := range x.states {
 		out = append(out, key)
@@ -147,6 +202,23 @@ func (x *Index) Reset() []string {
 	slices.Sort(out)
 	return out
 }
+
+// Forget drops constraint key, which no pod uses any more: its state and
+// the pod that stood for it.
+func (x *Index) Forget(key string) {
+	delete(x.wanted, key)
+	delete(x.states, key)
+}
+
+// KeepTargets drops the registered terms whose sig keep refuses (no pod
+// carries them any more): pods are no longer asked against them.
+func (x *Index) KeepTargets(keep func(sig string) bool) {
+	maps.DeleteFunc(x.targeting, func(sig string, _ *Pod) bool { return !keep(sig) })
+}
+
+// Targets is how many distinct terms that weigh on other pods are
+// registered.
+func (x *Index) Targets() int { return len(x.targeting) }
 
 // States is how many incoming pods' states are built.
 func (x *Index) States() int { return len(x.states) }

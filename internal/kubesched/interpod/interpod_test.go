@@ -335,3 +335,39 @@ func TestDescribeRejectsBadSelectors(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// A pod is counted out of the domain it was counted in, though its node
+// went or moved to another domain meanwhile: the old domain is not held
+// forever, and a node's change drops the states (NodeChanged).
+func TestPodCountedOutWhereItWasCountedIn(t *testing.T) {
+	for _, change := range []string{"deleted", "relabelled"} {
+		t.Run(change, func(t *testing.T) {
+			c := zones()
+			x := NewIndex(c)
+			x.Want("web", describe(t, pod("default", "w", app("web"), antiAffinity("web", "zone"))), nil)
+			s := x.State("web")
+			x.Place(describe(t, pod("default", "w1", app("web"))), "n3")
+			if got := s.Refusal(c.nodes[2]); got != AntiAffinityMismatch {
+				t.Fatalf("n3 beside w1: %q", got)
+			}
+			n3 := c.nodes[2]
+			if change == "deleted" {
+				c.nodes = c.nodes[:2:2]
+			} else {
+				moved := n3.DeepCopy()
+				moved.Labels["zone"] = "a"
+				c.nodes = []*corev1.Node{c.nodes[0], c.nodes[1], moved, c.nodes[3]}
+			}
+			if changed := x.NodeChanged("n3"); len(changed) != 1 || changed[0] != "web" {
+				t.Fatalf("node change changed %v, want [web]", changed)
+			}
+			x.Unplace("default/w1")
+			s = x.State("web")
+			for _, n := range append(c.nodes, n3) {
+				if got := s.Refusal(n); got != "" {
+					t.Fatalf("%s (zone %s) still refused after w1 left: %q", n.Name, n.Labels["zone"], got)
+				}
+			}
+		})
+	}
+}

@@ -40,6 +40,10 @@ type Pod struct {
 	Key       string // namespace/name
 	Namespace string
 	Labels    labels.Set
+	// Terminating: the pod has a deletionTimestamp (its grace period
+	// runs); topology spread does not count it, as kube-scheduler's
+	// PodTopologySpread does not (kubernetes#87621).
+	Terminating bool
 	// Required terms, then preferred ones (kube-scheduler's naming).
 	affinity, antiAffinity         []term
 	prefAffinity, prefAntiAffinity []weighted
@@ -77,7 +81,7 @@ type constraint struct {
 // (the API server validates them, so only a client bypassing validation
 // writes one) is an error naming the field.
 func Describe(p *corev1.Pod) (*Pod, error) {
-	d := &Pod{Key: p.Namespace + "/" + p.Name, Namespace: p.Namespace, Labels: labels.Set(p.Labels)}
+	d := &Pod{Key: p.Namespace + "/" + p.Name, Namespace: p.Namespace, Labels: labels.Set(p.Labels), Terminating: p.DeletionTimestamp != nil}
 	a := p.Spec.Affinity
 	var err error
 	if a != nil && a.PodAffinity != nil {

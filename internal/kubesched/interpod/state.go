@@ -172,7 +172,7 @@ func (s *State) apply(o *Pod, n *corev1.Node, sign int) bool {
 		}
 	}
 	for i, c := range p.spread {
-		if o.Namespace != p.Namespace || !s.eligible[b2i(c.hard)][n.Name] || !c.selector.Matches(o.Labels) {
+		if o.Terminating || o.Namespace != p.Namespace || !s.eligible[b2i(c.hard)][n.Name] || !c.selector.Matches(o.Labels) {
 			continue
 		}
 		s.spread[i][n.Labels[c.topologyKey]] += sign
