@@ -232,11 +232,12 @@ func TestExistingAntiAffinityKeepsPlainPodsAway(t *testing.T) {
 	if a.get("plain").Spec.NodeName == guardOn {
 		t.Fatalf("plain placed beside guard on %s, whose anti-affinity selects it", guardOn)
 	}
-	// With room only on guard's node, a second plain pod waits and is told why.
-	a.editNode("n1", func(n *corev1.Node) { delete(n.Labels, "pool") })
-	a.editNode("n2", func(n *corev1.Node) { delete(n.Labels, "pool") })
-	a.editNode(guardOn, func(n *corev1.Node) { n.Labels["pool"] = "x" })
-	a.pod("plain2", gpu, labelled("app", "web"), nodeSelector("pool", "x"))
+	// With room only on guard's node, a second plain pod waits and is told
+	// why. A label only guard's node ever carries: the informers deliver
+	// node and pod changes in no fixed order, and a pod seen before the
+	// labels of the other node were taken away could have been bound there.
+	a.editNode(guardOn, func(n *corev1.Node) { n.Labels["pool2"] = "y" })
+	a.pod("plain2", gpu, labelled("app", "web"), nodeSelector("pool2", "y"))
 	eventually(t, "plain2 told why", func() bool {
 		return a.eventFor("plain2", "FailedScheduling", "1 node(s) didn't satisfy existing pods anti-affinity rules")
 	})
@@ -512,7 +513,13 @@ func TestSpreadHonouringTaintsFollowsTaintChanges(t *testing.T) {
 	}
 	a.pod("s1", gpu, labelled("app", "s"), spreadOver("s", zoneKey, 1), honour)
 	eventually(t, "s1 bound in the only eligible zone", func() bool { return a.get("s1").Spec.NodeName == "n1" })
+	// A probe that only the untainted n2 admits shows the scheduler has
+	// seen the taint go before s2 (the key s1 used) is created: a pod read
+	// before that update would rightly have gone to n1.
+	// (No label changes with it: a label change alone rebuilds the states.)
 	a.editNode("n2", func(n *corev1.Node) { n.Spec.Taints = nil })
+	a.pod("probe", gpu, labelled("app", "probe"), nodeSelector(hostname, "n2"))
+	eventually(t, "probe bound on n2", func() bool { return a.get("probe").Spec.NodeName == "n2" })
 	a.pod("s2", gpu, labelled("app", "s"), spreadOver("s", zoneKey, 1), honour)
 	eventually(t, "s2 bound", func() bool { return a.get("s2").Spec.NodeName != "" })
 	if n := a.get("s2").Spec.NodeName; n != "n2" {
