@@ -83,9 +83,6 @@ func TestInitContainerStateKeptWhilePodRuns(t *testing.T) {
 		Name: "main", Devices: []*podresourcesapi.ContainerDevices{{ResourceName: "tessera.io/gpu-core", DeviceIds: coreIDs}}}}}
 	e.podRes.set(listed)
 	e.d.Reconciler.GCGrace = time.Nanosecond
-	// The pod below is deleted right after its Allocate; this test is about
-	// what follows once the grace for a fresh allocation is over.
-	e.d.Reconciler.ListingGrace = time.Nanosecond
 	regionPath := mountFor(resp, allocation.RegionPath).HostPath
 	initRef := ledger.ContainerRef{PodUID: "uid-p", Namespace: "default", Pod: "p", Container: "init"}
 	for i := 0; i < 3; i++ {

@@ -9,7 +9,6 @@
 package ledger
 
 import (
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -103,21 +102,10 @@ func (l *Ledger) Get(ref ContainerRef) map[string][]string {
 	return out
 }
 
-// RecordedAt is when Record stored ref's allocation of res; false when
-// the ledger does not hold it or has it from a read-back alone.
-func (l *Ledger) RecordedAt(ref ContainerRef, res string) (time.Time, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	at, ok := l.recorded[recordKey{ref, res}]
-	return at, ok
-}
-
 // Reset replaces everything known with kubelet's truth as read at asOf.
 // Records made after asOf are kept unless kubelet lists that container's
 // resource: kubelet's answer predates them (it may list a container's
-// gpu-mem while its gpu-core is being allocated). An allocation the truth
-// confirms keeps the time it was recorded (RecordedAt), so its age counts
-// from its Allocate across read-backs.
+// gpu-mem while its gpu-core is being allocated).
 func (l *Ledger) Reset(truth map[ContainerRef]map[string][]string, asOf time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -128,10 +116,6 @@ func (l *Ledger) Reset(truth map[ContainerRef]map[string][]string, asOf time.Tim
 		l.realized[ref] = map[string][]string{}
 		for r, ids := range byRes {
 			l.realized[ref][r] = sortedCopy(ids)
-			k := recordKey{ref, r}
-			if at, ok := oldAt[k]; ok && slices.Equal(old[ref][r], l.realized[ref][r]) {
-				l.recorded[k] = at
-			}
 		}
 	}
 	for k, at := range oldAt {

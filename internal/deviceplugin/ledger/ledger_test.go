@@ -71,35 +71,3 @@ func TestResetKeepsNewerRecordOfAnotherResource(t *testing.T) {
 		t.Fatalf("reset kept a stale record: %v", l.Snapshot())
 	}
 }
-
-// TestResetKeepsTheTimeOfConfirmedRecords: a read-back that confirms a
-// record (same container, resource and IDs) keeps when it was recorded, so
-// the reconciler can tell how long ago its Allocate was; a read-back that
-// lists other IDs, or only it, leaves no record time.
-func TestResetKeepsTheTimeOfConfirmedRecords(t *testing.T) {
-	l := New()
-	at := time.Unix(1000, 0)
-	l.now = func() time.Time { return at }
-	c := ContainerRef{PodUID: "w", Namespace: "ns", Pod: "p", Container: "c"}
-	l.Record(c, "tessera.io/gpu-mem", []string{"m2", "m1"})
-	l.Record(c, "tessera.io/gpu-core", []string{"k"})
-	if got, ok := l.RecordedAt(c, "tessera.io/gpu-mem"); !ok || !got.Equal(at) {
-		t.Fatalf("RecordedAt after Record: %v %v", got, ok)
-	}
-	truth := map[ContainerRef]map[string][]string{c: {"tessera.io/gpu-mem": {"m1", "m2"}, "tessera.io/gpu-core": {"other"}}}
-	l.Reset(truth, at.Add(time.Minute))
-	if got, ok := l.RecordedAt(c, "tessera.io/gpu-mem"); !ok || !got.Equal(at) {
-		t.Fatalf("a confirmed record lost its time: %v %v", got, ok)
-	}
-	if _, ok := l.RecordedAt(c, "tessera.io/gpu-core"); ok {
-		t.Fatal("IDs kubelet lists instead of the recorded ones carry the record's time")
-	}
-	d := ContainerRef{PodUID: "x", Container: "d"}
-	l.Reset(map[ContainerRef]map[string][]string{d: {"tessera.io/gpu": {"g"}}}, at.Add(2*time.Minute))
-	if _, ok := l.RecordedAt(d, "tessera.io/gpu"); ok {
-		t.Fatal("an allocation known only from a read-back has a record time")
-	}
-	if _, ok := l.RecordedAt(c, "tessera.io/gpu-mem"); ok {
-		t.Fatal("a dropped record still has a time")
-	}
-}

@@ -53,21 +53,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// DefaultListingGrace is the ListingGrace of a Reconciler that sets none:
-// how long after its Allocate a container's allocation is carried over
-// while kubelet does not list it and the pod informer does not have its
-// pod (not yet, or under another UID). Kubelet lists a container's devices
-// only once it has stored them after Allocate returned, and the informer
-// lags the API server (and kubelet's own pod watch) by seconds on a busy
-// node, longer while its watch is re-listed; a read-back in that window
-// must not drop a just-made allocation, or its IDs would count as free to
-// GetPreferredAllocation and be missed by MIG rediscovery. A minute is two
-// default read-back periods (reconcileInterval 30 s) and far beyond either
-// lag; an allocation still unlisted and unknown past it (its pod's
-// admission failed after Allocate, or the pod is gone) is dropped. Its
-// files follow the collector's own GCGrace.
-const DefaultListingGrace = time.Minute
-
 // Reconciler is one node's read-back loop.
 type Reconciler struct {
 	PodResources podresources.Lister
@@ -84,15 +69,10 @@ type Reconciler struct {
 	// GCGrace keeps unreferenced state directories this long, covering the
 	// gap between Allocate and the container showing up in PodResources.
 	GCGrace time.Duration
-	// ListingGrace carries a fresh allocation over while neither kubelet
-	// nor the informer knows it (zero: DefaultListingGrace). A pod deleted
-	// within it of its Allocate has its IDs counted as held until it is over.
-	ListingGrace time.Duration
 
 	mu        sync.Mutex
 	reported  map[string]string // pod/container/resource → mismatch already counted
 	collector *statedir.Collector
-	now       func() time.Time // nil: time.Now; tests move past the ListingGrace
 }
 
 // Run reconciles every interval until ctx ends.
@@ -114,11 +94,7 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 // Once performs one read-back.
 func (r *Reconciler) Once(ctx context.Context) error {
 	r.Metrics.Runs.Inc()
-	now := r.now
-	if now == nil {
-		now = time.Now
-	}
-	asOf := now()
+	asOf := time.Now()
 	resp, err := r.PodResources.List(ctx)
 	if err != nil {
 		r.Metrics.Errors.Inc()
@@ -143,7 +119,7 @@ func (r *Reconciler) Once(ctx context.Context) error {
 			errs = append(errs, err.Error())
 		}
 	}
-	r.keepUnlisted(listed, truth, live, asOf)
+	r.keepUnlisted(listed, truth, live)
 	for ref := range truth { // carried over: still running, its mismatches still counted
 		pods[ref.PodUID] = true
 	}
@@ -163,10 +139,7 @@ func (r *Reconciler) Once(ctx context.Context) error {
 //     recreated; they stay while their pod is not finished;
 //   - a restarting kubelet lists no pods, or only some, until it has
 //     read them all back; a pod it does not list stays while the API
-//     server still has it (same UID) and not finished;
-//   - an allocation younger than the ListingGrace at asOf stays even while
-//     the informer does not have its pod (yet): kubelet may not list it
-//     yet either.
+//     server still has it (same UID) and not finished.
 //
 // A finished pod is dropped even when kubelet still lists it (it does with
 // the KubeletPodResourcesListUseActivePods gate off, and while a terminal
@@ -178,7 +151,7 @@ func (r *Reconciler) Once(ctx context.Context) error {
 // admitted yet), or kubelet has since given the IDs away. Within one pod
 // kubelet hands a regular init container's IDs on to app containers, so
 // there an overlap is expected.
-func (r *Reconciler) keepUnlisted(listed []podresources.Pod, truth map[ledger.ContainerRef]map[string][]string, live map[string]bool, asOf time.Time) {
+func (r *Reconciler) keepUnlisted(listed []podresources.Pod, truth map[ledger.ContainerRef]map[string][]string, live map[string]bool) {
 	byName := map[string]*podresources.Pod{} // namespace/name → listed pod
 	for i := range listed {
 		byName[listed[i].Namespace+"/"+listed[i].Name] = &listed[i]
@@ -203,18 +176,12 @@ func (r *Reconciler) keepUnlisted(listed []podresources.Pod, truth map[ledger.Co
 			continue
 		}
 		pod := r.Pods.Get(ref.Namespace, ref.Pod)
-		if pod != nil && string(pod.UID) != ref.PodUID {
-			pod = nil // another pod of that name: the informer does not have ref's
-		}
-		if pod != nil && finished(pod) {
+		if pod == nil || string(pod.UID) != ref.PodUID || finished(pod) {
 			continue
 		}
 		kept := map[string][]string{}
 		for _, res := range sortedResources(byRes) {
 			if listedElsewhere(owner[res], byRes[res], ref.Namespace+"/"+ref.Pod) {
-				continue
-			}
-			if pod == nil && !r.recentlyAllocated(ref, res, asOf) {
 				continue
 			}
 			kept[res] = byRes[res]
@@ -224,17 +191,6 @@ func (r *Reconciler) keepUnlisted(listed []podresources.Pod, truth map[ledger.Co
 			truth[ref] = kept
 		}
 	}
-}
-
-// recentlyAllocated reports whether the plugin's Allocate recorded ref's
-// res less than the ListingGrace before asOf.
-func (r *Reconciler) recentlyAllocated(ref ledger.ContainerRef, res string, asOf time.Time) bool {
-	grace := r.ListingGrace
-	if grace == 0 {
-		grace = DefaultListingGrace
-	}
-	at, ok := r.Ledger.RecordedAt(ref, res)
-	return ok && asOf.Sub(at) < grace
 }
 
 // listedElsewhere reports whether kubelet lists any of ids under a pod other than pod.
