@@ -94,6 +94,24 @@ type Engine struct {
 // cycle.
 func (e *Engine) OnPlacement(fn func(p *Pod, node int, placed bool)) { e.onPlacement = fn }
 
+// memberHeld passes the gang tracker's trial placements to OnPlacement's
+// listener: while a group is reserved, each member placed is seen by the
+// rules the next member is filtered with (the group's own anti-affinity
+// spreads it), and a group that does not fit whole takes its members back.
+// Booking a member that started places it again where it already is.
+func (e *Engine) memberHeld(group, key string, d placement.Decision, held bool) {
+	if e.onPlacement == nil {
+		return
+	}
+	p := e.gangs.pending[group][key]
+	if p == nil && !held {
+		p = &Pod{Key: key} // forgotten before its capacity went back (a missed deadline): the key is what goes
+	}
+	if p != nil {
+		e.onPlacement(p, d.Node, held)
+	}
+}
+
 // New builds an engine over the scheduler's cluster. admit may be nil (no
 // quotas).
 func New(cfg Config, s *placement.Scheduler, admit Admission) (*Engine, error) {
@@ -115,6 +133,7 @@ func New(cfg Config, s *placement.Scheduler, admit Admission) (*Engine, error) {
 		timeout = 5 * time.Minute
 	}
 	e.gangs = newGangs(s, timeout)
+	e.gangs.tracker.OnMember(e.memberHeld)
 	e.preemptor = preempt.New(s, preempt.Policy{Cooldown: cfg.Cooldown, Preemptible: []bool{true, true, true, true}})
 	s.Cluster().Watch(func(int) {}, func(n int) {
 		for len(e.onNode) < n {
