@@ -85,6 +85,9 @@ type Engine struct {
 	balloons balloonState
 	// onPlacement hears every pod that starts or stops holding a placement.
 	onPlacement func(p *Pod, node int, placed bool)
+	// onTrial hears gang members placed on trial while their group is
+	// reserved, and taken back.
+	onTrial func(p *Pod, node int, held bool)
 }
 
 // OnPlacement sets fn to be told, at once, of every pod that starts
@@ -94,13 +97,19 @@ type Engine struct {
 // cycle.
 func (e *Engine) OnPlacement(fn func(p *Pod, node int, placed bool)) { e.onPlacement = fn }
 
-// memberHeld passes the gang tracker's trial placements to OnPlacement's
-// listener: while a group is reserved, each member placed is seen by the
-// rules the next member is filtered with (the group's own anti-affinity
-// spreads it), and a group that does not fit whole takes its members back.
-// Booking a member that started places it again where it already is.
+// OnTrial sets fn to be told, at once, of every gang member placed on
+// trial while its group is reserved (held) and of every trial taken back
+// (the group did not fit whole, timed out, or lost the member): a node
+// filter that reads which pods run where (inter-pod anti-affinity, affinity,
+// topology spread) must count a member before the next one is placed, or a
+// "one worker per node" group could stack its members. A trial that is
+// kept is then heard again by OnPlacement, when the member starts where it
+// was held; one taken back never is.
+func (e *Engine) OnTrial(fn func(p *Pod, node int, held bool)) { e.onTrial = fn }
+
+// memberHeld passes the gang tracker's trials to OnTrial's listener.
 func (e *Engine) memberHeld(group, key string, d placement.Decision, held bool) {
-	if e.onPlacement == nil {
+	if e.onTrial == nil {
 		return
 	}
 	p := e.gangs.pending[group][key]
@@ -108,7 +117,7 @@ func (e *Engine) memberHeld(group, key string, d placement.Decision, held bool) 
 		p = &Pod{Key: key} // forgotten before its capacity went back (a missed deadline): the key is what goes
 	}
 	if p != nil {
-		e.onPlacement(p, d.Node, held)
+		e.onTrial(p, d.Node, held)
 	}
 }
 

@@ -76,8 +76,8 @@ func TestOnPlacementKeepsPodsOfOneCycleApart(t *testing.T) {
 	}
 }
 
-// A gang's members are heard one by one as the tracker places them while
-// the group is reserved, so the same filter keeps them apart: on 3 nodes
+// A gang's members are heard one by one (OnTrial) as the tracker places
+// them while the group is reserved, so the same filter keeps them apart: on 3 nodes
 // the 3 members take one node each; on 2 nodes the group does not fit
 // whole, nothing starts, and every trial placement is taken back (the
 // hook's books end empty).
@@ -106,16 +106,21 @@ func TestOnPlacementKeepsGangMembersApart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		trials := 0
-		e.OnPlacement(func(p *Pod, node int, placed bool) {
-			if placed {
+		trials, started := 0, 0
+		e.OnTrial(func(p *Pod, node int, held bool) {
+			if held {
 				trials++
 				at[p.Key] = node
 			} else {
 				delete(at, p.Key)
 			}
 			c.RefilterConstraint("spread")
-			e.ClusterChanged()
+		})
+		e.OnPlacement(func(p *Pod, node int, placed bool) {
+			if n, ok := at[p.Key]; placed && (!ok || n != node) {
+				t.Errorf("%s started on node %d, not where its trial was held (%v)", p.Key, node, at)
+			}
+			started++
 		})
 		now := time.Unix(100, 0)
 		for _, k := range []string{"w0", "w1", "w2"} {
@@ -143,8 +148,11 @@ func TestOnPlacementKeepsGangMembersApart(t *testing.T) {
 			}
 			used[r.Decision.Node] = k
 		}
-		if nodes == 2 && (len(at) != 0 || trials == 0) {
-			t.Fatalf("after a failed group the hook still counts %v (%d trial placements heard)", at, trials)
+		if nodes == 2 && (len(at) != 0 || trials == 0 || started != 0) {
+			t.Fatalf("after a failed group the hook still counts %v (%d trials, %d started)", at, trials, started)
+		}
+		if nodes == 3 && (trials != 3 || started != 3) {
+			t.Fatalf("%d trials and %d starts heard for a group of 3 that fits", trials, started)
 		}
 	}
 }

@@ -61,7 +61,8 @@ func TestGangMembersSeeEachOthersAntiAffinity(t *testing.T) {
 
 // A gang of 3 that wants one member per node on 2 nodes never fits
 // together: all or nothing, none is bound (each node has GPUs for all
-// three), and every member is told why.
+// three), every member is told why, and the members' trial placements are
+// all taken back.
 func TestGangThatCannotSpreadTakesNothing(t *testing.T) {
 	a := newAPI(t)
 	for i := range 2 {
@@ -88,4 +89,8 @@ func TestGangThatCannotSpreadTakesNothing(t *testing.T) {
 		}
 	}
 	r.stop()
+	// Every trial was taken back: nothing counts for the rules.
+	if n, left := r.s.affinity.Placed(), len(r.s.trials); n != 0 || left != 0 {
+		t.Fatalf("after the group failed the inter-pod index counts %d pods, %d trials left", n, left)
+	}
 }
