@@ -94,3 +94,40 @@ func TestGangThatCannotSpreadTakesNothing(t *testing.T) {
 		t.Fatalf("after the group failed the inter-pod index counts %d pods, %d trials left", n, left)
 	}
 }
+
+// Topology spread applies between members as well: a gang of 4 that
+// spreads over zones with max skew 1 puts 2 members in each zone, though bestfit would pack them on one node.
+func TestGangMembersSpreadOverZones(t *testing.T) {
+	a := newAPI(t)
+	zoneOf := map[string]string{}
+	for i := range 4 {
+		name := fmt.Sprint("n", i)
+		zoneOf[name] = fmt.Sprint("z", i%2)
+		a.gpuNode(name, 4, 16*gib, "T4")
+		a.zoned(name, zoneOf[name])
+	}
+	r := a.start(testConfig())
+	var names []string
+	for i := range 4 {
+		name := fmt.Sprint("s", i)
+		a.pod(name, res(string(translate.ResourceGPU), "1"), labelled("app", "spread"), spreadOver("spread", zoneKey, 1),
+			ann(gang.GroupAnnotation, "spread", gang.MinMemberAnnotation, "4"))
+		names = append(names, name)
+	}
+	eventually(t, "the gang bound", func() bool {
+		for _, n := range names {
+			if a.get(n).Spec.NodeName == "" {
+				return false
+			}
+		}
+		return a.quiet()
+	})
+	perZone := map[string]int{}
+	for _, n := range names {
+		perZone[zoneOf[a.get(n).Spec.NodeName]]++
+	}
+	if perZone["z0"] != 2 || perZone["z1"] != 2 {
+		t.Fatalf("members per zone %v, want 2 and 2 (max skew 1)", perZone)
+	}
+	r.stop()
+}
