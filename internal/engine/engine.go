@@ -85,6 +85,9 @@ type Engine struct {
 	balloons balloonState
 	// onPlacement hears every pod that starts or stops holding a placement.
 	onPlacement func(p *Pod, node int, placed bool)
+	// onTrial hears gang members placed on trial while their group is
+	// reserved, and taken back.
+	onTrial func(p *Pod, node int, held bool)
 }
 
 // OnPlacement sets fn to be told, at once, of every pod that starts
@@ -93,6 +96,30 @@ type Engine struct {
 // where (inter-pod affinity) then see a pod placed earlier in the same
 // cycle.
 func (e *Engine) OnPlacement(fn func(p *Pod, node int, placed bool)) { e.onPlacement = fn }
+
+// OnTrial sets fn to be told, at once, of every gang member placed on
+// trial while its group is reserved (held) and of every trial taken back
+// (the group did not fit whole, timed out, or lost the member): a node
+// filter that reads which pods run where (inter-pod anti-affinity, affinity,
+// topology spread) must count a member before the next one is placed, or a
+// "one worker per node" group could stack its members. A trial that is
+// kept is then heard again by OnPlacement, when the member starts where it
+// was held; one taken back never is.
+func (e *Engine) OnTrial(fn func(p *Pod, node int, held bool)) { e.onTrial = fn }
+
+// memberHeld passes the gang tracker's trials to OnTrial's listener.
+func (e *Engine) memberHeld(group, key string, d placement.Decision, held bool) {
+	if e.onTrial == nil {
+		return
+	}
+	p := e.gangs.pending[group][key]
+	if p == nil && !held {
+		p = &Pod{Key: key} // forgotten before its capacity went back (a missed deadline): the key is what goes
+	}
+	if p != nil {
+		e.onTrial(p, d.Node, held)
+	}
+}
 
 // New builds an engine over the scheduler's cluster. admit may be nil (no
 // quotas).
@@ -115,6 +142,7 @@ func New(cfg Config, s *placement.Scheduler, admit Admission) (*Engine, error) {
 		timeout = 5 * time.Minute
 	}
 	e.gangs = newGangs(s, timeout)
+	e.gangs.tracker.OnMember(e.memberHeld)
 	e.preemptor = preempt.New(s, preempt.Policy{Cooldown: cfg.Cooldown, Preemptible: []bool{true, true, true, true}})
 	s.Cluster().Watch(func(int) {}, func(n int) {
 		for len(e.onNode) < n {

@@ -109,12 +109,25 @@ type Tracker struct {
 	sched   *placement.Scheduler
 	timeout time.Duration
 	groups  map[string]*group
+	// onMember hears each member's capacity taken or given back (OnMember).
+	onMember func(group, member string, d placement.Decision, held bool)
 }
 
 // NewTracker tracks groups placed by s; a group not complete timeout after
 // its first member arrived is expired.
 func NewTracker(s *placement.Scheduler, timeout time.Duration) *Tracker {
 	return &Tracker{sched: s, timeout: timeout, groups: map[string]*group{}}
+}
+
+// OnMember sets fn to be told, at once, of every member whose capacity the
+// tracker takes (held) or gives back — each trial placement while a group
+// is reserved, and its rollback when the group does not fit whole. Rules
+// that read which pods run where (inter-pod anti-affinity, affinity,
+// topology spread) then see the members placed before the next one is
+// placed, as they would see pods placed one by one; the caller's node
+// filter must be refiltered by fn for the next member to see the change.
+func (t *Tracker) OnMember(fn func(group, member string, d placement.Decision, held bool)) {
+	t.onMember = fn
 }
 
 // Add registers a member that arrived at now. Its spec must agree with the

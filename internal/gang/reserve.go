@@ -65,26 +65,38 @@ func (t *Tracker) reserveAll(g *group, ms []Member) (map[string]placement.Decisi
 	case SameNUMA:
 		return t.reserveTogether(g, ms, false, true)
 	}
-	return t.reserveOn(ms, -1)
+	return t.reserveOn(g, ms, -1)
 }
 
 // reserveOn places members one by one, anywhere (node < 0) or on node,
-// reserving each; on a failure it releases what it reserved.
-func (t *Tracker) reserveOn(ms []Member, node int) (map[string]placement.Decision, error) {
+// reserving each before the next is placed (so the node filter sees it);
+// on a failure it releases what it reserved.
+func (t *Tracker) reserveOn(g *group, ms []Member, node int) (map[string]placement.Decision, error) {
 	got := map[string]placement.Decision{}
 	for _, m := range ms {
 		req := m.Request
 		req.Name = m.Name
 		d, err := t.decide(node, &req)
 		if err == nil {
-			err = t.sched.Cluster().Reserve(d)
+			err = t.hold(g, m.Name, d)
 		}
 		if err != nil {
-			return nil, errors.Join(fmt.Errorf("member %s: %w", m.Name, err), t.release(got))
+			return nil, errors.Join(fmt.Errorf("member %s: %w", m.Name, err), t.release(g, got))
 		}
 		got[m.Name] = d
 	}
 	return got, nil
+}
+
+// hold reserves d for member and tells OnMember's listener.
+func (t *Tracker) hold(g *group, member string, d placement.Decision) error {
+	if err := t.sched.Cluster().Reserve(d); err != nil {
+		return err
+	}
+	if t.onMember != nil {
+		t.onMember(g.spec.Name, member, d, true)
+	}
+	return nil
 }
 
 // decide places req anywhere (node < 0) or on node, without reserving.
@@ -99,14 +111,26 @@ func (t *Tracker) decide(node int, req *placement.Request) (placement.Decision, 
 	return d, nil
 }
 
-func (t *Tracker) release(ds map[string]placement.Decision) error {
+// release gives back the members' capacity ds, telling OnMember's
+// listener of each.
+func (t *Tracker) release(g *group, ds map[string]placement.Decision) error {
 	var errs []error
 	for name, d := range ds {
-		if err := t.sched.Cluster().Release(d); err != nil {
+		if err := t.unhold(g, name, d); err != nil {
 			errs = append(errs, fmt.Errorf("releasing member %s: %w", name, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func (t *Tracker) unhold(g *group, member string, d placement.Decision) error {
+	if err := t.sched.Cluster().Release(d); err != nil {
+		return err
+	}
+	if t.onMember != nil {
+		t.onMember(g.spec.Name, member, d, false)
+	}
+	return nil
 }
 
 // heldNode is the node of the group's reserved members, or -1.
@@ -122,13 +146,13 @@ func heldNode(g *group) int {
 // then every node in cluster order.
 func (t *Tracker) reserveSameNode(g *group, ms []Member) (map[string]placement.Decision, error) {
 	if n := heldNode(g); n >= 0 {
-		return t.reserveOn(ms, n)
+		return t.reserveOn(g, ms, n)
 	}
 	tried := -1
 	if sum, err := aggregate(ms); err == nil {
 		if d, err := t.sched.Schedule(&sum); err == nil {
 			tried = d.Node
-			if got, err := t.reserveOn(ms, d.Node); err == nil {
+			if got, err := t.reserveOn(g, ms, d.Node); err == nil {
 				return got, nil
 			}
 		}
@@ -137,7 +161,7 @@ func (t *Tracker) reserveSameNode(g *group, ms []Member) (map[string]placement.D
 		if n == tried {
 			continue
 		}
-		if got, err := t.reserveOn(ms, n); err == nil {
+		if got, err := t.reserveOn(g, ms, n); err == nil {
 			return got, nil
 		}
 	}
@@ -180,8 +204,12 @@ func (t *Tracker) reserveTogether(g *group, ms []Member, island, numa bool) (map
 			shares = shares[1:]
 			md.Grant.Shares = append(md.Grant.Shares, partition.Share{GPU: s.GPU, Milli: 1000, MemMiB: m.Request.GPUMemMiB})
 		}
-		if err := t.sched.Cluster().Reserve(md); err != nil {
-			return nil, errors.Join(fmt.Errorf("member %s: %w", m.Name, err), t.release(got))
+		err := fmt.Errorf("node %s refuses it beside the members placed before (node constraints or inter-pod rules): %w", d.NodeName, placement.ErrUnschedulable)
+		if t.sched.Cluster().NodeAdmits(d.Node, &m.Request) {
+			err = t.hold(g, m.Name, md)
+		}
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("member %s: %w", m.Name, err), t.release(g, got))
 		}
 		got[m.Name] = md
 	}
@@ -278,7 +306,7 @@ func (t *Tracker) Expire(now time.Time) []Expired {
 			reason = fmt.Sprintf("%d members present, %d reserved of min-member %d", len(g.members), len(g.reserved), g.spec.MinMember)
 		}
 		e.Err = fmt.Errorf("gang: group %s after %s: %s: %w", name, now.Sub(g.first).Round(time.Second), reason, ErrTimedOut)
-		if err := t.release(g.reserved); err != nil {
+		if err := t.release(g, g.reserved); err != nil {
 			e.Err = errors.Join(e.Err, err)
 		}
 		delete(t.groups, name)
@@ -303,7 +331,7 @@ func (t *Tracker) RemoveMember(group, member string) error {
 		return fmt.Errorf("gang: group %s has no member %s (has %s)", group, member, memberNames(g))
 	}
 	if d, held := g.reserved[member]; held {
-		if err := t.sched.Cluster().Release(d); err != nil {
+		if err := t.unhold(g, member, d); err != nil {
 			return fmt.Errorf("gang: group %s member %s: %w", group, member, err)
 		}
 		delete(g.reserved, member)

@@ -182,10 +182,41 @@ func (s *Scheduler) placementChanged(p *engine.Pod, node int, placed bool) {
 			return
 		}
 		changed = s.affinity.Place(d, s.byIndex[node].name)
+		// A gang member starting where its trial put it is counted
+		// already; what its trial moved may now let waiting pods in.
+		changed = append(changed, s.trials[p.Key]...)
 	} else {
 		changed = s.affinity.Unplace(p.Key)
 	}
+	delete(s.trials, p.Key)
 	s.refilterPods(changed)
+}
+
+// memberTrial is the engine's OnTrial: a gang member placed on trial while
+// its group is reserved is counted by the index at once, and the keys it
+// moves refiltered, so the next member is filtered beside it (a group with
+// anti-affinity on its own label is spread); taken back, it is forgotten.
+// Neither wakes the queue: a trial taken back leaves the rules as they
+// were, and one kept does so when the member starts (placementChanged).
+// A member without terms that no pod's terms select moves no key.
+func (s *Scheduler) memberTrial(p *engine.Pod, node int, held bool) {
+	var changed []string
+	if held {
+		d := s.descs[p.Key]
+		if d == nil || node < 0 || node >= len(s.byIndex) || s.byIndex[node] == nil {
+			return
+		}
+		changed = s.affinity.Place(d, s.byIndex[node].name)
+		if len(changed) > 0 {
+			s.trials[p.Key] = append(s.trials[p.Key], changed...)
+		}
+	} else {
+		changed = s.affinity.Unplace(p.Key)
+		delete(s.trials, p.Key)
+	}
+	for _, k := range changed {
+		s.cluster.RefilterConstraint(k)
+	}
 }
 
 func (s *Scheduler) refilterPods(keys []string) {

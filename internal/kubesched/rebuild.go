@@ -73,6 +73,8 @@ func (s *Scheduler) rebuild(why string) error {
 		}
 	}
 	eng.OnPlacement(s.placementChanged)
+	eng.OnTrial(s.memberTrial)
+	s.trials = map[string][]string{}
 	s.podState = map[string]*podEntry{}
 	s.floors, s.reclaims = map[string]int32{}, map[string]*podEntry{}
 	pods, _ := s.pods.List(everything)

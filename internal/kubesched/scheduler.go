@@ -76,8 +76,11 @@ type Scheduler struct {
 	promisedPorts map[string]map[string]bool // node → our pods binding host ports promised there (assumed, nominated)
 	// affinity is the placed pods as the inter-pod rules read them, descs
 	// every known pod's labels and terms (interpods.go).
-	affinity      *interpod.Index
-	descs         map[string]*interpod.Pod
+	affinity *interpod.Index
+	descs    map[string]*interpod.Pod
+	// trials holds the constraint keys each gang member's trial placement
+	// moved, until the member starts (memberTrial).
+	trials        map[string][]string
 	podState      map[string]*podEntry
 	held          map[string]*podEntry // waiting to be queued again after a failed bind
 	rebind        map[string]*podEntry // gang members whose failed bind is retried on held capacity
@@ -104,7 +107,7 @@ func New(cfg *cfgv1.SchedulerConfig, client kubernetes.Interface, log *slog.Logg
 	}
 	s := &Scheduler{cfg: cfg, client: client, log: log, metrics: m, now: time.Now, engineCfg: schedv1.Default(),
 		nodeState: map[string]*nodeEntry{}, podState: map[string]*podEntry{}, held: map[string]*podEntry{}, rebind: map[string]*podEntry{},
-		floors: map[string]int32{}, reclaims: map[string]*podEntry{}, fits: map[string]*fit{}, descs: map[string]*interpod.Pod{},
+		floors: map[string]int32{}, reclaims: map[string]*podEntry{}, fits: map[string]*fit{}, descs: map[string]*interpod.Pod{}, trials: map[string][]string{},
 		promisedPorts: map[string]map[string]bool{}}
 	none, _ := nodefit.For(&corev1.Pod{})
 	s.fits[""] = &fit{node: none}

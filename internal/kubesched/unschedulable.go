@@ -67,16 +67,31 @@ func (s *Scheduler) whyPending(p *engine.Pod, nodesBy map[string][]explain.Node,
 		msg = explain.Message(nodes, &p.Request)
 		memo[sh] = msg
 	}
+	everyNodeFits := msg == fmt.Sprintf("0/%d nodes are available.", len(s.nodeState))
 	if p.Gang != nil {
+		if everyNodeFits {
+			msg = msg[:len(msg)-1] + ": " + s.whyGangApart(p.Request.NodeConstraint)
+		}
 		return fmt.Sprintf("pod group %s (min-member %d) is placed all or nothing: %s", p.Gang.Name, p.Gang.MinMember, msg)
 	}
-	if msg == fmt.Sprintf("0/%d nodes are available.", len(s.nodeState)) {
+	if everyNodeFits {
 		// Every node fits the request as far as totals go: the queue
 		// order or the placement's finer rules (islands, held capacity)
 		// decided.
 		return msg[:len(msg)-1] + ": capacity is held for pods ahead in the queue or the request's NVLink/model constraints are not met together."
 	}
 	return msg
+}
+
+// whyGangApart words why a gang member that some node admits alone still
+// waits: the members do not fit together, and when they carry inter-pod
+// rules each member placed counts for the next (a group that wants one
+// member per node needs as many nodes as members).
+func (s *Scheduler) whyGangApart(key string) string {
+	if f := s.fits[key]; f != nil && f.pods != nil {
+		return "a member fits alone, but the members do not fit together: each member placed counts for the next one's inter-pod affinity, anti-affinity and topology spread."
+	}
+	return "a member fits alone, but the members do not fit together, or capacity is held for pods ahead in the queue."
 }
 
 // explainNodes is every node with an inventory as the explanation sees it
