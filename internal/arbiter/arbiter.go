@@ -35,22 +35,58 @@ type Arbiter struct {
 	// shares until it takes over.
 	Active func() bool
 
-	// longestGap: the longest time between two steps since TakeLongestGap
-	// last read it (ns): how late the OS let the loop run.
-	longestGap atomic.Int64
-	lastStep   atomic.Uint64 // CLOCK_MONOTONIC of the last step
+	// Stats: where the loop reports its steps (nil: a private one). The
+	// arbiter's own process points it into memory its supervisor reads.
+	Stats *Stats
 
+	own     Stats
 	mu      sync.Mutex
 	files   map[string]*tenantFiles
-	gpus    map[string]*Scheduler
+	gpus    map[string]*gpuStep
 	scanned time.Time
-	last    map[string]Verdict // key/uuid → latest verdict
+	present map[string]bool // scan's scratch
+}
+
+// Stats is what a running loop reports about itself: plain words, so that
+// they may live in memory shared with another process.
+type Stats struct {
+	// LongestGap: the longest time between two steps since TakeLongestGap
+	// last read it (ns): how late the OS let the loop run.
+	LongestGap atomic.Int64
+	LastStep   atomic.Uint64 // CLOCK_MONOTONIC of the last step
+	Steps      atomic.Uint64 // steps taken
+}
+
+// TakeLongestGap returns the longest time between two steps since the last
+// call (a tick's worth when the loop runs on time), and starts over.
+func (s *Stats) TakeLongestGap() time.Duration { return time.Duration(s.LongestGap.Swap(0)) }
+
+// observe records a step at mono.
+func (s *Stats) observe(mono uint64) {
+	if prev := s.LastStep.Swap(mono); prev != 0 && mono > prev {
+		gap := int64(mono - prev)
+		for cur := s.LongestGap.Load(); gap > cur && !s.LongestGap.CompareAndSwap(cur, gap); cur = s.LongestGap.Load() {
+		}
+	}
+	s.Steps.Add(1)
+}
+
+// gpuStep is one GPU's scheduler and the scratch of a step over it, kept
+// between steps so that a step in steady state allocates nothing (the
+// arbiter's process runs without the garbage collector).
+type gpuStep struct {
+	sched   *Scheduler
+	tenants []Tenant
+	dev     []int              // tenants[i]'s device index in its files
+	last    map[string]Verdict // tenant key → latest verdict
 }
 
 type tenantFiles struct {
 	entry  statedir.Entry
 	limits *region.Limits
 	region *region.Region
+	devs   []region.DeviceLimit // DevicesInto's buffer
+	comp   [region.MaxDevices]region.Compute
 	bad    bool // logged once
 }
 
@@ -111,80 +147,90 @@ func (f *tenantFiles) close() {
 	}
 }
 
-// Step runs one control step at now (mono on CLOCK_MONOTONIC).
-func (a *Arbiter) Step(now time.Time, mono uint64) {
-	if prev := a.lastStep.Swap(mono); prev != 0 && mono > prev {
-		gap := int64(mono - prev)
-		for cur := a.longestGap.Load(); gap > cur && !a.longestGap.CompareAndSwap(cur, gap); cur = a.longestGap.Load() {
-		}
+func (a *Arbiter) stats() *Stats {
+	if a.Stats != nil {
+		return a.Stats
 	}
+	return &a.own
+}
+
+// Step runs one control step at now (mono on CLOCK_MONOTONIC). Between
+// rescans it allocates nothing once the tenants are known.
+func (a *Arbiter) Step(now time.Time, mono uint64) {
+	a.stats().observe(mono)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.files == nil {
-		a.files, a.gpus, a.last = map[string]*tenantFiles{}, map[string]*Scheduler{}, map[string]Verdict{}
+		a.files, a.gpus, a.present = map[string]*tenantFiles{}, map[string]*gpuStep{}, map[string]bool{}
 	}
 	if a.scanned.IsZero() || now.Sub(a.scanned) >= a.Rescan {
 		a.scan()
 		a.scanned = now
 	}
-	byGPU := map[string][]Tenant{}
-	where := map[string]map[string]int{} // gpu → key → device index
+	for _, g := range a.gpus {
+		g.tenants, g.dev = g.tenants[:0], g.dev[:0]
+	}
 	for key, f := range a.files {
-		if f.limits == nil || f.region == nil {
+		if f.limits == nil || f.region == nil || !a.read(key, f) {
 			continue
 		}
-		var devs []region.DeviceLimit
-		var comp [region.MaxDevices]region.Compute
-		err := region.Guard(f.entry.Dir, func() {
-			devs = f.limits.Devices()
-			for i := range devs {
-				comp[i] = f.region.Compute(i)
-			}
-		})
-		if err != nil {
-			// A file truncated under us: drop it, the next scan retries.
-			a.log().Warn("compute arbiter: allocation unreadable", "key", key, "err", err)
-			f.close()
-			delete(a.files, key)
-			continue
-		}
-		for i, d := range devs {
+		for i, d := range f.devs {
 			if d.CoreLimitPct == 0 || d.CoreLimitPct >= 100 {
 				continue // not managed by the hook
 			}
-			byGPU[d.UUID] = append(byGPU[d.UUID], Tenant{Key: key, Share: float64(d.CoreLimitPct) / 100,
-				Hard: d.Policy == region.PolicyHard, Priority: int(d.Priority), BusyNs: comp[i].BusyNs, DemandNs: comp[i].DemandNs, Inflight: comp[i].Inflight})
-			if where[d.UUID] == nil {
-				where[d.UUID] = map[string]int{}
+			g := a.gpus[d.UUID]
+			if g == nil {
+				g = &gpuStep{sched: &Scheduler{Policy: a.Policy}, last: map[string]Verdict{}}
+				a.gpus[d.UUID] = g
 			}
-			where[d.UUID][key] = i
+			c := &f.comp[i]
+			g.tenants = append(g.tenants, Tenant{Key: key, Share: float64(d.CoreLimitPct) / 100,
+				Hard: d.Policy == region.PolicyHard, Priority: int(d.Priority), BusyNs: c.BusyNs, DemandNs: c.DemandNs, Inflight: c.Inflight})
+			g.dev = append(g.dev, i)
 		}
 	}
-	for uuid := range a.gpus {
-		if _, ok := byGPU[uuid]; !ok {
-			delete(a.gpus, uuid)
+	for uuid, g := range a.gpus {
+		if len(g.tenants) == 0 {
+			delete(a.gpus, uuid) // its scheduler's memory goes with it
+			continue
 		}
+		a.stepGPU(now, mono, g)
 	}
-	for k := range a.last {
-		delete(a.last, k)
+}
+
+// read loads f's devices and measurements; false: the file went bad and was
+// dropped (the next scan retries).
+func (a *Arbiter) read(key string, f *tenantFiles) bool {
+	err := region.Guard(f.entry.Dir, func() {
+		f.devs = f.limits.DevicesInto(f.devs)
+		for i := range f.devs {
+			f.comp[i] = f.region.Compute(i)
+		}
+	})
+	if err != nil {
+		// A file truncated under us.
+		a.log().Warn("compute arbiter: allocation unreadable", "key", key, "err", err)
+		f.close()
+		delete(a.files, key)
+		return false
 	}
-	for uuid, ts := range byGPU {
-		s := a.gpus[uuid]
-		if s == nil {
-			s = &Scheduler{Policy: a.Policy}
-			a.gpus[uuid] = s
-		}
-		for _, v := range s.Step(now, mono, ts) {
-			f := a.files[v.Key]
-			g := region.Grant{Unpaced: v.Go, Solo: v.Solo, Until: v.Until}
-			f.limits.SetGrant(where[uuid][v.Key], g, mono)
-			a.last[v.Key+"/"+uuid] = v
-		}
-		for _, t := range ts {
-			if t.Inflight > 0 && s.IdleLong(t.Key, now) {
-				f, i := a.files[t.Key], where[uuid][t.Key]
-				_ = region.Guard(f.entry.Dir, func() { f.region.ClearInflight(i, t.Inflight) }) // unreadable: dropped at the next step
-			}
+	return true
+}
+
+// stepGPU steps one GPU's scheduler and writes its grants.
+func (a *Arbiter) stepGPU(now time.Time, mono uint64, g *gpuStep) {
+	clear(g.last)
+	s := g.sched
+	for i, v := range s.Step(now, mono, g.tenants) {
+		f := a.files[v.Key]
+		f.limits.SetGrant(g.dev[i], region.Grant{Unpaced: v.Go, Solo: v.Solo, Until: v.Until}, mono)
+		g.last[v.Key] = v
+	}
+	for i := range g.tenants {
+		t := &g.tenants[i]
+		if t.Inflight > 0 && s.IdleLong(t.Key, now) {
+			f, dev, seen := a.files[t.Key], g.dev[i], t.Inflight
+			_ = region.Guard(f.entry.Dir, func() { f.region.ClearInflight(dev, seen) }) // unreadable: dropped at the next step
 		}
 	}
 }
@@ -196,7 +242,8 @@ func (a *Arbiter) scan() {
 		a.log().Warn("compute arbiter: state directory unreadable", "err", err)
 		return
 	}
-	present := map[string]bool{}
+	present := a.present
+	clear(present)
 	for _, e := range entries {
 		if e.Kind != "core" {
 			continue
@@ -227,12 +274,16 @@ func (a *Arbiter) scan() {
 
 // TakeLongestGap returns the longest time between two steps since the last
 // call (a tick's worth when the loop runs on time), and starts over.
-func (a *Arbiter) TakeLongestGap() time.Duration { return time.Duration(a.longestGap.Swap(0)) }
+func (a *Arbiter) TakeLongestGap() time.Duration { return a.stats().TakeLongestGap() }
 
 // Verdict is the latest decision for allocation key on GPU uuid.
 func (a *Arbiter) Verdict(key, uuid string) (Verdict, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	v, ok := a.last[key+"/"+uuid]
+	g := a.gpus[uuid]
+	if g == nil {
+		return Verdict{}, false
+	}
+	v, ok := g.last[key]
 	return v, ok
 }

@@ -1,8 +1,9 @@
 package arbiter
 
 import (
+	"cmp"
 	"math"
-	"sort"
+	"slices"
 	"time"
 )
 
@@ -96,20 +97,27 @@ type Scheduler struct {
 	last     time.Time
 	// Decaying sums of measured GPU time and wall time (overlapFactor).
 	winMeasured, winWall float64
+	// Scratch kept between steps: a step in steady state allocates nothing.
+	present map[string]bool
+	cands   []*Tenant
+	others  []*Tenant
+	out     []Verdict
 }
 
 // Step decides the grants at now (mono: the same instant on the hooks'
-// CLOCK_MONOTONIC, to judge their demand stamps).
+// CLOCK_MONOTONIC, to judge their demand stamps): one verdict per tenant, in
+// the order of ts, valid until the next Step (the slice is reused).
 func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 	if s.tenants == nil {
-		s.tenants = map[string]*tenantState{}
+		s.tenants, s.present = map[string]*tenantState{}, map[string]bool{}
 	}
 	dt := 0.0
 	if !s.last.IsZero() {
 		dt = now.Sub(s.last).Seconds()
 	}
 	s.last = now
-	present := make(map[string]bool, len(ts))
+	present := s.present
+	clear(present)
 	minV, anyActive := 0.0, false
 	factor := s.overlapFactor(ts, dt)
 	for i := range ts {
@@ -180,7 +188,7 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 	}
 	draining := s.draining(now, ts)
 	until := s.turnLeft(now, ts)
-	out := make([]Verdict, 0, len(ts))
+	out := s.out[:0]
 	for i := range ts {
 		t := &ts[i]
 		st := s.tenants[t.Key]
@@ -195,6 +203,7 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 		}
 		out = append(out, v)
 	}
+	s.out = out
 	return out
 }
 
@@ -344,7 +353,8 @@ func (s *Scheduler) rank(now time.Time, t *Tenant) int {
 // ineligible, or a tenant of a higher priority than the holder's wants it.
 func (s *Scheduler) pick(now time.Time, ts []Tenant) {
 	var holder *Tenant
-	cands := make([]*Tenant, 0, len(ts))
+	cands := s.cands[:0]
+	defer func() { s.cands = cands[:0] }()
 	for i := range ts {
 		t := &ts[i]
 		if t.Key == s.holder {
@@ -363,12 +373,11 @@ func (s *Scheduler) pick(now time.Time, ts []Tenant) {
 		}
 		return
 	}
-	sort.SliceStable(cands, func(i, j int) bool {
-		a, b := cands[i], cands[j]
+	slices.SortStableFunc(cands, func(a, b *Tenant) int {
 		if ra, rb := s.rank(now, a), s.rank(now, b); ra != rb {
-			return ra < rb
+			return cmp.Compare(ra, rb)
 		}
-		return s.tenants[a.Key].vtime < s.tenants[b.Key].vtime
+		return cmp.Compare(s.tenants[a.Key].vtime, s.tenants[b.Key].vtime)
 	})
 	best := cands[0]
 	keep := holder != nil && s.eligible(now, holder) && s.rank(now, holder) <= s.rank(now, best) &&
@@ -427,7 +436,8 @@ func (s *Scheduler) turnLeft(now time.Time, ts []Tenant) time.Duration {
 		return 0
 	}
 	var h *Tenant
-	var others []*Tenant
+	others := s.others[:0]
+	defer func() { s.others = others[:0] }()
 	most := 0.0
 	for i := range ts {
 		t := &ts[i]

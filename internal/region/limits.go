@@ -122,6 +122,40 @@ func (l *Limits) update(devs []DeviceLimit) error {
 	return nil
 }
 
+// DevicesInto is Devices reusing buf (its length is set to the device count):
+// a UUID string already in buf[i] that still matches is kept, so a caller
+// polling every millisecond allocates nothing once the file is known.
+func (l *Limits) DevicesInto(buf []DeviceLimit) []DeviceLimit {
+	r := l.raw
+	n := int(r.DeviceCount)
+	if n > len(r.Devices) {
+		n = len(r.Devices)
+	}
+	if cap(buf) < n {
+		buf = append(buf[:cap(buf)], make([]DeviceLimit, n-cap(buf))...)
+	}
+	buf = buf[:n]
+	for i := range buf {
+		d := &r.Devices[i]
+		raw := d.UUID[:]
+		if j := bytes.IndexByte(raw, 0); j >= 0 {
+			raw = raw[:j]
+		}
+		uuid := buf[i].UUID
+		if string(raw) != uuid {
+			uuid = string(raw)
+		}
+		buf[i] = DeviceLimit{
+			UUID:          uuid,
+			MemLimitBytes: atomic.LoadUint64(&d.MemLimitBytes),
+			CoreLimitPct:  atomic.LoadUint32(&d.CoreLimitPct),
+			Priority:      atomic.LoadInt32(&d.Priority),
+			Policy:        atomic.LoadUint64(&d.ComputePolicy),
+		}
+	}
+	return buf
+}
+
 // Devices returns the current entries.
 func (l *Limits) Devices() []DeviceLimit {
 	r := l.raw

@@ -8,6 +8,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tessera-gpu/tessera/internal/region"
 )
@@ -131,3 +135,37 @@ func WriteBalloonWait(path string, dev int, want, waiters, sinceNs uint64) error
 	_, err = f.WriteAt(b[:], int64(offBalloon+dev*64))
 	return err
 }
+
+// offCompute is compute[0] of the region: right after the slots.
+const offCompute = offSlots + region.MaxProcs*slotSize
+
+// Compute maps a region's compute words read-write, as the hooks of a
+// container have them, for a test that changes them between steps of the
+// node side without allocating (an allocation count would see a file write).
+type Compute struct{ mem []byte }
+
+// MapCompute maps the compute words of the region file at path.
+func MapCompute(path string) (*Compute, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	mem, err := unix.Mmap(int(f.Fd()), 0, offCompute+region.MaxDevices*64, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: %w", path, err)
+	}
+	return &Compute{mem: mem}, nil
+}
+
+// Set publishes device dev's cumulative busy time, latest demand stamp and
+// in-flight count as a hook does.
+func (c *Compute) Set(dev int, busyNs, demandNs, inflight uint64) {
+	w := c.mem[offCompute+dev*64:]
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(&w[0])), busyNs)
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(&w[16])), demandNs)
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(&w[56])), inflight)
+}
+
+// Close unmaps the words.
+func (c *Compute) Close() error { return unix.Munmap(c.mem) }

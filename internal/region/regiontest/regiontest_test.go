@@ -116,3 +116,31 @@ func TestWriteBalloonEndedReadsBackAndWraps(t *testing.T) {
 		t.Fatalf("device 0 touched: %+v", other)
 	}
 }
+
+func TestMapComputeIsReadBackByRegion(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "region")
+	if err := region.CreateRegion(path); err != nil {
+		t.Fatal(err)
+	}
+	w, err := MapCompute(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	r, err := region.OpenRegion(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w.Set(0, 11, 22, 3)
+	w.Set(15, 44, 55, 6)
+	if c := r.Compute(0); c.BusyNs != 11 || c.DemandNs != 22 || c.Inflight != 3 || c.Launches != 0 {
+		t.Fatalf("device 0: %+v", c)
+	}
+	if c := r.Compute(15); c.BusyNs != 44 || c.DemandNs != 55 || c.Inflight != 6 {
+		t.Fatalf("device 15: %+v", c)
+	}
+	if c := r.Compute(1); c != (region.Compute{}) {
+		t.Fatalf("device 1 written: %+v", c)
+	}
+}
