@@ -25,6 +25,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/arbiterproc"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/kube"
 	"github.com/tessera-gpu/tessera/internal/monitor/agent"
 	"github.com/tessera-gpu/tessera/internal/monitor/balloons"
@@ -32,6 +33,9 @@ import (
 )
 
 func main() {
+	// The compute arbiter's own process, which the monitor starts from
+	// this binary (arbiter.process): hidden, not for operators to run.
+	arbiterproc.MainIfSubcommand()
 	// A scrape of a full node builds thousands of short-lived series; a
 	// node agent should rather collect a little more often than hold twice
 	// its live heap (GOGC still wins when set).

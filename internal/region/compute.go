@@ -134,6 +134,15 @@ func (l *Limits) Grant(i int) (Grant, bool) {
 	return DecodeGrant(atomic.LoadUint64(&l.raw.Devices[i].ComputeGrant))
 }
 
+// Heartbeat is the CLOCK_MONOTONIC instant of the arbiter's last write to
+// device i (0: never).
+func (l *Limits) Heartbeat(i int) uint64 {
+	if i < 0 || i >= int(l.raw.DeviceCount) {
+		return 0
+	}
+	return atomic.LoadUint64(&l.raw.Devices[i].ComputeBeat)
+}
+
 // SetScheduling corrects a device's compute policy and priority in place
 // (the device plugin's reconciliation, once it knows the pod for sure).
 func (l *Limits) SetScheduling(uuid string, policy uint64, priority int32) error {

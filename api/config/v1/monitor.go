@@ -145,7 +145,24 @@ type ArbiterConfig struct {
 	// late arbiter then costs idle GPU time instead of a wrong share).
 	// 0: no deadlines.
 	TurnGrace Duration `json:"turnGrace"`
+	// Process runs the control loop in a process of its own, a re-exec of
+	// the monitor (`vgpu-monitor arbiter`) that the monitor starts while it
+	// holds the node lease, stops when it loses it, and restarts if it dies:
+	// all of that process's threads run at RealtimePriority and it runs
+	// without the garbage collector, whose stop-the-world would wait for the
+	// monitor's ordinary (on a busy node, starved) threads. false: a
+	// goroutine of the monitor, as before.
+	Process bool `json:"process"`
+	// MemoryLimitMiB bounds the arbiter process's Go memory (a soft limit,
+	// debug.SetMemoryLimit): it allocates nothing per step, only when it
+	// lists the state directory, so with the collector off this is when it
+	// collects, and a leak cannot grow without bound. Only with Process.
+	MemoryLimitMiB int `json:"memoryLimitMiB"`
 }
+
+// MinArbiterMemoryLimitMiB is the least arbiter.memoryLimitMiB: the Go
+// runtime of the arbiter's process itself takes a few MiB.
+const MinArbiterMemoryLimitMiB = 16
 
 // EnforcementConfig is the out-of-band check of the driver's per-process truth.
 type EnforcementConfig struct {
@@ -201,7 +218,8 @@ func DefaultMonitor() *MonitorConfig {
 		Containerd: ContainerdConfig{Socket: "/run/containerd/containerd.sock", Namespace: "k8s.io"},
 		Arbiter: ArbiterConfig{Enabled: true, Tick: Duration{time.Millisecond}, Quantum: Duration{10 * time.Millisecond},
 			IdleAfter: Duration{5 * time.Millisecond}, PriorityHold: Duration{100 * time.Millisecond},
-			RealtimePriority: DefaultArbiterRealtimePriority, TurnGrace: Duration{2 * time.Millisecond}},
+			RealtimePriority: DefaultArbiterRealtimePriority, TurnGrace: Duration{2 * time.Millisecond},
+			Process: true, MemoryLimitMiB: 32},
 	}
 }
 
@@ -253,6 +271,9 @@ func (c *MonitorConfig) Validate() error {
 	}
 	if c.Arbiter.RealtimePriority < 0 || c.Arbiter.RealtimePriority > 99 {
 		bad("arbiter.realtimePriority", "%d outside 0..99", c.Arbiter.RealtimePriority)
+	}
+	if c.Arbiter.Process && c.Arbiter.MemoryLimitMiB < MinArbiterMemoryLimitMiB {
+		bad("arbiter.memoryLimitMiB", "%d below %d", c.Arbiter.MemoryLimitMiB, MinArbiterMemoryLimitMiB)
 	}
 	if c.Arbiter.TurnGrace.Duration < 0 {
 		bad("arbiter.turnGrace", "negative %s", c.Arbiter.TurnGrace.Duration)

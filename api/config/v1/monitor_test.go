@@ -39,9 +39,10 @@ func TestMonitorConfigErrorsNameTheField(t *testing.T) {
 	c.ReapInterval = Duration{}
 	c.Arbiter.RealtimePriority = 100
 	c.Arbiter.TurnGrace = Duration{-time.Millisecond}
+	c.Arbiter.MemoryLimitMiB = 4
 	err := c.Validate()
 	for _, field := range []string{"nodeName", "stateDir", "enforcement.policy", "enforcement.toleranceMiB", "reapInterval",
-		"arbiter.realtimePriority", "arbiter.turnGrace"} {
+		"arbiter.realtimePriority", "arbiter.turnGrace", "arbiter.memoryLimitMiB"} {
 		if err == nil || !strings.Contains(err.Error(), field+":") {
 			t.Errorf("Validate: %v, want %s named", err, field)
 		}

@@ -19,6 +19,7 @@ import (
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
 	"github.com/tessera-gpu/tessera/internal/arbiter"
+	"github.com/tessera-gpu/tessera/internal/arbiterproc"
 	"github.com/tessera-gpu/tessera/internal/balloon"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/health"
 	"github.com/tessera-gpu/tessera/internal/hostproc"
@@ -31,6 +32,10 @@ import (
 	"github.com/tessera-gpu/tessera/internal/monitor/metrics"
 	"github.com/tessera-gpu/tessera/internal/monitor/reaper"
 )
+
+// arbiterRescan is how often the arbiter lists the state directory for new
+// and removed allocations.
+const arbiterRescan = 200 * time.Millisecond
 
 // Agent is one running monitor.
 type Agent struct {
@@ -50,9 +55,12 @@ type Agent struct {
 	// Lease makes one monitor per node the acting one (node.go).
 	Lease *lease.Lease
 	Node  *metrics.Node
-	// Arbiter hands out compute time between gpu-core tenants (nil when
-	// disabled).
+	// Arbiter hands out compute time between gpu-core tenants in this
+	// process (nil when disabled or run as a process of its own).
 	Arbiter *arbiter.Arbiter
+	// ArbiterProcess runs the arbiter as a process of its own
+	// (arbiter.process; nil otherwise).
+	ArbiterProcess *arbiterproc.Supervisor
 }
 
 // New builds an agent from a validated configuration.
@@ -81,11 +89,18 @@ func New(cfg *configv1.MonitorConfig, log *slog.Logger, source identity.Source, 
 		a.Balloons = newBalloons(cfg, log, a.Identity, node, metrics.NewBalloon(reg, cfg.NodeName))
 	}
 	if ac := cfg.Arbiter; ac.Enabled {
-		a.Arbiter = &arbiter.Arbiter{StateDir: cfg.StateDir, Tick: ac.Tick.Duration, Rescan: 200 * time.Millisecond, Log: log,
-			RealtimePriority: ac.RealtimePriority,
-			Policy: arbiter.Policy{Quantum: ac.Quantum.Duration, IdleAfter: ac.IdleAfter.Duration,
-				PriorityHold: ac.PriorityHold.Duration, PriorityFloor: float64(ac.PriorityFloorPercent) / 100,
-				TurnGrace: ac.TurnGrace.Duration}}
+		policy := arbiter.Policy{Quantum: ac.Quantum.Duration, IdleAfter: ac.IdleAfter.Duration,
+			PriorityHold: ac.PriorityHold.Duration, PriorityFloor: float64(ac.PriorityFloorPercent) / 100,
+			TurnGrace: ac.TurnGrace.Duration}
+		if ac.Process {
+			a.ArbiterProcess = &arbiterproc.Supervisor{Log: log, Config: arbiterproc.Config{
+				StateDir: cfg.StateDir, Tick: ac.Tick.Duration, Rescan: arbiterRescan, Policy: policy,
+				RealtimePriority: ac.RealtimePriority, MemoryLimit: int64(ac.MemoryLimitMiB) << 20,
+				LogLevel: cfg.Log.Level, LogFormat: cfg.Log.Format}}
+		} else {
+			a.Arbiter = &arbiter.Arbiter{StateDir: cfg.StateDir, Tick: ac.Tick.Duration, Rescan: arbiterRescan, Log: log,
+				RealtimePriority: ac.RealtimePriority, Policy: policy}
+		}
 	}
 	c := &metrics.Collector{Node: cfg.NodeName, Reader: a.Reader, Owner: a.Identity.Owner, Processes: a.Reaper.Owners}
 	if node != nil {
@@ -93,10 +108,13 @@ func New(cfg *configv1.MonitorConfig, log *slog.Logger, source identity.Source, 
 	}
 	reg.MustRegister(c)
 	a.initNode()
+	// Grants are written into limits files: only the monitor holding the
+	// node lease arbitrates (a DaemonSet surge runs two).
 	if a.Arbiter != nil {
-		// Grants are written into limits files: only the monitor holding the
-		// node lease arbitrates (a DaemonSet surge runs two).
 		a.Arbiter.Active = a.Lease.Held
+	}
+	if a.ArbiterProcess != nil {
+		a.ArbiterProcess.Active = a.Lease.Held
 	}
 	return a
 }
@@ -151,6 +169,14 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	loops.Go(func() { a.Reaper.Run(ctx, a.Config.ReapInterval.Duration) })
 	if a.Arbiter != nil {
 		loops.Go(func() { a.Arbiter.Run(ctx) })
+	}
+	if a.ArbiterProcess != nil {
+		loops.Go(func() {
+			defer a.ArbiterProcess.Close()
+			if err := a.ArbiterProcess.Run(ctx); err != nil {
+				a.Log.Error("compute arbiter not run: hooks keep their static shares", "err", err)
+			}
+		})
 	}
 	if a.Enforcer != nil {
 		loops.Go(func() { a.Enforcer.Run(ctx, a.Config.Enforcement.Interval.Duration) })

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
+	"github.com/tessera-gpu/tessera/internal/arbiterproc"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/allocation"
 	"github.com/tessera-gpu/tessera/internal/deviceplugin/resource"
 	"github.com/tessera-gpu/tessera/internal/monitor/gpus"
@@ -41,6 +42,7 @@ var (
 // TestMain finds the hook and the simulated GPU (TESSERA_LIB_DIR, else make)
 // and builds the CUDA shell the hook tests use.
 func TestMain(m *testing.M) {
+	arbiterproc.MainIfSubcommand() // the agents' arbiter process is this binary
 	var err error
 	if libDir, err = fakegpu.HookLibDir(); err != nil {
 		fmt.Fprintln(os.Stderr, err)

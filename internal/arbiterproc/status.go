@@ -1,0 +1,100 @@
+package arbiterproc
+
+import (
+	"fmt"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tessera-gpu/tessera/internal/arbiter"
+)
+
+// statusFD is the descriptor under which the arbiter's process finds its
+// status page (the supervisor's ExtraFiles[0]).
+const statusFD = 3
+
+// statusMagic marks a page the arbiter's process has taken up.
+const statusMagic = 0x5441425453415241 // "ARASTBAT"
+
+// statusSize is the page: the words below, rounded up.
+const statusSize = 4096
+
+// status is the page of memory (a memfd) that the supervisor and the
+// arbiter's process both map: the process's loop counts its steps and
+// records its longest gap there (arbiter.Stats, plain atomic words), and the
+// supervisor reads them without any message passing. One page lives as long
+// as the supervisor and is handed to each process it starts, so a gap
+// across a restart is counted as the gap it is.
+type status struct {
+	file *os.File // nil in the arbiter's process
+	mem  []byte
+}
+
+// layout: magic, pid of the process that took it up, then arbiter.Stats.
+const (
+	offMagic = 0
+	offPID   = 8
+	offStats = 16
+)
+
+// newStatus makes the supervisor's page.
+func newStatus() (*status, error) {
+	fd, err := unix.MemfdCreate("tessera-arbiter-status", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("arbiter status page: memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "tessera-arbiter-status")
+	if err := f.Truncate(statusSize); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("arbiter status page: %w", err)
+	}
+	s, err := mapStatus(fd)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	s.file = f
+	return s, nil
+}
+
+// openStatus maps the page the supervisor handed down at statusFD.
+func openStatus() (*status, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(statusFD, &st); err != nil {
+		return nil, fmt.Errorf("arbiter status page (fd %d from the supervisor): %w", statusFD, err)
+	}
+	if st.Size < statusSize {
+		return nil, fmt.Errorf("arbiter status page (fd %d): %d bytes, want %d", statusFD, st.Size, statusSize)
+	}
+	return mapStatus(statusFD)
+}
+
+func mapStatus(fd int) (*status, error) {
+	mem, err := unix.Mmap(fd, 0, statusSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("arbiter status page: mmap: %w", err)
+	}
+	return &status{mem: mem}, nil
+}
+
+func (s *status) word(off int) *uint64 { return (*uint64)(unsafe.Pointer(&s.mem[off])) }
+
+// Stats are the loop's words in the page.
+func (s *status) Stats() *arbiter.Stats { return (*arbiter.Stats)(unsafe.Pointer(&s.mem[offStats])) }
+
+// takeUp marks the page as pid's.
+func (s *status) takeUp(pid int) {
+	*s.word(offPID) = uint64(pid)
+	*s.word(offMagic) = statusMagic
+}
+
+func (s *status) close() {
+	unix.Munmap(s.mem)
+	if s.file != nil {
+		s.file.Close()
+	}
+}
+
+// The Stats words must fit the page.
+var _ [statusSize - offStats - int(unsafe.Sizeof(arbiter.Stats{}))]byte
