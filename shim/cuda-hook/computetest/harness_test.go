@@ -18,14 +18,16 @@ import (
 
 	configv1 "github.com/tessera-gpu/tessera/api/config/v1"
 	"github.com/tessera-gpu/tessera/internal/arbiter"
+	"github.com/tessera-gpu/tessera/internal/arbiterproc"
 	"github.com/tessera-gpu/tessera/internal/region"
 	"github.com/tessera-gpu/tessera/internal/statedir"
 	"github.com/tessera-gpu/tessera/test/fakegpu"
 )
 
 var (
-	libDir string
-	tenant string // the tenant program, built by TestMain
+	libDir  string
+	tenant  string // the tenant program, built by TestMain
+	monitor string // vgpu-monitor of this tree, built by TestMain: the arbiter's process
 )
 
 func repoRoot() string {
@@ -54,6 +56,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build tenant: %v\n%s", err, out)
 		os.Exit(1)
 	}
+	monitor = filepath.Join(tmp, "vgpu-monitor")
+	build := exec.Command("go", "build", "-o", monitor, "./cmd/vgpu-monitor")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build vgpu-monitor: %v\n%s", err, out)
+		os.Exit(1)
+	}
 	code := m.Run()
 	os.RemoveAll(tmp)
 	os.Exit(code)
@@ -65,7 +74,8 @@ type node struct {
 	dir      string
 	stateDir string
 	uuid     string
-	arb      *arbiter.Arbiter
+	arb      *arbiter.Arbiter         // the arbiter in this process (arbiterInProcess, arbiterBaseline)
+	sup      *arbiterproc.Supervisor // the arbiter's own process (arbiterDefault)
 	stop     func()
 	extraEnv []string // e.g. FAKEGPU_DEVICES for a node of several GPUs
 	tenants  []int    // pids of the tenants started
@@ -83,8 +93,16 @@ func defaultPolicy() arbiter.Policy {
 type arbiterKind int
 
 const (
-	arbiterDefault  arbiterKind = iota
-	arbiterBaseline             // an ordinary goroutine, no turn deadlines
+	// arbiterDefault: a process of its own (vgpu-monitor arbiter, started
+	// by a Supervisor in this test process), all threads SCHED_FIFO, no GC.
+	arbiterDefault arbiterKind = iota
+	// arbiterBaseline: an ordinary goroutine of this process, no turn
+	// deadlines.
+	arbiterBaseline
+	// arbiterInProcess: the loop on a raised thread of this process, with
+	// deadlines (arbiter.process: false); for tests that read the
+	// arbiter's verdicts (node.arb).
+	arbiterInProcess
 )
 
 func newNode(t testing.TB) *node {
@@ -98,12 +116,16 @@ func newNode(t testing.TB) *node {
 }
 
 // startArbiter runs the arbiter over the node's state directory until
-// cleanup, on a real-time thread as the monitor does by default (this test
-// process runs it, so it gets the priority when the test runs as root).
+// cleanup as the monitor does by default: a process of its own, every thread
+// raised (when the test runs as root).
 func (n *node) startArbiter(p arbiter.Policy) { n.startArbiterAs(p, arbiterDefault) }
 
 func (n *node) startArbiterAs(p arbiter.Policy, kind arbiterKind) {
 	rt := configv1.DefaultArbiterRealtimePriority
+	if kind == arbiterDefault {
+		n.startArbiterProcess(p, rt)
+		return
+	}
 	if kind == arbiterBaseline {
 		rt, p.TurnGrace = 0, 0
 	}
@@ -116,10 +138,62 @@ func (n *node) startArbiterAs(p arbiter.Policy, kind arbiterKind) {
 	n.t.Cleanup(n.stop)
 }
 
+// startArbiterProcess runs the arbiter as the monitor does by default: this
+// tree's vgpu-monitor re-executed as its arbiter subcommand, supervised from
+// this test process. Its log lines go to the node's directory
+// (arbiter.log), and to the test's log if it fails.
+func (n *node) startArbiterProcess(p arbiter.Policy, rt int) {
+	logPath := filepath.Join(n.dir, "arbiter.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.sup = &arbiterproc.Supervisor{Exe: monitor, Stderr: logFile, MinBackoff: 20 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(logFile, nil)),
+		Config: arbiterproc.Config{StateDir: n.stateDir, Tick: time.Millisecond, Rescan: 50 * time.Millisecond, Policy: p,
+			RealtimePriority: rt, MemoryLimit: 32 << 20, LogLevel: "info", LogFormat: "json"}}
+	if err := n.sup.Prepare(); err != nil {
+		n.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { n.sup.Run(ctx); close(done) }()
+	n.stop = func() { cancel(); <-done }
+	n.t.Cleanup(func() {
+		n.stop()
+		n.sup.Close()
+		logFile.Close()
+		if n.t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			n.t.Logf("arbiter process log:\n%s", b)
+		}
+	})
+	// Running and stepping before the test goes on, as the in-process
+	// arbiter is from its first tick.
+	for start := time.Now(); n.sup.Steps() < 5; time.Sleep(time.Millisecond) {
+		if time.Since(start) > 30*time.Second {
+			n.t.Fatalf("the arbiter's process took no step in 30 s (log %s)", logPath)
+		}
+	}
+}
+
+// takeLongestGap is the arbiter's longest gap between steps since the last
+// call (ok false: no arbiter).
+func (n *node) takeLongestGap() (time.Duration, bool) {
+	switch {
+	case n.sup != nil:
+		return n.sup.TakeLongestGap(), true
+	case n.arb != nil:
+		return n.arb.TakeLongestGap(), true
+	}
+	return 0, false
+}
+
 // container is one gpu-core allocation: its directory and files.
 type container struct {
-	n     *node
-	entry statedir.Entry
+	n      *node
+	entry  statedir.Entry
+	limits *region.Limits // opened by stopped
 }
 
 func (n *node) container(name string, pct uint32, hard bool, prio int32) *container {
@@ -139,6 +213,22 @@ func (n *node) container(name string, pct uint32, hard bool, prio int32) *contai
 		n.t.Fatal(err)
 	}
 	return &container{n: n, entry: e}
+}
+
+// stopped reports whether the arbiter's latest grant to c (device 0) stops
+// it: what its hooks read.
+func (c *container) stopped() bool {
+	c.n.t.Helper()
+	if c.limits == nil {
+		l, err := region.OpenLimits(c.entry.CoreLimits())
+		if err != nil {
+			c.n.t.Fatal(err)
+		}
+		c.limits = l
+		c.n.t.Cleanup(func() { l.Close() })
+	}
+	g, ok := c.limits.Grant(0)
+	return ok && !g.Unpaced
 }
 
 func (n *node) env() []string {
@@ -300,11 +390,11 @@ func (n *node) record(every time.Duration, cs ...*container) *recorder {
 		for {
 			s := n.sample()
 			s.stall = time.Duration(stall.Swap(0))
-			if n.arb != nil {
+			if gap, ok := n.takeLongestGap(); ok {
 				// The arbiter's own longest gap between steps: its
-				// thread may be scheduled apart from this process's
-				// others (a real-time one).
-				s.stall = n.arb.TakeLongestGap()
+				// thread (or process) may be scheduled apart from this
+				// process's others (a real-time one).
+				s.stall = gap
 			}
 			for _, reg := range regs {
 				s.billed = append(s.billed, reg.Compute(0).BusyNs)
