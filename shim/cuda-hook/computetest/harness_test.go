@@ -74,7 +74,7 @@ type node struct {
 	dir      string
 	stateDir string
 	uuid     string
-	arb      *arbiter.Arbiter         // the arbiter in this process (arbiterInProcess, arbiterBaseline)
+	arb      *arbiter.Arbiter        // the arbiter in this process (arbiterInProcess, arbiterBaseline)
 	sup      *arbiterproc.Supervisor // the arbiter's own process (arbiterDefault)
 	stop     func()
 	extraEnv []string // e.g. FAKEGPU_DEVICES for a node of several GPUs
