@@ -116,3 +116,31 @@ func TestStepAllocatesNothing(t *testing.T) {
 		t.Errorf("no verdict for core-ab on GPU B")
 	}
 }
+
+// TestRescanAllocatesLittle: listing the state directory is what the
+// arbiter's process allocates (every Rescan, 200 ms in the monitor); with the
+// collector off it collects once that reaches its memory limit. Five known
+// tenants: a few KiB per listing, so a 32 MiB limit is hours of rescans.
+func TestRescanAllocatesLittle(t *testing.T) {
+	ts := []*tenantSpec{
+		{name: "a", gpus: []string{"GPU-a"}, pct: 30}, {name: "b", gpus: []string{"GPU-a"}, pct: 70},
+		{name: "c", gpus: []string{"GPU-b"}, pct: 30}, {name: "d", gpus: []string{"GPU-b"}, pct: 20},
+		{name: "e", gpus: []string{"GPU-a", "GPU-b"}, pct: 50},
+	}
+	a := &Arbiter{StateDir: writeStateDir(t, ts), Tick: time.Millisecond, Rescan: time.Millisecond, Policy: testPolicy()}
+	defer a.Close()
+	now := time.Now()
+	a.Step(now, Monotonic())
+	res := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			now = now.Add(time.Millisecond) // every step rescans
+			a.Step(now, Monotonic())
+		}
+	})
+	perScan := res.AllocedBytesPerOp()
+	t.Logf("a step that rescans: %d bytes, %d allocations (%v)", perScan, res.AllocsPerOp(), time.Duration(res.NsPerOp()))
+	if perScan > 64<<10 {
+		t.Errorf("a rescan of five tenants allocates %d bytes, want a few KiB", perScan)
+	}
+}
