@@ -30,6 +30,11 @@ type Arbiter struct {
 	// SCHED_FIFO at this priority (1..99), or at nice -10 where that is
 	// refused; 0 runs it as an ordinary goroutine.
 	RealtimePriority int
+	// Raised: whoever runs the loop has raised every thread already (the
+	// arbiter's own process, internal/arbiterproc): with RealtimePriority
+	// the loop still runs on a locked thread of its own, and neither raises
+	// nor logs its scheduling again.
+	Raised bool
 	// Active says whether this node agent may write grants now (it holds the
 	// node lease); nil: always. A standby leaves the hooks on their static
 	// shares until it takes over.

@@ -43,10 +43,8 @@ func (a *Arbiter) runRealtime(ctx context.Context) {
 	if was, err := unix.SchedGetAttr(0, 0); err == nil {
 		defer unix.SchedSetAttr(0, was, 0) //nolint:errcheck // best effort; the thread is not reused either way
 	}
-	if got, err := raisePriority(a.RealtimePriority); err != nil {
-		a.log().Warn("compute arbiter: priority not raised (needs CAP_SYS_NICE); grants may come late on a busy node", "err", err)
-	} else {
-		a.log().Info("compute arbiter: control loop on its own thread", "scheduling", got)
+	if !a.Raised { // else scheduled as all the process's threads are
+		a.raise()
 	}
 	tick := uint64(a.Tick)
 	next := Monotonic() + tick
@@ -68,4 +66,14 @@ func (a *Arbiter) runRealtime(ctx context.Context) {
 			next = now + tick
 		}
 	}
+}
+
+// raise raises the calling thread and says what it got.
+func (a *Arbiter) raise() {
+	got, err := raisePriority(a.RealtimePriority)
+	if err != nil {
+		a.log().Warn("compute arbiter: priority not raised (needs CAP_SYS_NICE); grants may come late on a busy node", "err", err)
+		return
+	}
+	a.log().Info("compute arbiter: control loop on its own thread", "scheduling", got)
 }

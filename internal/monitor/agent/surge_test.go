@@ -1,9 +1,13 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,11 +111,23 @@ func TestTwoMonitorsOnOneNode(t *testing.T) {
 		}
 	}
 
+	// The compute arbiter's process (arbiter.process, the default) runs
+	// under the acting monitor only: a standby must not write grants.
+	eventually(t, 30*time.Second, "the acting monitor's arbiter process", func() bool { return agents[active].ArbiterProcess.Pid() != 0 })
+	if n := agents[standby].ArbiterProcess.Starts(); n != 0 {
+		t.Errorf("the standby monitor started %d arbiter processes, want none", n)
+	}
+	arbiterPid := agents[active].ArbiterProcess.Pid()
+
 	stops[active]() // the old pod ends: the standby takes over
 	eventually(t, 30*time.Second, "standby takes the lease over", func() bool {
 		v, _ := value(scrape(t, urls[standby]), "tessera_monitor_lease_held", nil)
 		return v == 1
 	})
+	if processAlive(arbiterPid) {
+		t.Errorf("the stopped monitor's arbiter process %d outlived it", arbiterPid)
+	}
+	eventually(t, 30*time.Second, "the new acting monitor's arbiter process", func() bool { return agents[standby].ArbiterProcess.Pid() != 0 })
 	sleeper.Process.Kill()
 	sleeper.Wait()
 	eventually(t, 30*time.Second, "the new acting monitor reaps", func() bool {
@@ -125,4 +141,14 @@ func TestTwoMonitorsOnOneNode(t *testing.T) {
 	if v, _ := value(fams, "tessera_container_reaped_bytes_total", lbl(a.owner, "")); v != dead*MiB+5*MiB {
 		t.Errorf("reaped bytes %v, want %d", v, dead*MiB+5*MiB)
 	}
+}
+
+// processAlive: pid exists and has not exited (a zombie has).
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
 }
