@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // threadScheduling is (policy, rt priority, nice) of each thread of pid,
@@ -73,7 +76,16 @@ func TestEveryThreadOfTheProcessIsRaised(t *testing.T) {
 		}
 		t.Skipf("not root: the process runs as %q (%s)", raised.Msg, raised.Scheduling)
 	}
-	if raised.Scheduling != fmt.Sprintf("SCHED_FIFO priority %d", prio) {
+	// (policy, rt priority): SCHED_FIFO (1) at prio; nice does not matter
+	// to a real-time thread (it inherits the test's).
+	want := [2]int{1, prio}
+	matches := func(sc [3]int) bool { return [2]int{sc[0], sc[1]} == want }
+	if err := fifoAllowed(prio); err != nil {
+		// A kernel with real-time group scheduling and no real-time
+		// budget for this cgroup refuses root too: the fallback is owed.
+		t.Logf("this kernel refuses SCHED_FIFO even to root (%v): every thread must be at nice %d", err, niceFallback)
+		matches = func(sc [3]int) bool { return sc[0] == 0 && sc[2] == niceFallback }
+	} else if raised.Scheduling != fmt.Sprintf("SCHED_FIFO priority %d", prio) {
 		t.Fatalf("as root, the process got %q (%s), want SCHED_FIFO priority %d", raised.Msg, raised.Scheduling, prio)
 	}
 	// Several looks, a while apart: threads the runtime starts later inherit
@@ -84,8 +96,8 @@ func TestEveryThreadOfTheProcessIsRaised(t *testing.T) {
 			t.Fatalf("%d threads listed for pid %d", len(threads), pid)
 		}
 		for tid, sc := range threads {
-			if sc[0] != 1 || sc[1] != prio {
-				t.Errorf("thread %d of the arbiter's process: policy %d priority %d, want SCHED_FIFO (1) %d", tid, sc[0], sc[1], prio)
+			if !matches(sc) {
+				t.Errorf("thread %d of the arbiter's process: (policy, rt priority, nice) %v, want SCHED_FIFO %d (or, refused by the kernel, nice %d)", tid, sc, prio, niceFallback)
 			}
 		}
 		if t.Failed() {
@@ -93,7 +105,7 @@ func TestEveryThreadOfTheProcessIsRaised(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Logf("%d threads, all SCHED_FIFO %d", len(threadScheduling(t, pid)), prio)
+	t.Logf("%d threads, all raised: %v", len(threadScheduling(t, pid)), threadScheduling(t, pid))
 	// The supervisor's own threads are left as they were (the fork's
 	// thread is put back).
 	for tid, sc := range threadScheduling(t, os.Getpid()) {
@@ -101,4 +113,20 @@ func TestEveryThreadOfTheProcessIsRaised(t *testing.T) {
 			t.Errorf("supervisor thread %d left at SCHED_FIFO %d", tid, prio)
 		}
 	}
+}
+
+// fifoAllowed tries SCHED_FIFO prio on a thread of this test process (and
+// puts it back): nil where the kernel grants it.
+func fifoAllowed(prio int) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	was, err := unix.SchedGetAttr(0, 0)
+	if err != nil {
+		return err
+	}
+	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(prio)}
+	if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
+		return err
+	}
+	return unix.SchedSetAttr(0, was, 0)
 }
