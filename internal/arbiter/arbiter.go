@@ -31,9 +31,10 @@ type Arbiter struct {
 	// refused; 0 runs it as an ordinary goroutine.
 	RealtimePriority int
 	// Raised: whoever runs the loop has raised every thread already (the
-	// arbiter's own process, internal/arbiterproc): with RealtimePriority
-	// the loop still runs on a locked thread of its own, and neither raises
-	// nor logs its scheduling again.
+	// arbiter's own process, internal/arbiterproc, which has a P to spare):
+	// with RealtimePriority the loop still runs on a locked thread of its
+	// own, neither raises nor logs its scheduling again, and sleeps in a
+	// raw system call (sleepUntil).
 	Raised bool
 	// Active says whether this node agent may write grants now (it holds the
 	// node lease); nil: always. A standby leaves the hooks on their static
