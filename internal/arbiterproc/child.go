@@ -63,7 +63,6 @@ func RunChild(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.close()
-	st.takeUp(os.Getpid())
 	if cfg.RealtimePriority > 0 {
 		if got, err := raiseThreads(cfg.RealtimePriority); err != nil {
 			log.Warn("arbiter process: priority not raised (needs CAP_SYS_NICE); grants may come late on a busy node", "err", err)

@@ -13,7 +13,8 @@
 //
 // The supervisor starts the process only while the monitor may write grants
 // (it holds the node lease), stops it when that ends, restarts it with
-// backoff when it dies, and the process dies with the monitor. While none
+// backoff when it dies (or kills it when it takes no steps), and the process
+// dies with the monitor. While none
 // runs, the hooks stop honouring the last grants once their deadline and the
 // heartbeat's staleness bound pass, and fall back to their static shares.
 package arbiterproc

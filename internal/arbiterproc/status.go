@@ -14,9 +14,6 @@ import (
 // status page (the supervisor's ExtraFiles[0]).
 const statusFD = 3
 
-// statusMagic marks a page the arbiter's process has taken up.
-const statusMagic = 0x5441425453415241 // "ARASTBAT"
-
 // statusSize is the page: the words below, rounded up.
 const statusSize = 4096
 
@@ -31,12 +28,8 @@ type status struct {
 	mem  []byte
 }
 
-// layout: magic, pid of the process that took it up, then arbiter.Stats.
-const (
-	offMagic = 0
-	offPID   = 8
-	offStats = 16
-)
+// offStats is where arbiter.Stats lie in the page.
+const offStats = 0
 
 // newStatus makes the supervisor's page.
 func newStatus() (*status, error) {
@@ -78,16 +71,8 @@ func mapStatus(fd int) (*status, error) {
 	return &status{mem: mem}, nil
 }
 
-func (s *status) word(off int) *uint64 { return (*uint64)(unsafe.Pointer(&s.mem[off])) }
-
 // Stats are the loop's words in the page.
 func (s *status) Stats() *arbiter.Stats { return (*arbiter.Stats)(unsafe.Pointer(&s.mem[offStats])) }
-
-// takeUp marks the page as pid's.
-func (s *status) takeUp(pid int) {
-	*s.word(offPID) = uint64(pid)
-	*s.word(offMagic) = statusMagic
-}
 
 func (s *status) close() {
 	unix.Munmap(s.mem)

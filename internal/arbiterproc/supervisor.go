@@ -37,6 +37,9 @@ type Supervisor struct {
 	// process died (0: 100 ms and 5 s); it doubles with every death in a
 	// row and starts over once a process has run for StableAfter (0: 10 s).
 	MinBackoff, MaxBackoff, StableAfter time.Duration
+	// HangAfter: a process that has taken no step for this long (stopped,
+	// or stuck) is killed, and so restarted (0: 5 s).
+	HangAfter time.Duration
 
 	status *status
 	pid    atomic.Int64
@@ -106,6 +109,19 @@ type child struct {
 	cmd    *exec.Cmd
 	since  time.Time
 	exited chan error
+	// steps and progressed: the step count last seen to move, and when.
+	steps      uint64
+	progressed time.Time
+	killed     bool // for hanging
+}
+
+// hung reports whether c has taken no step for limit, by now.
+func (c *child) hung(steps uint64, now time.Time, limit time.Duration) bool {
+	if steps != c.steps {
+		c.steps, c.progressed = steps, now
+		return false
+	}
+	return now.Sub(c.progressed) >= limit
 }
 
 // Run keeps one arbiter process running while Active, until ctx ends; it
@@ -163,6 +179,12 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			next, backoff = time.Now().Add(backoff), min(2*backoff, orDefault(s.MaxBackoff, 5*time.Second))
 			c, exited = nil, nil
 		case <-poll.C:
+			if c != nil && !c.killed && c.hung(s.Steps(), time.Now(), orDefault(s.HangAfter, 5*time.Second)) {
+				s.log().Warn("arbiter process takes no steps; killing it to restart it", "pid", c.cmd.Process.Pid,
+					"after", orDefault(s.HangAfter, 5*time.Second))
+				c.killed = true
+				c.cmd.Process.Kill()
+			}
 		}
 	}
 }
@@ -195,7 +217,8 @@ func (s *Supervisor) start() (*child, error) {
 	}
 	s.starts.Add(1)
 	s.pid.Store(int64(cmd.Process.Pid))
-	c := &child{cmd: cmd, since: time.Now(), exited: make(chan error, 1)}
+	now := time.Now()
+	c := &child{cmd: cmd, since: now, exited: make(chan error, 1), steps: s.Steps(), progressed: now}
 	go func() { c.exited <- cmd.Wait() }()
 	s.log().Info("arbiter process started", "pid", cmd.Process.Pid)
 	return c, nil

@@ -156,6 +156,29 @@ func TestRestartsADeadProcessAndGrantsResume(t *testing.T) {
 	t.Logf("grants resumed %v after SIGKILL (restart backoff %v)", resumed.Round(time.Millisecond), s.MinBackoff)
 }
 
+// TestRestartsAStoppedProcess: a process that takes no steps (SIGSTOP) is
+// killed after HangAfter and replaced.
+func TestRestartsAStoppedProcess(t *testing.T) {
+	state, _ := stateDir(t)
+	s := &Supervisor{Config: testConfig(state, 0), MinBackoff: 20 * time.Millisecond, HangAfter: 300 * time.Millisecond,
+		Poll: 20 * time.Millisecond}
+	run(t, s)
+	eventually(t, 20*time.Second, "first process stepping", func() bool { return s.Pid() != 0 && s.Steps() > 10 })
+	first := s.Pid()
+	if err := syscall.Kill(first, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(first, syscall.SIGKILL)
+	steps := s.Steps()
+	took := eventually(t, 20*time.Second, "a new process stepping", func() bool {
+		return s.Pid() != 0 && s.Pid() != first && s.Steps() > steps+10
+	})
+	if alive(first) {
+		t.Errorf("the stopped process %d was left behind", first)
+	}
+	t.Logf("replaced %v after SIGSTOP (HangAfter %v)", took, s.HangAfter)
+}
+
 // TestLeaseLostStopsTheProcess: no process while the monitor does not hold
 // the node lease (a standby starts none), one while it does, and it is
 // stopped once the lease is lost.
