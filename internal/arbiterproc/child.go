@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"syscall"
 	"time"
 
@@ -72,9 +73,10 @@ func RunChild(ctx context.Context, args []string) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	publishGC(st.GC(), make([]metrics.Sample, len(gcMetrics)))
 	go watchParent(ctx, cancel, cfg.ParentPID, func(ppid int) {
 		log.Warn("arbiter process: the supervisor is gone; exiting", "supervisor", cfg.ParentPID, "parent", ppid)
-	})
+	}, st.GC())
 	a := &arbiter.Arbiter{StateDir: cfg.StateDir, Policy: cfg.Policy, Tick: cfg.Tick, Rescan: cfg.Rescan,
 		RealtimePriority: cfg.RealtimePriority, Raised: true, Log: log, Stats: st.Stats()}
 	log.Info("arbiter process running", "stateDir", cfg.StateDir, "tick", cfg.Tick, "supervisor", cfg.ParentPID,
@@ -86,10 +88,12 @@ func RunChild(ctx context.Context, args []string) error {
 	return nil
 }
 
-// watchParent cancels once this process's parent is no longer pid.
-func watchParent(ctx context.Context, cancel func(), pid int, gone func(ppid int)) {
+// watchParent cancels once this process's parent is no longer pid; on the
+// way it publishes what the collector did.
+func watchParent(ctx context.Context, cancel func(), pid int, gone func(ppid int), gc *gcWords) {
 	t := time.NewTicker(parentCheck)
 	defer t.Stop()
+	samples := make([]metrics.Sample, len(gcMetrics))
 	for {
 		select {
 		case <-ctx.Done():
@@ -100,6 +104,28 @@ func watchParent(ctx context.Context, cancel func(), pid int, gone func(ppid int
 				cancel()
 				return
 			}
+			publishGC(gc, samples)
 		}
 	}
+}
+
+// gcMetrics are what publishGC reads, in gcWords' order.
+var gcMetrics = [...]string{"/gc/cycles/total:gc-cycles", "/gc/gogc:percent", "/gc/gomemlimit:bytes"}
+
+// publishGC reads the collector's setting and work into gc (samples: a
+// buffer of len(gcMetrics), reused so that this allocates nothing).
+func publishGC(gc *gcWords, samples []metrics.Sample) {
+	for i, name := range gcMetrics {
+		samples[i].Name = name
+	}
+	metrics.Read(samples)
+	value := func(i int) uint64 {
+		if samples[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return samples[i].Value.Uint64()
+	}
+	gc.Cycles.Store(value(0))
+	gc.Percent.Store(int64(value(1)))
+	gc.MemoryLimit.Store(int64(value(2)))
 }

@@ -3,6 +3,7 @@ package arbiterproc
 import (
 	"fmt"
 	"os"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -28,8 +29,19 @@ type status struct {
 	mem  []byte
 }
 
-// offStats is where arbiter.Stats lie in the page.
-const offStats = 0
+// Where the words lie in the page: the loop's arbiter.Stats, then the
+// current process's collector: its setting and what it did (gcWords).
+const (
+	offStats = 0
+	offGC    = 64
+)
+
+// gcWords is what the arbiter's process publishes about its collector.
+type gcWords struct {
+	Cycles      atomic.Uint64 // completed collections
+	Percent     atomic.Int64  // GOGC as set (-1: off)
+	MemoryLimit atomic.Int64  // bytes
+}
 
 // newStatus makes the supervisor's page.
 func newStatus() (*status, error) {
@@ -81,5 +93,11 @@ func (s *status) close() {
 	}
 }
 
-// The Stats words must fit the page.
-var _ [statusSize - offStats - int(unsafe.Sizeof(arbiter.Stats{}))]byte
+// GC is the current process's collector words.
+func (s *status) GC() *gcWords { return (*gcWords)(unsafe.Pointer(&s.mem[offGC])) }
+
+// The words must fit where they lie.
+var (
+	_ [offGC - offStats - int(unsafe.Sizeof(arbiter.Stats{}))]byte
+	_ [statusSize - offGC - int(unsafe.Sizeof(gcWords{}))]byte
+)

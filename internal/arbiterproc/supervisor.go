@@ -84,6 +84,17 @@ func (s *Supervisor) Steps() uint64 {
 	return s.status.Stats().Steps.Load()
 }
 
+// GC is what the running (or last) process says of its collector: how
+// many collections it ran (0 unless its heap reached the limit), GOGC as set
+// (-1: off) and its memory limit.
+func (s *Supervisor) GC() (cycles uint64, percent, memoryLimit int64) {
+	if s.status == nil {
+		return 0, 0, 0
+	}
+	g := s.status.GC()
+	return g.Cycles.Load(), g.Percent.Load(), g.MemoryLimit.Load()
+}
+
 // Pid is the running process's pid (0: none).
 func (s *Supervisor) Pid() int { return int(s.pid.Load()) }
 

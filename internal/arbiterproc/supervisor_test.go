@@ -136,6 +136,11 @@ func TestRestartsADeadProcessAndGrantsResume(t *testing.T) {
 	s := &Supervisor{Config: testConfig(state, 0), MinBackoff: 50 * time.Millisecond}
 	run(t, s)
 	eventually(t, 20*time.Second, "first process stepping and granting", func() bool { return s.Steps() > 20 && limits.Heartbeat(0) != 0 })
+	// Its collector is off, under the memory limit, and has not run.
+	if cycles, percent, limit := s.GC(); percent != -1 || limit != s.Config.MemoryLimit || cycles != 0 {
+		t.Errorf("the arbiter's process: GOGC %d, memory limit %d, %d collections; want off (-1), %d, none",
+			percent, limit, cycles, s.Config.MemoryLimit)
+	}
 	first := s.Pid()
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)

@@ -160,6 +160,11 @@ func (n *node) startArbiterProcess(p arbiter.Policy, rt int) {
 	go func() { n.sup.Run(ctx); close(done) }()
 	n.stop = func() { cancel(); <-done }
 	n.t.Cleanup(func() {
+		// The process never collected: its steps allocate nothing and its
+		// rescans little, far below its memory limit.
+		if cycles, percent, _ := n.sup.GC(); cycles != 0 || percent != -1 {
+			n.t.Errorf("the arbiter's process ran %d garbage collections (GOGC %d), want none (off)", cycles, percent)
+		}
 		n.stop()
 		n.sup.Close()
 		logFile.Close()
