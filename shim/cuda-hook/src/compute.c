@@ -485,8 +485,9 @@ static void thread_exit(void *unused)
 
 /* Waits while the container's grant leaves no tokens, accounting this
  * thread's bursts as they complete: a stopped holder's drained work is what
- * lets the arbiter hand its turn on (`inflight`). */
-static void pace(struct ctx_state *cs, tessera_device_compute *c, uint64_t now)
+ * lets the arbiter hand its turn on (`inflight`). Returns the time it last
+ * read (now when it did not wait). */
+static uint64_t pace(struct ctx_state *cs, tessera_device_compute *c, uint64_t now)
 {
     const tessera_device_limit *l = &g_limits->devices[cs->idx];
     uint64_t waited = 0;
@@ -516,9 +517,22 @@ static void pace(struct ctx_state *cs, tessera_device_compute *c, uint64_t now)
         atomic_fetch_add_explicit(&c->throttled_ns, waited, memory_order_relaxed);
         atomic_fetch_add_explicit(&c->throttle_waits, 1, memory_order_relaxed);
     }
+    return now;
 }
 
 static void open_burst(struct ctx_state *cs, CUstream s);
+
+/* The GPU time cs's bursts in flight and the one it opens should take, at the
+ * measured peak per launch (at most a second: the arbiter reads no further
+ * ahead). */
+static uint64_t inflight_ahead_ns(struct ctx_state *cs)
+{
+    uint64_t launches = cs->target;
+    for (uint32_t i = 1; i <= cs->count; i++)
+        launches += slot(cs, cs->head + RING - i)->launches;
+    uint64_t ahead = cs->peak_launch_ns * launches;
+    return ahead < 1000000000ull ? ahead : 1000000000ull;
+}
 
 void compute_admit_slow(CUstream s, bool per_thread)
 {
@@ -557,13 +571,19 @@ static void open_burst(struct ctx_state *cs, CUstream s)
      * deeper while alone — but never more than 2 long bursts: what a solo
      * tenant queued still runs when a higher priority arrives (8 bursts of
      * 10 ms kernels kept P2 on the GPU for 80 ms after P0 started). */
+    /* Until the first burst is measured its kernels may be of any length:
+     * as long ones (8 unmeasured 10 ms kernels queued by a tenant alone
+     * still ran for 80 ms beside the next tenant to arrive). */
     bool solo = (atomic_load_explicit(&l->compute_grant, memory_order_relaxed) & TESSERA_GRANT_SOLO) != 0;
-    bool long_bursts = (uint64_t)cs->peak_launch_ns * cs->target >= 8 * BURST_GPU_NS;
+    bool long_bursts = cs->peak_launch_ns == 0 || (uint64_t)cs->peak_launch_ns * cs->target >= 8 * BURST_GPU_NS;
     uint32_t depth = long_bursts ? (solo ? 2 : 1) : solo ? SOLO_DEPTH : COMPUTE_DEPTH;
-    while (cs->count >= depth)
-        account_oldest(cs, true);
+    if (cs->count >= depth) {
+        while (cs->count >= depth)
+            account_oldest(cs, true);
+        now = now_ns(); /* that wait may have been a whole kernel long */
+    }
     tessera_device_compute *c = &g_region->compute[cs->idx];
-    pace(cs, c, now);
+    now = pace(cs, c, now);
     struct burst *b = slot(cs, cs->head);
     b->launches = 1;
     REAL.cuEventRecord(b->start, s);
@@ -572,6 +592,12 @@ static void open_burst(struct ctx_state *cs, CUstream s)
     seq_update(cs);
     b->beside = (uint32_t)atomic_load_explicit(&c->inflight, memory_order_relaxed);
     cs->opened_ns = now_ns();
+    /* Until its work in flight should be done the tenant is not idle, even if
+     * this thread does not come back meanwhile (host work between launches, a
+     * process the OS does not run): the arbiter would otherwise hand its turn
+     * on without waiting for that work to drain, and the two tenants' work
+     * would share the GPU's time slices, each billed for the other's. */
+    atomic_store_explicit(&c->demand_ns, cs->opened_ns + inflight_ahead_ns(cs), memory_order_relaxed);
 }
 
 /* The slot of the current context, if this thread has launched in it and its
@@ -604,6 +630,11 @@ void compute_after_sync_slow(void)
         CUstreamCaptureMode mode = relax();
         account_done(cs);
         unrelax(mode);
+        /* All of it done: the stamp ahead for its work in flight (open_burst)
+         * no longer applies; a tenant that synchronises and pauses goes idle
+         * from now. */
+        if (cs->count == 0 && !cs->open)
+            atomic_store_explicit(&g_region->compute[cs->idx].demand_ns, now_ns(), memory_order_relaxed);
     }
 }
 
