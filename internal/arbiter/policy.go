@@ -66,6 +66,10 @@ type Verdict struct {
 	// Until: for a holder with others waiting (Policy.TurnGrace > 0), how
 	// long from now it may go on should no further step come; 0: no bound.
 	Until time.Duration
+	// Charged is the GPU time the scheduler has counted for the tenant so
+	// far (seconds, as its virtual time grew: what it was billed after
+	// scaling, plus what idling levelled it up by); for diagnostics.
+	Charged float64
 }
 
 // tenantState is what the scheduler remembers about a tenant between steps.
@@ -201,7 +205,7 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 	for i := range ts {
 		t := &ts[i]
 		st := s.tenants[t.Key]
-		v := Verdict{Key: t.Key, Go: t.Key == s.holder && !draining}
+		v := Verdict{Key: t.Key, Go: t.Key == s.holder && !draining, Charged: st.vtime * t.Share}
 		st.wentGo = v.Go
 		v.Solo = v.Go && others == 0
 		if v.Go && !v.Solo {
