@@ -74,6 +74,7 @@ struct ctx_state {
     uint32_t head, count; /* count: closed bursts in flight, ring[(head - count) ..] */
     bool live;            /* counted in the region's `inflight` (open or count > 0) */
     uint32_t target;      /* launches per burst */
+    uint32_t measured;    /* bursts accounted so far (up to SOLO_DEPTH) */
     uint64_t per_launch_ns;  /* GPU time per launch: average */
     uint64_t peak_launch_ns; /* ... and a decaying peak: bursts are sized by it, so that
                               * mixed kernel sizes cannot queue many long ones at once */
@@ -262,12 +263,19 @@ static void account_oldest(struct ctx_state *cs, bool wait)
     atomic_fetch_add_explicit(&c->busy_ns, busy, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->launches, b->launches, memory_order_relaxed);
     pacing_charge(c, busy);
-    /* Size the next bursts to about BURST_GPU_NS of work at the peak pace. */
+    /* Size the next bursts to about BURST_GPU_NS of work at the peak pace,
+     * growing at most twofold a burst: a first burst of short kernels says
+     * nothing of the long ones after them (mixed sizes: 10 launches sized
+     * by a 50 us kernel held 28 ms of work). */
     uint64_t per = b->launches ? busy / b->launches : busy;
     cs->per_launch_ns = cs->per_launch_ns == 0 ? per : (cs->per_launch_ns * 3 + per) / 4;
     cs->peak_launch_ns = per > cs->peak_launch_ns ? per : cs->peak_launch_ns - cs->peak_launch_ns / 16;
     uint64_t n = cs->peak_launch_ns ? BURST_GPU_NS / cs->peak_launch_ns : MAX_BURST_LAUNCHES;
+    if (n > 2ull * cs->target)
+        n = 2ull * cs->target;
     cs->target = n < 1 ? 1 : n > MAX_BURST_LAUNCHES ? MAX_BURST_LAUNCHES : (uint32_t)n;
+    if (cs->measured < SOLO_DEPTH)
+        cs->measured++;
 }
 
 /* Accounts whatever of cs finished, without waiting. */
@@ -522,12 +530,12 @@ static uint64_t pace(struct ctx_state *cs, tessera_device_compute *c, uint64_t n
 
 static void open_burst(struct ctx_state *cs, CUstream s);
 
-/* The GPU time cs's bursts in flight and the one it opens should take, at the
+/* The GPU time cs's bursts in flight and `more` launches should take, at the
  * measured peak per launch (at most a second: the arbiter reads no further
  * ahead). */
-static uint64_t inflight_ahead_ns(struct ctx_state *cs)
+static uint64_t inflight_ahead_ns(struct ctx_state *cs, uint32_t more)
 {
-    uint64_t launches = cs->target;
+    uint64_t launches = more;
     for (uint32_t i = 1; i <= cs->count; i++)
         launches += slot(cs, cs->head + RING - i)->launches;
     uint64_t ahead = cs->peak_launch_ns * launches;
@@ -572,9 +580,12 @@ static void open_burst(struct ctx_state *cs, CUstream s)
      * tenant queued still runs when a higher priority arrives (8 bursts of
      * 10 ms kernels kept P2 on the GPU for 80 ms after P0 started). */
     /* Until the first burst is measured its kernels may be of any length:
-     * as long ones (8 unmeasured 10 ms kernels queued by a tenant alone
-     * still ran for 80 ms beside the next tenant to arrive). */
-    bool solo = (atomic_load_explicit(&l->compute_grant, memory_order_relaxed) & TESSERA_GRANT_SOLO) != 0;
+     * as long ones; and the solo depth only once the burst size has been
+     * measured a few times (8 unmeasured 10 ms kernels, or 8 bursts sized
+     * by a first 50 us kernel, queued by a tenant alone ran for 80-200 ms
+     * beside the next tenant to arrive). */
+    bool solo = (atomic_load_explicit(&l->compute_grant, memory_order_relaxed) & TESSERA_GRANT_SOLO) != 0 &&
+                cs->measured >= SOLO_DEPTH;
     bool long_bursts = cs->peak_launch_ns == 0 || (uint64_t)cs->peak_launch_ns * cs->target >= 8 * BURST_GPU_NS;
     uint32_t depth = long_bursts ? (solo ? 2 : 1) : solo ? SOLO_DEPTH : COMPUTE_DEPTH;
     if (cs->count >= depth) {
@@ -597,7 +608,7 @@ static void open_burst(struct ctx_state *cs, CUstream s)
      * process the OS does not run): the arbiter would otherwise hand its turn
      * on without waiting for that work to drain, and the two tenants' work
      * would share the GPU's time slices, each billed for the other's. */
-    atomic_store_explicit(&c->demand_ns, cs->opened_ns + inflight_ahead_ns(cs), memory_order_relaxed);
+    atomic_store_explicit(&c->demand_ns, cs->opened_ns + inflight_ahead_ns(cs, cs->target), memory_order_relaxed);
 }
 
 /* The slot of the current context, if this thread has launched in it and its
@@ -620,6 +631,12 @@ void compute_before_sync_slow(void)
         CUstreamCaptureMode mode = relax();
         close_burst(cs);
         unrelax(mode);
+        /* The driver's wait stamps nothing: not idle while it waits for
+         * what is in flight. */
+        if (cs->count > 0)
+            atomic_store_explicit(&g_region->compute[cs->idx].demand_ns,
+                                  now_ns() + inflight_ahead_ns(cs, 0),
+                                  memory_order_relaxed);
     }
 }
 
