@@ -602,7 +602,7 @@ static void open_burst(struct ctx_state *cs, CUstream s)
     cs->open = true;
     seq_update(cs);
     b->beside = (uint32_t)atomic_load_explicit(&c->inflight, memory_order_relaxed);
-    cs->opened_ns = now_ns();
+    cs->opened_ns = now; /* read after any wait: the clock is not read again */
     /* Until its work in flight should be done the tenant is not idle, even if
      * this thread does not come back meanwhile (host work between launches, a
      * process the OS does not run): the arbiter would otherwise hand its turn
