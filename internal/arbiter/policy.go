@@ -67,6 +67,10 @@ type Verdict struct {
 	// Until: for a holder with others waiting (Policy.TurnGrace > 0), how
 	// long from now it may go on should no further step come; 0: no bound.
 	Until time.Duration
+	// Charged is the GPU time the scheduler has counted for the tenant so
+	// far (seconds, as its virtual time grew: what it was billed after
+	// scaling, plus what idling levelled it up by); for diagnostics.
+	Charged float64
 }
 
 // tenantState is what the scheduler remembers about a tenant between steps.
@@ -80,6 +84,16 @@ type tenantState struct {
 	// idleInflight is the in-flight count it had when last idle: what dead
 	// processes left behind, never to be accounted (drained means back to it).
 	idleInflight uint64
+	// unbilled: seconds it held a go since its hook last billed anything —
+	// GPU time it is taking that its hook bills only when the burst
+	// completes (a whole 10 ms kernel at once). Turns are decided on
+	// vtime plus this (due), or a holder of long kernels would lead nobody
+	// until its kernel completed, and by then its hook has launched the next.
+	unbilled float64
+	wentGo   bool // its last verdict was go
+	// lump: its largest bill in one step, decaying over about a second
+	// (a whole kernel when they are long; bank).
+	lump float64
 }
 
 // Scheduler is the policy of one GPU: an exclusive turn (the GPU's time
@@ -147,12 +161,19 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 		if t.Share > 0 {
 			st.vtime += used / t.Share
 		}
+		st.lump = math.Max(measured, st.lump*(1-math.Min(dt, 1)))
+		switch {
+		case measured > 0 || !st.active || t.Inflight <= st.idleInflight:
+			st.unbilled = 0 // what it ran is billed (or nothing is in flight)
+		case st.wentGo:
+			st.unbilled += dt
+		}
 		if !wasActive && st.active && wasIdleLong {
 			st.tokens = 0 // a capped tenant banks nothing while idle
 		}
 		if cap := s.capOf(now, t); cap < 1 {
 			st.tokens += cap*dt - used
-			if max := cap * s.Policy.Quantum.Seconds(); st.tokens > max {
+			if max := s.bank(st, cap); st.tokens > max {
 				st.tokens = max
 			}
 		}
@@ -192,7 +213,8 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 	for i := range ts {
 		t := &ts[i]
 		st := s.tenants[t.Key]
-		v := Verdict{Key: t.Key, Go: t.Key == s.holder && !draining}
+		v := Verdict{Key: t.Key, Go: t.Key == s.holder && !draining, Charged: st.vtime * t.Share}
+		st.wentGo = v.Go
 		v.Solo = v.Go && others == 0
 		if v.Go && !v.Solo {
 			v.Until = until
@@ -223,13 +245,24 @@ func (s *Scheduler) overlapFactor(ts []Tenant, dt float64) float64 {
 			total += float64(ts[i].BusyNs-st.lastBusy) / 1e9
 		}
 	}
+	// A bill comes whole when its burst completes (a 10 ms kernel at once):
+	// right after one the window may hold up to one bill more than the time
+	// that passed, and that much is not overlap. (Without this slack every
+	// bill of saturating 10 ms kernels was scaled by ~0.93, a hard tenant's
+	// cap with it.)
+	slack := 0.0
+	for i := range ts {
+		if st := s.tenants[ts[i].Key]; st != nil {
+			slack = math.Max(slack, st.lump)
+		}
+	}
 	decay := math.Exp(-dt / 0.05)
 	s.winMeasured = s.winMeasured*decay + total
 	s.winWall = s.winWall*decay + dt
-	if s.winMeasured <= s.winWall || s.winMeasured == 0 {
+	if s.winMeasured <= s.winWall+slack || s.winMeasured == 0 {
 		return 1
 	}
-	return s.winWall / s.winMeasured
+	return (s.winWall + slack) / s.winMeasured
 }
 
 // draining: the holder got its turn from a tenant whose work is still on the
@@ -240,10 +273,11 @@ func (s *Scheduler) overlapFactor(ts []Tenant, dt float64) float64 {
 // Waiting costs the GPU the time between the previous holder's last
 // completion and the new holder's first launch (about a tick). Not waited
 // for: a count at the level a tenant idle for long kept (left by a killed
-// process), a tenant idle for twice idleAfter since its last demand stamp
+// process), a tenant idle for idleAfter since its last demand stamp
 // (killed or stopped: nothing it could still account, and its turn must pass
-// on within a control period or so; one the OS did not run for a moment is
-// waited for), a
+// on within a control period or so; a hook stamps its demand ahead by the
+// work it has in flight, so that a thread away between launches — host work,
+// a process the OS does not run — is waited for all the same), a
 // lower priority than the holder's (the floor is what a higher
 // priority gets, at once), or beyond two quanta (a tail of two 10 ms kernels
 // drains within them; a hung one must not stall the GPU for everyone).
@@ -297,6 +331,30 @@ func (s *Scheduler) demanding(t *Tenant, mono uint64) bool {
 	return mono-t.DemandNs < uint64(s.Policy.IdleAfter)
 }
 
+// bank is the most tokens a capped tenant may hold: a quantum at its cap
+// (no burst above its share after a pause), and while it wants the GPU at
+// least one of its largest bills. A kernel longer than the quantum's tokens (a
+// 10 ms kernel against a 10 % tenant's 1 ms) leaves it in debt, and what it
+// accrued beyond the quantum's worth while it then waited for its turn was
+// lost: the small tenants of hard 10/90 got 11 %, the large 89 %.
+func (s *Scheduler) bank(st *tenantState, cap float64) float64 {
+	b := cap * s.Policy.Quantum.Seconds()
+	if st.active {
+		b += st.lump
+	}
+	return b
+}
+
+// due is t's virtual time counting what it holds unbilled (decisions only:
+// its bills, when they come, are what it is charged).
+func (s *Scheduler) due(t *Tenant) float64 {
+	st := s.tenants[t.Key]
+	if t.Share <= 0 {
+		return st.vtime
+	}
+	return st.vtime + st.unbilled/t.Share
+}
+
 func (s *Scheduler) state(t *Tenant) *tenantState {
 	st := s.tenants[t.Key]
 	if st == nil {
@@ -335,7 +393,7 @@ func (s *Scheduler) eligible(now time.Time, t *Tenant) bool {
 		return false
 	}
 	if s.capOf(now, t) < 1 {
-		return st.tokens > 0
+		return st.tokens-st.unbilled > 0
 	}
 	return true
 }
@@ -377,7 +435,7 @@ func (s *Scheduler) pick(now time.Time, ts []Tenant) {
 		if ra, rb := s.rank(now, a), s.rank(now, b); ra != rb {
 			return cmp.Compare(ra, rb)
 		}
-		return cmp.Compare(s.tenants[a.Key].vtime, s.tenants[b.Key].vtime)
+		return cmp.Compare(s.due(a), s.due(b))
 	})
 	best := cands[0]
 	keep := holder != nil && s.eligible(now, holder) && s.rank(now, holder) <= s.rank(now, best) &&
@@ -415,9 +473,9 @@ func (s *Scheduler) holds(now time.Time, h *Tenant, cands []*Tenant) bool {
 		return true
 	}
 	lead := s.Policy.Quantum.Seconds() / (4 * most) // ~a quarter quantum of the largest share
-	hv := s.tenants[h.Key].vtime
+	hv := s.due(h)
 	for _, c := range cands {
-		if c.Key != h.Key && s.rank(now, c) == s.rank(now, h) && hv-s.tenants[c.Key].vtime >= lead {
+		if c.Key != h.Key && s.rank(now, c) == s.rank(now, h) && hv-s.due(c) >= lead {
 			return false
 		}
 	}
@@ -456,7 +514,7 @@ func (s *Scheduler) turnLeft(now time.Time, ts []Tenant) time.Duration {
 	end := s.since.Add(s.Policy.Quantum)
 	hs := s.tenants[h.Key]
 	if s.capOf(now, h) < 1 {
-		end = earliest(end, now.Add(seconds(hs.tokens)))
+		end = earliest(end, now.Add(seconds(hs.tokens-hs.unbilled)))
 	}
 	if most > 0 && h.Share > 0 {
 		lead := s.Policy.Quantum.Seconds() / (4 * most)
@@ -464,7 +522,7 @@ func (s *Scheduler) turnLeft(now time.Time, ts []Tenant) time.Duration {
 			if s.rank(now, c) == s.rank(now, h) {
 				// GPU time that brings the holder lead ahead of c: its
 				// virtual time grows by 1/share per second it runs.
-				gap := lead - (hs.vtime - s.tenants[c.Key].vtime)
+				gap := lead - (s.due(h) - s.due(c))
 				end = earliest(end, now.Add(seconds(gap*h.Share)))
 			}
 		}

@@ -74,6 +74,7 @@ struct ctx_state {
     uint32_t head, count; /* count: closed bursts in flight, ring[(head - count) ..] */
     bool live;            /* counted in the region's `inflight` (open or count > 0) */
     uint32_t target;      /* launches per burst */
+    uint32_t measured;    /* bursts accounted so far (up to SOLO_DEPTH) */
     uint64_t per_launch_ns;  /* GPU time per launch: average */
     uint64_t peak_launch_ns; /* ... and a decaying peak: bursts are sized by it, so that
                               * mixed kernel sizes cannot queue many long ones at once */
@@ -262,12 +263,19 @@ static void account_oldest(struct ctx_state *cs, bool wait)
     atomic_fetch_add_explicit(&c->busy_ns, busy, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->launches, b->launches, memory_order_relaxed);
     pacing_charge(c, busy);
-    /* Size the next bursts to about BURST_GPU_NS of work at the peak pace. */
+    /* Size the next bursts to about BURST_GPU_NS of work at the peak pace,
+     * growing at most twofold a burst: a first burst of short kernels says
+     * nothing of the long ones after them (mixed sizes: 10 launches sized
+     * by a 50 us kernel held 28 ms of work). */
     uint64_t per = b->launches ? busy / b->launches : busy;
     cs->per_launch_ns = cs->per_launch_ns == 0 ? per : (cs->per_launch_ns * 3 + per) / 4;
     cs->peak_launch_ns = per > cs->peak_launch_ns ? per : cs->peak_launch_ns - cs->peak_launch_ns / 16;
     uint64_t n = cs->peak_launch_ns ? BURST_GPU_NS / cs->peak_launch_ns : MAX_BURST_LAUNCHES;
+    if (n > 2ull * cs->target)
+        n = 2ull * cs->target;
     cs->target = n < 1 ? 1 : n > MAX_BURST_LAUNCHES ? MAX_BURST_LAUNCHES : (uint32_t)n;
+    if (cs->measured < SOLO_DEPTH)
+        cs->measured++;
 }
 
 /* Accounts whatever of cs finished, without waiting. */
@@ -485,8 +493,9 @@ static void thread_exit(void *unused)
 
 /* Waits while the container's grant leaves no tokens, accounting this
  * thread's bursts as they complete: a stopped holder's drained work is what
- * lets the arbiter hand its turn on (`inflight`). */
-static void pace(struct ctx_state *cs, tessera_device_compute *c, uint64_t now)
+ * lets the arbiter hand its turn on (`inflight`). Returns the time it last
+ * read (now when it did not wait). */
+static uint64_t pace(struct ctx_state *cs, tessera_device_compute *c, uint64_t now)
 {
     const tessera_device_limit *l = &g_limits->devices[cs->idx];
     uint64_t waited = 0;
@@ -516,9 +525,22 @@ static void pace(struct ctx_state *cs, tessera_device_compute *c, uint64_t now)
         atomic_fetch_add_explicit(&c->throttled_ns, waited, memory_order_relaxed);
         atomic_fetch_add_explicit(&c->throttle_waits, 1, memory_order_relaxed);
     }
+    return now;
 }
 
 static void open_burst(struct ctx_state *cs, CUstream s);
+
+/* The GPU time cs's bursts in flight and `more` launches should take, at the
+ * measured peak per launch (at most a second: the arbiter reads no further
+ * ahead). */
+static uint64_t inflight_ahead_ns(struct ctx_state *cs, uint32_t more)
+{
+    uint64_t launches = more;
+    for (uint32_t i = 1; i <= cs->count; i++)
+        launches += slot(cs, cs->head + RING - i)->launches;
+    uint64_t ahead = cs->peak_launch_ns * launches;
+    return ahead < 1000000000ull ? ahead : 1000000000ull;
+}
 
 void compute_admit_slow(CUstream s, bool per_thread)
 {
@@ -557,13 +579,22 @@ static void open_burst(struct ctx_state *cs, CUstream s)
      * deeper while alone — but never more than 2 long bursts: what a solo
      * tenant queued still runs when a higher priority arrives (8 bursts of
      * 10 ms kernels kept P2 on the GPU for 80 ms after P0 started). */
-    bool solo = (atomic_load_explicit(&l->compute_grant, memory_order_relaxed) & TESSERA_GRANT_SOLO) != 0;
-    bool long_bursts = (uint64_t)cs->peak_launch_ns * cs->target >= 8 * BURST_GPU_NS;
+    /* Until the first burst is measured its kernels may be of any length:
+     * as long ones; and the solo depth only once the burst size has been
+     * measured a few times (8 unmeasured 10 ms kernels, or 8 bursts sized
+     * by a first 50 us kernel, queued by a tenant alone ran for 80-200 ms
+     * beside the next tenant to arrive). */
+    bool solo = (atomic_load_explicit(&l->compute_grant, memory_order_relaxed) & TESSERA_GRANT_SOLO) != 0 &&
+                cs->measured >= SOLO_DEPTH;
+    bool long_bursts = cs->peak_launch_ns == 0 || (uint64_t)cs->peak_launch_ns * cs->target >= 8 * BURST_GPU_NS;
     uint32_t depth = long_bursts ? (solo ? 2 : 1) : solo ? SOLO_DEPTH : COMPUTE_DEPTH;
-    while (cs->count >= depth)
-        account_oldest(cs, true);
+    if (cs->count >= depth) {
+        while (cs->count >= depth)
+            account_oldest(cs, true);
+        now = now_ns(); /* that wait may have been a whole kernel long */
+    }
     tessera_device_compute *c = &g_region->compute[cs->idx];
-    pace(cs, c, now);
+    now = pace(cs, c, now);
     struct burst *b = slot(cs, cs->head);
     b->launches = 1;
     REAL.cuEventRecord(b->start, s);
@@ -571,7 +602,13 @@ static void open_burst(struct ctx_state *cs, CUstream s)
     cs->open = true;
     seq_update(cs);
     b->beside = (uint32_t)atomic_load_explicit(&c->inflight, memory_order_relaxed);
-    cs->opened_ns = now_ns();
+    cs->opened_ns = now; /* read after any wait: the clock is not read again */
+    /* Until its work in flight should be done the tenant is not idle, even if
+     * this thread does not come back meanwhile (host work between launches, a
+     * process the OS does not run): the arbiter would otherwise hand its turn
+     * on without waiting for that work to drain, and the two tenants' work
+     * would share the GPU's time slices, each billed for the other's. */
+    atomic_store_explicit(&c->demand_ns, cs->opened_ns + inflight_ahead_ns(cs, cs->target), memory_order_relaxed);
 }
 
 /* The slot of the current context, if this thread has launched in it and its
@@ -594,6 +631,12 @@ void compute_before_sync_slow(void)
         CUstreamCaptureMode mode = relax();
         close_burst(cs);
         unrelax(mode);
+        /* The driver's wait stamps nothing: not idle while it waits for
+         * what is in flight. */
+        if (cs->count > 0)
+            atomic_store_explicit(&g_region->compute[cs->idx].demand_ns,
+                                  now_ns() + inflight_ahead_ns(cs, 0),
+                                  memory_order_relaxed);
     }
 }
 
@@ -604,6 +647,11 @@ void compute_after_sync_slow(void)
         CUstreamCaptureMode mode = relax();
         account_done(cs);
         unrelax(mode);
+        /* All of it done: the stamp ahead for its work in flight (open_burst)
+         * no longer applies; a tenant that synchronises and pauses goes idle
+         * from now. */
+        if (cs->count == 0 && !cs->open)
+            atomic_store_explicit(&g_region->compute[cs->idx].demand_ns, now_ns(), memory_order_relaxed);
     }
 }
 

@@ -5,7 +5,7 @@
  * (cuLaunchKernelEx via dlsym), coop (cuLaunchCooperativeKernel via dlsym),
  * graph (a one-kernel CUDA graph, cuGraphLaunch via dlsym).
  *
- *   tenant PATH KERNEL_US SECONDS [burst=WORK_US/PERIOD_MS] [duty=ON_MS/OFF_MS] [children=N] [reset=1] [thread=K] [devices=2] [sync=N] [capture=global|global-query]
+ *   tenant PATH KERNEL_US SECONDS [burst=WORK_US/PERIOD_MS] [duty=ON_MS/OFF_MS] [children=N] [reset=1] [thread=K] [devices=2] [sync=N] [host=US] [capture=global|global-query]
  *
  * KERNEL_US may be "mixed" (50 us, 1 ms, 10 ms, 200 us in turn). Saturating by
  * default (a queue kept full, synchronised every 64 launches, or every N with
@@ -17,7 +17,9 @@
  * (same handle, new events). thread=K: every K launches come from a new thread
  * that exits right after them (a thread per request). devices=2: one thread
  * launches on devices 0 and 1 in turn (cuCtxSetCurrent before each launch, as a
- * loop over cudaSetDevice does). Prints "ready" once
+ * loop over cudaSetDevice does). host=US: after each launch the thread is away
+ * from the GPU for US microseconds (host work between launches, as a training
+ * loop preparing its next step; its kernels in flight keep running).
  * capture=global: a second thread captures graphs of 20 kernels on its own
  * stream in CU_STREAM_CAPTURE_MODE_GLOBAL over ~10 ms each, in a loop, while
  * this one launches (it synchronises only between captures, which would
@@ -221,7 +223,7 @@ int main(int argc, char **argv)
     double seconds = atof(argv[3]);
     uint64_t burst_work = 0, burst_period = 0, duty_on = 0, duty_off = 0;
     int children = 0, reset = 0, per_thread = 0, ndev = 1, capture = 0;
-    uint64_t sync_every = 64;
+    uint64_t sync_every = 64, host_ns = 0;
     for (int i = 4; i < argc; i++) {
         unsigned long long a, b;
         if (sscanf(argv[i], "burst=%llu/%llu", &a, &b) == 2) {
@@ -242,6 +244,8 @@ int main(int argc, char **argv)
             capture = 2;
         } else if (sscanf(argv[i], "sync=%llu", &a) == 1 && a > 0) {
             sync_every = a;
+        } else if (sscanf(argv[i], "host=%llu", &a) == 1) {
+            host_ns = a * 1000ull;
         } else if (sscanf(argv[i], "devices=%llu", &a) == 1) {
             ndev = a == 2 ? 2 : 1;
         }
@@ -408,6 +412,10 @@ int main(int argc, char **argv)
             continue;
         }
         launch(ns, w);
+        if (host_ns > 0) {
+            struct timespec ts = {(time_t)(host_ns / 1000000000ull), (long)(host_ns % 1000000000ull)};
+            nanosleep(&ts, NULL);
+        }
         if (capture == 2) {
             cuEventRecord(probe, g_stream);
             cuEventQuery(probe); /* unsafe during another thread's GLOBAL capture */
