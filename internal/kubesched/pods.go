@@ -10,6 +10,7 @@ import (
 	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/engine"
 	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
+	"github.com/tessera-gpu/tessera/internal/kubesched/volumes"
 	"github.com/tessera-gpu/tessera/internal/placement"
 	"github.com/tessera-gpu/tessera/internal/priority"
 )
@@ -55,7 +56,10 @@ type podEntry struct {
 	reported   string
 	reportedAt time.Time
 	refusedRV  string // resourceVersion whose spec was refused
-	created    time.Time
+	// volumes (assumed, nominated) are the volumes chosen for its claims on
+	// node, bound before the pod (volumes.go); nil when none need binding.
+	volumes *volumes.Plan
+	created time.Time
 }
 
 // syncPod brings the engine in line with the cached pod.
