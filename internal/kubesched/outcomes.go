@@ -165,6 +165,11 @@ func (s *Scheduler) bindOutcome(o bind.Outcome) {
 	if e.phase != assumed {
 		return // a rebuild queued it again, or it was chosen as a victim
 	}
+	if !o.PreBindFailed && o.Job.Node == e.node {
+		// The Binding was sent: its volumes were bound before it, so a
+		// retried bind (a gang member's) has none to bind again.
+		e.volumes = nil
+	}
 	switch {
 	case o.Err == nil:
 		e.phase = bound
