@@ -304,3 +304,107 @@ func TestVolumeBindTimeout(t *testing.T) {
 		t.Fatalf("pv-n1 written %d times", pvWrites)
 	}
 }
+
+// countWrites counts updates of resource ("persistentvolumes",
+// "persistentvolumeclaims") through the fake.
+func (a *api) countWrites(resource string) func() int {
+	var mu sync.Mutex
+	n := 0
+	a.client.PrependReactor("update", resource, func(act k8stesting.Action) (bool, runtime.Object, error) {
+		if act.GetSubresource() == "" {
+			mu.Lock()
+			n++
+			mu.Unlock()
+		}
+		return false, nil, nil
+	})
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return n
+	}
+}
+
+// A scheduler that dies after it pre-bound the volume (claimRef written,
+// the claim not bound yet): its successor finds the same volume by the
+// claimRef, writes nothing again, and binds the pod once the claim is.
+func TestVolumeRestartMidPreBind(t *testing.T) {
+	a := newAPI(t)
+	a.storage()
+	a.labelledGPUNode("n1")
+	a.labelledGPUNode("n2")
+	a.claim("data", "local")
+	a.localVolume("pv-n2", "local", "n2")
+	a.localVolume("pv-n1", "local", "n1")
+	pvWrites := a.countWrites("persistentvolumes")
+	first := a.start(testConfig())
+	a.pod("train", oneGPU(), withClaims("data"))
+	eventually(t, "a volume pre-bound to the claim", func() bool { return a.claimRef("pv-n1") == "data" || a.claimRef("pv-n2") == "data" })
+	chosen, node := "pv-n1", "n1"
+	if a.claimRef("pv-n2") == "data" {
+		chosen, node = "pv-n2", "n2"
+	}
+	first.stop()
+	a.start(testConfig())
+	// Time for the successor to place the pod and wait on the claim itself
+	// (under load it may find the claim bound already; the writes counted
+	// below hold either way).
+	time.Sleep(time.Second)
+	a.bindClaim("data", chosen)
+	eventually(t, "train bound", func() bool { return a.get("train").Spec.NodeName != "" })
+	if got := a.get("train").Spec.NodeName; got != node {
+		t.Fatalf("train bound to %s, its volume %s is on %s", got, chosen, node)
+	}
+	if got := pvWrites(); got != 2 { // the first scheduler's claimRef, the test's PV controller
+		t.Fatalf("%d volume writes, want 2", got)
+	}
+	if other := map[string]string{"pv-n1": "pv-n2", "pv-n2": "pv-n1"}[chosen]; a.claimRef(other) != "" {
+		t.Fatalf("%s taken too", other)
+	}
+	if got := a.bindsOf("default/train"); got != 1 {
+		t.Fatalf("train bound %d times", got)
+	}
+}
+
+// A WaitForFirstConsumer claim of a class that provisions where its
+// allowedTopologies say: the node is chosen there and written on the claim
+// (once, across a restart), and the pod is bound once the provisioned
+// volume is.
+func TestVolumeDynamicProvisioning(t *testing.T) {
+	a := newAPI(t)
+	a.storage()
+	a.labelledGPUNode("n1")
+	a.labelledGPUNode("n2")
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "csi"}, Provisioner: "csi.example.com", VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
+		AllowedTopologies: []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{{Key: corev1.LabelHostname, Values: []string{"n2"}}}}}}
+	if _, err := a.client.StorageV1().StorageClasses().Create(context.Background(), sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.claim("scratch", "csi")
+	claimWrites := a.countWrites("persistentvolumeclaims")
+	first := a.start(testConfig())
+	a.pod("train", oneGPU(), withClaims("scratch"))
+	selectedNode := func() string {
+		c, err := a.client.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), "scratch", metav1.GetOptions{})
+		if err != nil {
+			return ""
+		}
+		return c.Annotations[volume.AnnSelectedNode]
+	}
+	eventually(t, "the node selected for provisioning", func() bool { return selectedNode() != "" })
+	if got := selectedNode(); got != "n2" {
+		t.Fatalf("selected node %q, want n2 (the class's allowedTopologies)", got)
+	}
+	first.stop()
+	a.start(testConfig())
+	time.Sleep(time.Second)                   // the successor places the pod and waits on the claim
+	a.localVolume("pvc-scratch", "csi", "n2") // the provisioner's volume
+	a.bindClaim("scratch", "pvc-scratch")
+	eventually(t, "train bound", func() bool { return a.get("train").Spec.NodeName != "" })
+	if got := a.get("train").Spec.NodeName; got != "n2" {
+		t.Fatalf("train bound to %s", got)
+	}
+	if got := claimWrites(); got != 2 { // the selected node, once; the test's binding
+		t.Fatalf("%d claim writes, want 2", got)
+	}
+}
