@@ -192,13 +192,11 @@ func TestVolumeBoundElsewhereIsRefused(t *testing.T) {
 	a.start(testConfig())
 	a.pod("train", oneGPU(), withClaims("data"))
 	want := "0/2 nodes are available: 1 Insufficient tessera.io/gpu, 1 " + volumes.NodeConflict + "."
-	eventually(t, "the volume's refusal", func() bool {
+	eventually(t, "the volume's refusal in the condition", func() bool {
 		c := podScheduled(a.get("train"))
 		return c != nil && c.Reason == corev1.PodReasonUnschedulable && c.Message == want
 	})
-	if a.eventFor("train", "FailedScheduling", want) == false {
-		t.Fatalf("no FailedScheduling event %q", want)
-	}
+	eventually(t, "the volume's refusal in an event", func() bool { return a.eventFor("train", "FailedScheduling", want) })
 	if n := a.get("train").Spec.NodeName; n != "" {
 		t.Fatalf("bound to %s", n)
 	}
