@@ -74,6 +74,7 @@ type Scheduler struct {
 	byIndex       []*nodeEntry               // usable nodes by engine index
 	fits          map[string]*fit            // pods' constraints by key (constraints.go)
 	portPods      cache.Indexer              // bound pods that bind host ports, by node (hostPortIndex)
+	claimPods     cache.Indexer              // bound pods by the claims they mount (claimIndex)
 	promisedPorts map[string]map[string]bool // node → our pods binding host ports promised there (assumed, nominated)
 	// affinity is the placed pods as the inter-pod rules read them, descs
 	// every known pod's labels and terms (interpods.go).
@@ -131,8 +132,13 @@ func New(cfg *cfgv1.SchedulerConfig, client kubernetes.Interface, log *slog.Logg
 	if err := podInf.Informer().AddIndexers(cache.Indexers{hostPortIndex: hostPortNode}); err != nil {
 		return nil, fmt.Errorf("pod informer: host port index: %w", err)
 	}
+	if err := podInf.Informer().AddIndexers(cache.Indexers{claimIndex: boundClaims}); err != nil {
+		return nil, fmt.Errorf("pod informer: claim index: %w", err)
+	}
 	s.portPods = podInf.Informer().GetIndexer()
+	s.claimPods = s.portPods
 	_, _ = podInf.Informer().AddEventHandler(s.changes.portHandler())
+	_, _ = podInf.Informer().AddEventHandler(s.changes.claimHandler())
 	_, _ = nodeInf.Informer().AddEventHandler(s.changes.handler(kindNode))
 	_, _ = nsInf.Informer().AddEventHandler(s.changes.handler(kindNamespace))
 	s.synced = []cache.InformerSynced{podInf.Informer().HasSynced, nodeInf.Informer().HasSynced, nsInf.Informer().HasSynced}
@@ -140,7 +146,7 @@ func New(cfg *cfgv1.SchedulerConfig, client kubernetes.Interface, log *slog.Logg
 	// volumes in (a claim bound, a volume created).
 	pvcInf, pvInf := s.factory.Core().V1().PersistentVolumeClaims(), s.factory.Core().V1().PersistentVolumes()
 	classInf := s.factory.Storage().V1().StorageClasses()
-	s.volumes = volumes.NewBinder(pvcInf.Lister(), pvInf.Lister(), classInf.Lister())
+	s.volumes = volumes.NewBinder(pvcInf.Lister(), pvInf.Lister(), classInf.Lister(), s.claimInUse)
 	for _, inf := range []cache.SharedIndexInformer{pvcInf.Informer(), pvInf.Informer(), classInf.Informer()} {
 		_, _ = inf.AddEventHandler(s.changes.handler(kindVolume))
 		s.synced = append(s.synced, inf.HasSynced)

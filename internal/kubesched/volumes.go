@@ -3,7 +3,9 @@ package kubesched
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/tessera-gpu/tessera/internal/kubesched/volumes"
 )
@@ -58,6 +60,9 @@ func (s *Scheduler) volumesTaken(e *podEntry, n *nodeEntry) bool {
 		return false
 	}
 	plan, refused := s.volumes.Assume(e.key, f.volumes, n.obj)
+	// Volumes it took, or a ReadWriteOncePod claim it now uses, change what
+	// other pods are offered.
+	defer s.refilterVolumes(false)
 	if len(refused) > 0 {
 		s.log.Info("volumes taken meanwhile; queued again", "pod", e.key, "node", n.name, "why", refused)
 		_ = s.eng.Complete(e.key)
@@ -65,14 +70,75 @@ func (s *Scheduler) volumesTaken(e *podEntry, n *nodeEntry) bool {
 		if err := s.eng.Submit(s.alone(e.pod)); err != nil {
 			s.log.Warn("requeue failed", "pod", e.key, "err", err)
 		}
-		s.refilterVolumes(false)
 		return true
 	}
 	e.volumes = plan
-	if plan != nil {
-		s.refilterVolumes(false)
+	return false
+}
+
+// claimIndex indexes the pod cache by namespace/claim for pods bound to a
+// node (ReadWriteOncePod: who uses a claim).
+const claimIndex = "claim"
+
+func boundClaims(obj any) ([]string, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok || p.Spec.NodeName == "" {
+		return nil, nil
+	}
+	v := volumes.For(p)
+	if v == nil {
+		return nil, nil
+	}
+	out := make([]string, 0, len(v.Claims))
+	for _, c := range v.Claims {
+		out = append(out, p.Namespace+"/"+c.Name)
+	}
+	return out, nil
+}
+
+// claimInUse is the binder's volumes.Users: a pod bound to a node, or one
+// of ours placed and being bound, mounts the claim.
+func (s *Scheduler) claimInUse(ns, claim string) bool {
+	if s.claimPods != nil {
+		if objs, _ := s.claimPods.ByIndex(claimIndex, ns+"/"+claim); len(objs) > 0 {
+			return true
+		}
+	}
+	for _, e := range s.podState {
+		if (e.phase == assumed || e.phase == nominated) && e.pod != nil {
+			if f := s.fits[e.pod.Request.NodeConstraint]; f != nil && f.volumes != nil && f.volumes.Namespace == ns && f.volumes.Uses(claim) {
+				return true
+			}
+		}
 	}
 	return false
+}
+
+// claimHandler marks the volumes changed when a pod with claims is bound
+// or goes (a ReadWriteOncePod claim it held is free again).
+func (c *changeSet) claimHandler() cache.ResourceEventHandler {
+	mark := func(obj any) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		if p, ok := obj.(*corev1.Pod); !ok || volumes.For(p) == nil {
+			return
+		}
+		c.mu.Lock()
+		c.volumes = true
+		c.mu.Unlock()
+		select {
+		case c.ready <- struct{}{}:
+		default:
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{DeleteFunc: mark, UpdateFunc: func(o, n any) {
+		if op, ok := o.(*corev1.Pod); ok && op.Spec.NodeName == "" {
+			if np, ok := n.(*corev1.Pod); ok && np.Spec.NodeName != "" {
+				mark(n)
+			}
+		}
+	}}
 }
 
 // forgetVolumes releases the volumes held for e's placement.

@@ -406,3 +406,40 @@ func TestVolumeDynamicProvisioning(t *testing.T) {
 		t.Fatalf("%d claim writes, want 2", got)
 	}
 }
+
+// A ReadWriteOncePod claim mounted by a pod on a node (of any scheduler)
+// refuses every node to another pod (kube-scheduler's VolumeRestrictions);
+// when that pod goes, the waiting pod is tried again and bound. Two of
+// tessera's pods on one such claim: one is bound, the other waits.
+func TestVolumeReadWriteOncePod(t *testing.T) {
+	a := newAPI(t)
+	a.storage()
+	a.labelledGPUNode("n1")
+	a.labelledGPUNode("n2")
+	c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "solo", UID: "uid-solo"},
+		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To("local"), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	if _, err := a.client.CoreV1().PersistentVolumeClaims("default").Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.localVolume("pv-n1", "local", "n1")
+	a.bindClaim("solo", "pv-n1")
+	a.pod("holder", onNode("n1"), scheduler("default-scheduler"), withClaims("solo"))
+	a.start(testConfig())
+	a.pod("train", oneGPU(), withClaims("solo"))
+	want := "0/2 nodes are available: 2 " + volumes.InUseReadWriteOncePod + "."
+	eventually(t, "train refused", func() bool { return a.eventFor("train", "FailedScheduling", want) })
+	a.deletePod("holder")
+	eventually(t, "train bound once holder is gone", func() bool { return a.get("train").Spec.NodeName == "n1" })
+	a.deletePod("train")
+	a.pod("t1", oneGPU(), withClaims("solo"))
+	a.pod("t2", oneGPU(), withClaims("solo"))
+	eventually(t, "one of t1, t2 bound, the other refused", func() bool {
+		n1, n2 := a.get("t1").Spec.NodeName, a.get("t2").Spec.NodeName
+		return (n1 != "" && n2 == "" && a.eventFor("t2", "FailedScheduling", volumes.InUseReadWriteOncePod)) ||
+			(n2 != "" && n1 == "" && a.eventFor("t1", "FailedScheduling", volumes.InUseReadWriteOncePod))
+	})
+	if a.get("t1").Spec.NodeName != "" && a.get("t2").Spec.NodeName != "" {
+		t.Fatal("both pods bound on one ReadWriteOncePod claim")
+	}
+}

@@ -25,9 +25,13 @@
 // scheduler already wrote is found again by the same rules and not written
 // twice.
 //
+// A claim with the ReadWriteOncePod access mode that another pod uses (bound
+// to a node, or placed and being bound) refuses every node, as
+// kube-scheduler's VolumeRestrictions does, before the volume rules.
+//
 // Not evaluated: CSI attach-count limits (NodeVolumeLimits), storage capacity
-// (CSIStorageCapacity), ReadWriteOncePod exclusivity (VolumeRestrictions) and
-// zone labels on volumes without node affinity (VolumeZone).
+// (CSIStorageCapacity), inline disk conflicts (VolumeRestrictions' other half)
+// and zone labels on volumes without node affinity (VolumeZone).
 package volumes
 
 import (
@@ -55,6 +59,8 @@ const (
 	BindConflict     = "node(s) didn't find available persistent volumes to bind"
 	PVNotExist       = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
 	UnboundImmediate = "pod has unbound immediate PersistentVolumeClaims"
+	// InUseReadWriteOncePod is VolumeRestrictions' reason.
+	InUseReadWriteOncePod = "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod"
 )
 
 // Claim is one of a pod's volumes backed by a PersistentVolumeClaim.
@@ -110,6 +116,7 @@ type Binder struct {
 	claims  corelisters.PersistentVolumeClaimLister
 	volumes corelisters.PersistentVolumeLister
 	classes storagelisters.StorageClassLister
+	users   Users
 	// Volumes and claims changed by Assume and not yet written back by the
 	// API server, by name (claims by namespace/name).
 	pvs  map[string]*assumption[*corev1.PersistentVolume]
@@ -125,9 +132,14 @@ type assumption[T metav1.Object] struct {
 	owner string
 }
 
-// NewBinder reads claims, volumes and classes from the listers.
-func NewBinder(claims corelisters.PersistentVolumeClaimLister, volumes corelisters.PersistentVolumeLister, classes storagelisters.StorageClassLister) *Binder {
-	return &Binder{claims: claims, volumes: volumes, classes: classes,
+// Users reports whether a pod uses claim namespace/name: bound to a node, or
+// placed and being bound (never the pod asked about, which waits).
+type Users func(namespace, claim string) bool
+
+// NewBinder reads claims, volumes and classes from the listers, and who
+// uses a claim from users.
+func NewBinder(claims corelisters.PersistentVolumeClaimLister, volumes corelisters.PersistentVolumeLister, classes storagelisters.StorageClassLister, users Users) *Binder {
+	return &Binder{claims: claims, volumes: volumes, classes: classes, users: users,
 		pvs: map[string]*assumption[*corev1.PersistentVolume]{}, pvcs: map[string]*assumption[*corev1.PersistentVolumeClaim]{}}
 }
 
@@ -250,8 +262,34 @@ func (b *Binder) NodeRefusal(v *Pod, node *corev1.Node) []string {
 	if why != "" {
 		return []string{why}
 	}
+	if b.readWriteOncePodInUse(v) {
+		return []string{InUseReadWriteOncePod}
+	}
 	_, reasons := b.find(pc, node)
 	return reasons
+}
+
+// readWriteOncePodInUse is VolumeRestrictions' check: a claim of the pod
+// with the ReadWriteOncePod access mode that another pod uses.
+func (b *Binder) readWriteOncePodInUse(v *Pod) bool {
+	if b.users == nil {
+		return false
+	}
+	for _, c := range v.Claims {
+		if c.Ephemeral {
+			continue // the pod's own claim
+		}
+		pvc, err := b.claims.PersistentVolumeClaims(v.Namespace).Get(c.Name)
+		if err == nil && slices.Contains(pvc.Spec.AccessModes, corev1.ReadWriteOncePod) && b.users(v.Namespace, c.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+// Uses reports whether the pod mounts claim name (of its namespace).
+func (v *Pod) Uses(name string) bool {
+	return slices.ContainsFunc(v.Claims, func(c Claim) bool { return c.Name == name })
 }
 
 // Binding is a volume chosen for an unbound claim.
@@ -417,6 +455,9 @@ func (b *Binder) Assume(owner string, v *Pod, node *corev1.Node) (*Plan, []strin
 	pc, why := b.read(v)
 	if why != "" {
 		return nil, []string{why}
+	}
+	if b.readWriteOncePodInUse(v) {
+		return nil, []string{InUseReadWriteOncePod}
 	}
 	plan, reasons := b.find(pc, node)
 	if len(reasons) > 0 {

@@ -128,6 +128,7 @@ type world struct {
 	client *fake.Clientset
 	b      *Binder
 	stop   context.CancelFunc
+	used   map[string]bool // claims other pods use
 }
 
 func newWorld(t *testing.T, objs ...runtime.Object) *world {
@@ -141,14 +142,15 @@ func newWorld(t *testing.T, objs ...runtime.Object) *world {
 	versioned(client)
 	f := informers.NewSharedInformerFactory(client, 0)
 	pvc, pv, sc := f.Core().V1().PersistentVolumeClaims(), f.Core().V1().PersistentVolumes(), f.Storage().V1().StorageClasses()
-	b := NewBinder(pvc.Lister(), pv.Lister(), sc.Lister())
+	used := map[string]bool{}
+	b := NewBinder(pvc.Lister(), pv.Lister(), sc.Lister(), func(ns, claim string) bool { return used[ns+"/"+claim] })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	f.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), pvc.Informer().HasSynced, pv.Informer().HasSynced, sc.Informer().HasSynced) {
 		t.Fatal("caches did not sync")
 	}
-	return &world{client: client, b: b, stop: cancel}
+	return &world{client: client, b: b, stop: cancel, used: used}
 }
 
 // The rules and their words, one case per rule (kube-scheduler v1.37's
@@ -160,6 +162,7 @@ func TestRules(t *testing.T) {
 		name   string
 		objs   []runtime.Object
 		pod    *corev1.Pod
+		used   []string            // claims another pod uses
 		pod403 string              // the pod's own refusal
 		nodes  map[string][]string // node → refusal (nil: admitted)
 	}{
@@ -201,10 +204,31 @@ func TestRules(t *testing.T) {
 		{name: "bound conflict and unbound conflict together", objs: []runtime.Object{claim("data", wffc, boundTo("pv1")), localPV("pv1", wffc, "n1", claim("data", wffc)), claim("a", wffc)},
 			pod: podWith("data", "a"), nodes: map[string][]string{"n2": {NodeConflict, BindConflict}}},
 	}
+	rwop := func(c *corev1.PersistentVolumeClaim) {
+		c.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}
+	}
+	tests = append(tests, []struct {
+		name   string
+		objs   []runtime.Object
+		pod    *corev1.Pod
+		used   []string
+		pod403 string
+		nodes  map[string][]string
+	}{
+		{name: "ReadWriteOncePod claim in use", objs: []runtime.Object{claim("a", dynamic, rwop)}, pod: podWith("a"), used: []string{"a"},
+			nodes: map[string][]string{"n1": {InUseReadWriteOncePod}, "nb": {InUseReadWriteOncePod}}},
+		{name: "ReadWriteOncePod claim free", objs: []runtime.Object{claim("a", dynamic, rwop)}, pod: podWith("a"),
+			nodes: map[string][]string{"n1": nil}},
+		{name: "ReadWriteOnce claim shared", objs: []runtime.Object{claim("a", dynamic)}, pod: podWith("a"), used: []string{"a"},
+			nodes: map[string][]string{"n1": nil}},
+	}...)
 	nodes := map[string]*corev1.Node{"n1": n1, "n2": n2, "nb": nb}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, tc.objs...)
+			for _, c := range tc.used {
+				w.used["default/"+c] = true
+			}
 			v := For(tc.pod)
 			if got := w.b.PodRefusal(v); got != tc.pod403 {
 				t.Fatalf("pod refusal %q, want %q", got, tc.pod403)
