@@ -82,9 +82,12 @@ type Pod struct {
 // For reads a pod's claims; nil for a pod without any (the rules leave it
 // alone).
 func For(p *corev1.Pod) *Pod {
-	v := &Pod{Namespace: p.Namespace, Name: p.Name}
+	var v *Pod // allocated at the first claim: most pods have none
 	for i := range p.Spec.Volumes {
 		vol := &p.Spec.Volumes[i]
+		if v == nil && (vol.PersistentVolumeClaim != nil || vol.Ephemeral != nil) {
+			v = &Pod{Namespace: p.Namespace, Name: p.Name}
+		}
 		switch {
 		case vol.PersistentVolumeClaim != nil:
 			v.Claims = append(v.Claims, Claim{Name: vol.PersistentVolumeClaim.ClaimName})
@@ -92,9 +95,6 @@ func For(p *corev1.Pod) *Pod {
 			v.Claims = append(v.Claims, Claim{Name: ephemeral.VolumeClaimName(p, vol), Ephemeral: true})
 			v.UID = p.UID
 		}
-	}
-	if len(v.Claims) == 0 {
-		return nil
 	}
 	return v
 }

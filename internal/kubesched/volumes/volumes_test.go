@@ -249,8 +249,12 @@ func TestRules(t *testing.T) {
 }
 
 func TestForAndKey(t *testing.T) {
-	if For(&corev1.Pod{}) != nil {
+	plain := &corev1.Pod{Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}}}
+	if For(plain) != nil {
 		t.Fatal("a pod without claims has rules")
+	}
+	if n := testing.AllocsPerRun(100, func() { For(plain) }); n != 0 {
+		t.Fatalf("reading a pod without claims allocates %v times (every pod is read)", n)
 	}
 	a, b := podWith("data"), podWith("data")
 	b.Name, b.UID = "q", "uid-q"
