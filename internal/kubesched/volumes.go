@@ -97,7 +97,7 @@ func boundClaims(obj any) ([]string, error) {
 }
 
 // claimInUse is the binder's volumes.Users: a pod bound to a node, or one
-// of ours placed and being bound, mounts the claim.
+// of ours placed, being bound or just bound, mounts the claim.
 func (s *Scheduler) claimInUse(ns, claim string) bool {
 	if s.claimPods != nil {
 		if objs, _ := s.claimPods.ByIndex(claimIndex, ns+"/"+claim); len(objs) > 0 {
@@ -105,7 +105,8 @@ func (s *Scheduler) claimInUse(ns, claim string) bool {
 		}
 	}
 	for _, e := range s.podState {
-		if (e.phase == assumed || e.phase == nominated) && e.pod != nil {
+		// bound: the informer may not show the bind yet.
+		if (e.phase == assumed || e.phase == nominated || e.phase == bound) && e.pod != nil {
 			if f := s.fits[e.pod.Request.NodeConstraint]; f != nil && f.volumes != nil && f.volumes.Namespace == ns && f.volumes.Uses(claim) {
 				return true
 			}
