@@ -255,7 +255,7 @@ func (s *Scheduler) alone(p *engine.Pod) *engine.Pod {
 // pod out for a backoff before it is queued again (in its old place: the
 // engine keeps its submission time).
 func (s *Scheduler) rollback(e *podEntry, why string) {
-	s.forgetVolumes(e)
+	s.releaseVolumes(e)
 	_ = s.eng.Complete(e.key)
 	e.phase, e.node, e.uuids = held, "", nil
 	e.failures++

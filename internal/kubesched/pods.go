@@ -99,6 +99,7 @@ func (s *Scheduler) syncPod(key string) {
 // held is released, a preemptor waiting for it learns it went.
 func (s *Scheduler) forget(e *podEntry) {
 	delete(s.podState, e.key)
+	s.releaseVolumes(e) // its claims are free for others (ReadWriteOncePod)
 	switch e.phase {
 	case pending:
 		s.eng.Delete(e.key)

@@ -54,7 +54,8 @@ func (s *Scheduler) refilterVolumes(wake bool) {
 // placement is released and the pod queued again at once, as portsTaken
 // does.
 func (s *Scheduler) volumesTaken(e *podEntry, n *nodeEntry) bool {
-	s.forgetVolumes(e)
+	s.volumes.Forget(e.volumes)
+	e.volumes = nil
 	f := s.fitOf(e.pod.Request.NodeConstraint)
 	if f.volumes == nil || n.obj == nil {
 		return false
@@ -142,11 +143,13 @@ func (c *changeSet) claimHandler() cache.ResourceEventHandler {
 	}}
 }
 
-// forgetVolumes releases the volumes held for e's placement.
-func (s *Scheduler) forgetVolumes(e *podEntry) {
-	if e.volumes != nil {
-		s.volumes.Forget(e.volumes)
-		e.volumes = nil
+// releaseVolumes releases the volumes held for e's placement, which is
+// undone or gone: what it held (volumes, a ReadWriteOncePod claim) is
+// offered again and waiting pods are tried again.
+func (s *Scheduler) releaseVolumes(e *podEntry) {
+	s.volumes.Forget(e.volumes)
+	e.volumes = nil
+	if e.pod != nil && s.fitOf(e.pod.Request.NodeConstraint).volumes != nil {
 		s.refilterVolumes(true)
 	}
 }
