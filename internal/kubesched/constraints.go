@@ -9,14 +9,16 @@ import (
 
 	"github.com/tessera-gpu/tessera/internal/kubesched/interpod"
 	"github.com/tessera-gpu/tessera/internal/kubesched/nodefit"
+	"github.com/tessera-gpu/tessera/internal/kubesched/volumes"
 )
 
 // fit is what decides where pods of one constraint key may run: their
 // node constraints, and (pods nil for pods that need none) the inter-pod
 // rules that read the pods placed around them.
 type fit struct {
-	node *nodefit.Constraints
-	pods *interpod.Pod
+	node    *nodefit.Constraints
+	pods    *interpod.Pod
+	volumes *volumes.Pod // nil for pods without PersistentVolumeClaims
 }
 
 // constrain records a pod's constraints under their key before the engine
@@ -35,6 +37,10 @@ func (s *Scheduler) constrain(p *corev1.Pod) (string, error) {
 	if withPods {
 		key = podsKey(key, p)
 	}
+	vols := volumes.For(p)
+	if vols != nil {
+		key = "volumes:" + vols.Key() + "|" + key
+	}
 	if _, ok := s.fits[key]; ok {
 		return key, nil
 	}
@@ -42,7 +48,7 @@ func (s *Scheduler) constrain(p *corev1.Pod) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f := &fit{node: c}
+	f := &fit{node: c, volumes: vols}
 	if withPods {
 		f.pods = d
 		s.affinity.Want(key, d, c)
@@ -69,6 +75,9 @@ func (s *Scheduler) nodeFits(key string, i int) (bool, int64) {
 	f := s.fitOf(key)
 	n := s.byIndex[i].obj
 	if f.node.Refusal(n, s.usedPorts(f.node, n.Name, "")) != "" {
+		return false, 0
+	}
+	if f.volumes != nil && len(s.volumes.NodeRefusal(f.volumes, n)) > 0 {
 		return false, 0
 	}
 	pref := f.node.Preference(n)

@@ -150,9 +150,11 @@ func (s *Scheduler) collectKeys() {
 		}
 	}
 	for key, f := range s.fits {
-		if f.pods != nil && !used[key] {
+		if (f.pods != nil || f.volumes != nil) && !used[key] {
 			delete(s.fits, key)
-			s.affinity.Forget(key)
+			if f.pods != nil {
+				s.affinity.Forget(key)
+			}
 			if s.cluster != nil {
 				s.cluster.RefilterConstraint(key) // its memoised answers go too
 			}

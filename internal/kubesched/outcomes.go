@@ -68,7 +68,7 @@ func (s *Scheduler) apply(ctx context.Context, events []engine.Event, now time.T
 
 func (s *Scheduler) placed(ctx context.Context, e *podEntry, ev engine.Event, victims []*podEntry, now time.Time) {
 	n := s.nodeState[ev.Decision.NodeName]
-	if s.portsTaken(e, n) {
+	if s.portsTaken(e, n) || s.volumesTaken(e, n) {
 		for _, v := range victims {
 			s.victimStays(v) // released for this placement, which is undone
 		}
@@ -133,7 +133,7 @@ func (s *Scheduler) startBind(ctx context.Context, e *podEntry) {
 		}
 	}
 	ns, name := splitRef(e.key)
-	s.pool.Submit(ctx, &bind.Job{Kind: bind.Bind, Namespace: ns, Name: name, UID: e.uid, Node: e.node, Annotations: ann})
+	s.pool.Submit(ctx, &bind.Job{Kind: bind.Bind, Namespace: ns, Name: name, UID: e.uid, Node: e.node, Annotations: ann, PreBind: s.preBind(e)})
 }
 
 // outcome applies what the API server said to a job.
@@ -165,10 +165,20 @@ func (s *Scheduler) bindOutcome(o bind.Outcome) {
 	if e.phase != assumed {
 		return // a rebuild queued it again, or it was chosen as a victim
 	}
+	if !o.PreBindFailed && o.Job.Node == e.node {
+		// The Binding was sent: its volumes were bound before it, so a
+		// retried bind (a gang member's) has none to bind again.
+		e.volumes = nil
+	}
 	switch {
 	case o.Err == nil:
 		e.phase = bound
 		s.bound(e, o)
+	case o.PreBindFailed:
+		// The volumes chosen on the node were not bound: the pod is
+		// placed again, and its volumes chosen again, after a backoff.
+		s.metrics.BindErrors.WithLabelValues("volumes").Inc()
+		s.rollback(e, `running PreBind plugin "VolumeBinding": `+o.Err.Error())
 	case o.Gone:
 		s.metrics.BindErrors.WithLabelValues("gone").Inc()
 		_ = s.eng.Complete(e.key)
@@ -245,6 +255,7 @@ func (s *Scheduler) alone(p *engine.Pod) *engine.Pod {
 // pod out for a backoff before it is queued again (in its old place: the
 // engine keeps its submission time).
 func (s *Scheduler) rollback(e *podEntry, why string) {
+	s.releaseVolumes(e)
 	_ = s.eng.Complete(e.key)
 	e.phase, e.node, e.uuids = held, "", nil
 	e.failures++

@@ -10,6 +10,7 @@ import (
 	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/engine"
 	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
+	"github.com/tessera-gpu/tessera/internal/kubesched/volumes"
 	"github.com/tessera-gpu/tessera/internal/placement"
 	"github.com/tessera-gpu/tessera/internal/priority"
 )
@@ -55,7 +56,10 @@ type podEntry struct {
 	reported   string
 	reportedAt time.Time
 	refusedRV  string // resourceVersion whose spec was refused
-	created    time.Time
+	// volumes (assumed, nominated) are the volumes chosen for its claims on
+	// node, bound before the pod (volumes.go); nil when none need binding.
+	volumes *volumes.Plan
+	created time.Time
 }
 
 // syncPod brings the engine in line with the cached pod.
@@ -95,6 +99,7 @@ func (s *Scheduler) syncPod(key string) {
 // held is released, a preemptor waiting for it learns it went.
 func (s *Scheduler) forget(e *podEntry) {
 	delete(s.podState, e.key)
+	s.releaseVolumes(e) // its claims are free for others (ReadWriteOncePod)
 	switch e.phase {
 	case pending:
 		s.eng.Delete(e.key)

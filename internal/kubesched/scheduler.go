@@ -38,6 +38,7 @@ import (
 	"github.com/tessera-gpu/tessera/internal/kubesched/interpod"
 	"github.com/tessera-gpu/tessera/internal/kubesched/metrics"
 	"github.com/tessera-gpu/tessera/internal/kubesched/nodefit"
+	"github.com/tessera-gpu/tessera/internal/kubesched/volumes"
 	"github.com/tessera-gpu/tessera/internal/placement"
 )
 
@@ -73,11 +74,15 @@ type Scheduler struct {
 	byIndex       []*nodeEntry               // usable nodes by engine index
 	fits          map[string]*fit            // pods' constraints by key (constraints.go)
 	portPods      cache.Indexer              // bound pods that bind host ports, by node (hostPortIndex)
+	claimPods     cache.Indexer              // bound pods by the claims they mount (claimIndex)
 	promisedPorts map[string]map[string]bool // node → our pods binding host ports promised there (assumed, nominated)
 	// affinity is the placed pods as the inter-pod rules read them, descs
 	// every known pod's labels and terms (interpods.go).
 	affinity *interpod.Index
 	descs    map[string]*interpod.Pod
+	// volumes answers pods' PersistentVolumeClaims and holds the volumes
+	// chosen for pods whose bind is in flight (volumes.go).
+	volumes *volumes.Binder
 	// trials holds the constraint keys each gang member's trial placement
 	// moved, until the member starts (memberTrial).
 	trials        map[string][]string
@@ -127,11 +132,25 @@ func New(cfg *cfgv1.SchedulerConfig, client kubernetes.Interface, log *slog.Logg
 	if err := podInf.Informer().AddIndexers(cache.Indexers{hostPortIndex: hostPortNode}); err != nil {
 		return nil, fmt.Errorf("pod informer: host port index: %w", err)
 	}
+	if err := podInf.Informer().AddIndexers(cache.Indexers{claimIndex: boundClaims}); err != nil {
+		return nil, fmt.Errorf("pod informer: claim index: %w", err)
+	}
 	s.portPods = podInf.Informer().GetIndexer()
+	s.claimPods = s.portPods
 	_, _ = podInf.Informer().AddEventHandler(s.changes.portHandler())
+	_, _ = podInf.Informer().AddEventHandler(s.changes.claimHandler())
 	_, _ = nodeInf.Informer().AddEventHandler(s.changes.handler(kindNode))
 	_, _ = nsInf.Informer().AddEventHandler(s.changes.handler(kindNamespace))
 	s.synced = []cache.InformerSynced{podInf.Informer().HasSynced, nodeInf.Informer().HasSynced, nsInf.Informer().HasSynced}
+	// Claims, volumes and classes: a change may let pods waiting on their
+	// volumes in (a claim bound, a volume created).
+	pvcInf, pvInf := s.factory.Core().V1().PersistentVolumeClaims(), s.factory.Core().V1().PersistentVolumes()
+	classInf := s.factory.Storage().V1().StorageClasses()
+	s.volumes = volumes.NewBinder(pvcInf.Lister(), pvInf.Lister(), classInf.Lister(), s.claimInUse)
+	for _, inf := range []cache.SharedIndexInformer{pvcInf.Informer(), pvInf.Informer(), classInf.Informer()} {
+		_, _ = inf.AddEventHandler(s.changes.handler(kindVolume))
+		s.synced = append(s.synced, inf.HasSynced)
+	}
 	if cfg.QueueConfigMap != "" {
 		ns, name := splitRef(cfg.QueueConfigMap)
 		s.cmFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
@@ -221,6 +240,9 @@ func (s *Scheduler) iterate(ctx context.Context) {
 		s.syncPod(key)
 	}
 	s.refilterPorts(s.changes.takePortNodes(), true)
+	if s.changes.takeVolumes() {
+		s.refilterVolumes(true)
+	}
 	if len(pods) > 0 {
 		s.balloonsDirty = true // an owner named on a node may have become known
 	}
@@ -234,6 +256,7 @@ func (s *Scheduler) iterate(ctx context.Context) {
 	}
 	s.retryDue()
 	s.sweepPortPromises()
+	s.sweepVolumes()
 	s.retryReclaims(ctx)
 	s.syncBalloons(s.now())
 	start := s.now()
@@ -272,6 +295,7 @@ const (
 	kindNode
 	kindConfig
 	kindNamespace
+	kindVolume // a PersistentVolumeClaim, PersistentVolume or StorageClass
 )
 
 // changeSet collects the keys informers reported, for the loop to read.
@@ -282,6 +306,8 @@ type changeSet struct {
 	config bool
 	// namespaces: a namespace changed (its labels, for namespaceSelector).
 	namespaces bool
+	// volumes: a claim, volume or class changed.
+	volumes bool
 	// portNodes are nodes where a pod binding host ports came or went.
 	portNodes map[string]struct{}
 	ready     chan struct{}
@@ -307,6 +333,8 @@ func (c *changeSet) handler(kind int) cache.ResourceEventHandler {
 			c.config = true
 		case kindNamespace:
 			c.namespaces = true
+		case kindVolume:
+			c.volumes = true
 		}
 		c.mu.Unlock()
 		select {
@@ -328,6 +356,15 @@ func (c *changeSet) take() (map[string]struct{}, map[string]struct{}, bool, bool
 func (c *changeSet) takeAll() {
 	c.take()
 	c.takePortNodes()
+	c.takeVolumes()
+}
+
+func (c *changeSet) takeVolumes() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := c.volumes
+	c.volumes = false
+	return v
 }
 
 // podFor returns the cached pod, or nil when it is gone.

@@ -55,6 +55,12 @@ func (s *Scheduler) whyPending(p *engine.Pod, nodesBy map[string][]explain.Node,
 			return "pod is held by its queue's quota: " + err.Error()
 		}
 	}
+	if f := s.fits[p.Request.NodeConstraint]; f != nil && f.volumes != nil {
+		// kube-scheduler's VolumeBinding PreFilter: no node is asked.
+		if why := s.volumes.PodRefusal(f.volumes); why != "" {
+			return fmt.Sprintf("0/%d nodes are available: %s.", len(s.nodeState), why)
+		}
+	}
 	sh := s.cluster.ShapeOf(&p.Request)
 	msg, ok := memo[sh]
 	if !ok {
@@ -103,7 +109,8 @@ func (s *Scheduler) explainNodes(key string) []explain.Node {
 			out = append(out, explain.Node{Unusable: true})
 			continue
 		}
-		out = append(out, explain.Node{State: &s.cluster.Nodes[n.index], Cordoned: s.cluster.IsCordoned(n.index), Refused: s.refusal(key, n), PodsRefused: s.podRefusal(key, n)})
+		out = append(out, explain.Node{State: &s.cluster.Nodes[n.index], Cordoned: s.cluster.IsCordoned(n.index), Refused: s.refusal(key, n),
+			VolumesRefused: s.volumeRefusal(key, n), PodsRefused: s.podRefusal(key, n)})
 	}
 	return out
 }

@@ -49,6 +49,12 @@ type SchedulerConfig struct {
 	// (throttled, timed out, server error) is tried before the placement is
 	// rolled back and the pod goes back to the queue.
 	BindAttempts int `json:"bindAttempts"`
+	// VolumeBindTimeout bounds how long a pod whose PersistentVolumeClaims
+	// the scheduler chose volumes or a node for waits for the PV controller
+	// to bind them before the pod itself is bound; past it the placement is
+	// rolled back and the pod queued again (kube-scheduler's
+	// VolumeBinding bindTimeoutSeconds, 600 by default).
+	VolumeBindTimeout Duration `json:"volumeBindTimeout"`
 	// PreemptionSearches bounds victim searches per scheduling cycle.
 	PreemptionSearches int                  `json:"preemptionSearches"`
 	LeaderElection     LeaderElectionConfig `json:"leaderElection"`
@@ -96,6 +102,7 @@ func DefaultScheduler() *SchedulerConfig {
 		MemoryUnit:         resource.MustParse("1Gi"),
 		BindWorkers:        64,
 		BindAttempts:       3,
+		VolumeBindTimeout:  Duration{10 * time.Minute},
 		PreemptionSearches: 16,
 		LeaderElection: LeaderElectionConfig{Enabled: true, LeaseNamespace: "kube-system", LeaseName: DefaultSchedulerName,
 			LeaseDuration: Duration{15 * time.Second}, RenewDeadline: Duration{10 * time.Second}, RetryPeriod: Duration{2 * time.Second}},
@@ -149,6 +156,9 @@ func (c *SchedulerConfig) Validate() error {
 	}
 	if c.BindAttempts < 1 || c.BindAttempts > 100 {
 		bad("bindAttempts", "%d out of range [1, 100]", c.BindAttempts)
+	}
+	if c.VolumeBindTimeout.Duration < time.Second || c.VolumeBindTimeout.Duration > 24*time.Hour {
+		bad("volumeBindTimeout", "%s out of range [1s, 24h]", c.VolumeBindTimeout.Duration)
 	}
 	if c.PreemptionSearches < 0 {
 		bad("preemptionSearches", "negative %d", c.PreemptionSearches)

@@ -14,10 +14,10 @@ func TestSchedulerConfigDefaultsValidate(t *testing.T) {
 
 func TestSchedulerConfigParsesOverDefaultsAndNamesBadFields(t *testing.T) {
 	c := DefaultScheduler()
-	if err := ParseScheduler([]byte("version: v1\nbindWorkers: 32\nleaderElection: {leaseName: s1, leaseDuration: 4s}\n"), c); err != nil {
+	if err := ParseScheduler([]byte("version: v1\nbindWorkers: 32\nvolumeBindTimeout: 90s\nleaderElection: {leaseName: s1, leaseDuration: 4s}\n"), c); err != nil {
 		t.Fatal(err)
 	}
-	if c.BindWorkers != 32 || c.LeaderElection.LeaseName != "s1" || c.LeaderElection.LeaseDuration.Duration != 4*time.Second || c.SchedulerName != DefaultSchedulerName {
+	if c.BindWorkers != 32 || c.VolumeBindTimeout.Duration != 90*time.Second || c.LeaderElection.LeaseName != "s1" || c.LeaderElection.LeaseDuration.Duration != 4*time.Second || c.SchedulerName != DefaultSchedulerName {
 		t.Fatalf("parsed %+v", c)
 	}
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "leaderElection.leaseDuration") {
@@ -34,8 +34,9 @@ func TestSchedulerConfigParsesOverDefaultsAndNamesBadFields(t *testing.T) {
 	bad := DefaultScheduler()
 	bad.QueueConfigMap, bad.BindWorkers, bad.SchedulerName = "nonamespace", 0, "Tessera_Scheduler"
 	bad.Webhook.BindAddress = ":8443"
+	bad.VolumeBindTimeout.Duration = 0
 	err := bad.Validate()
-	for _, f := range []string{"queueConfigMap", "bindWorkers", "schedulerName", "webhook.certFile"} {
+	for _, f := range []string{"queueConfigMap", "bindWorkers", "schedulerName", "webhook.certFile", "volumeBindTimeout"} {
 		if err == nil || !strings.Contains(err.Error(), f) {
 			t.Errorf("error %v does not name %s", err, f)
 		}

@@ -42,6 +42,12 @@ type Job struct {
 	// Bind
 	Node        string
 	Annotations map[string]string
+	// PreBind, when set, runs before the Binding (the pod's volumes are
+	// bound: internal/kubesched/volumes); an error stops the bind and comes
+	// back as the outcome's Err with PreBindFailed. It runs on a goroutine
+	// of its own, not a worker: it waits for the PV controller, which may
+	// take minutes, and must not hold up other pods' binds.
+	PreBind func(context.Context) error
 	// Evict: victims as namespace/name with UIDs; For is the preemptor's key,
 	// or with Reclaim the owner the victims (borrowers) give memory back to.
 	Victims []Victim
@@ -72,6 +78,8 @@ type Outcome struct {
 	// (or is another pod of the same name).
 	AlreadyOn string
 	Gone      bool
+	// PreBindFailed: Err is PreBind's; no Binding was sent.
+	PreBindFailed bool
 	// Evict: Evicted victims went (or were already gone); Blocked is the
 	// first victim the API server refused (429: a PodDisruptionBudget),
 	// with Err; the rest were not tried.
@@ -83,6 +91,7 @@ type Outcome struct {
 
 // Pool runs jobs on workers and collects outcomes.
 type Pool struct {
+	ctx      context.Context // the workers' (pre-binds stop with them)
 	client   kubernetes.Interface
 	attempts int
 	jobs     chan *Job
@@ -95,7 +104,7 @@ type Pool struct {
 // New starts workers; they stop when ctx ends. attempts bounds tries of a
 // bind that fails for a transient reason.
 func New(ctx context.Context, client kubernetes.Interface, workers, attempts int) *Pool {
-	p := &Pool{client: client, attempts: max(attempts, 1), jobs: make(chan *Job, 4096), ready: make(chan struct{}, 1)}
+	p := &Pool{ctx: ctx, client: client, attempts: max(attempts, 1), jobs: make(chan *Job, 4096), ready: make(chan struct{}, 1)}
 	for range workers {
 		p.wg.Add(1)
 		go func() {
@@ -114,7 +123,16 @@ func New(ctx context.Context, client kubernetes.Interface, workers, attempts int
 }
 
 // Submit queues a job; it blocks only when thousands are queued already.
+// A bind with a PreBind step runs it first, off the workers.
 func (p *Pool) Submit(ctx context.Context, j *Job) {
+	if j.Kind == Bind && j.PreBind != nil {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.preBind(p.ctx, j)
+		}()
+		return
+	}
 	select {
 	case p.jobs <- j:
 	case <-ctx.Done():
@@ -135,6 +153,22 @@ func (p *Pool) Take() []Outcome {
 
 // Wait blocks until every worker has stopped (after ctx ended).
 func (p *Pool) Wait() { p.wg.Wait() }
+
+// preBind runs j's PreBind and then queues its Binding (without the step),
+// or hands back the failure.
+func (p *Pool) preBind(ctx context.Context, j *Job) {
+	start := time.Now()
+	if err := j.PreBind(ctx); err != nil {
+		p.finish(Outcome{Job: j, Err: err, PreBindFailed: true, Took: time.Since(start)})
+		return
+	}
+	next := *j
+	next.PreBind = nil
+	select {
+	case p.jobs <- &next:
+	case <-ctx.Done():
+	}
+}
 
 func (p *Pool) finish(o Outcome) {
 	p.mu.Lock()

@@ -102,3 +102,64 @@ func TestEvictStopsAtTheFirstRefusal(t *testing.T) {
 		t.Fatalf("tried %v; the victim after the refusal must not be", seen)
 	}
 }
+
+// A bind's PreBind runs off the workers (a waiting one holds none of them
+// up), before the Binding; its failure comes back as PreBindFailed with no
+// Binding sent.
+func TestPreBind(t *testing.T) {
+	c := fake.NewClientset(podOn("", nil))
+	binds := 0
+	c.PrependReactor("create", "pods", func(act k8stesting.Action) (bool, runtime.Object, error) {
+		if act.GetSubresource() == "binding" {
+			binds++
+			return true, nil, nil
+		}
+		return false, nil, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := New(ctx, c, 1, 1) // one worker
+	release := make(chan struct{})
+	waiting := &Job{Kind: Bind, Namespace: "ns", Name: "waits", Node: "n1", PreBind: func(ctx context.Context) error {
+		<-release
+		return nil
+	}}
+	failing := &Job{Kind: Bind, Namespace: "ns", Name: "p", Node: "n1", PreBind: func(context.Context) error { return errors.New("volumes not bound") }}
+	plain := &Job{Kind: Bind, Namespace: "ns", Name: "p", Node: "n1"}
+	p.Submit(ctx, waiting)
+	p.Submit(ctx, failing)
+	p.Submit(ctx, plain)
+	var got []Outcome
+	deadline := time.After(30 * time.Second)
+	for len(got) < 2 {
+		select {
+		case <-p.Ready():
+			got = append(got, p.Take()...)
+		case <-deadline:
+			t.Fatalf("outcomes %+v: the waiting pre-bind held the worker", got)
+		}
+	}
+	for _, o := range got {
+		switch {
+		case o.Job.Name == "p" && o.PreBindFailed:
+			if o.Err == nil || o.Err.Error() != "volumes not bound" {
+				t.Errorf("pre-bind failure %v", o.Err)
+			}
+		case o.Job.Name == "p" && o.Err == nil:
+		default:
+			t.Errorf("unexpected outcome %+v", o)
+		}
+	}
+	if binds != 1 {
+		t.Fatalf("%d Bindings sent before the waiting pre-bind ended, want 1 (the plain job's)", binds)
+	}
+	close(release)
+	select {
+	case <-p.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("no outcome after the pre-bind ended")
+	}
+	if o := p.Take(); len(o) != 1 || o[0].Job.Name != "waits" || o[0].Err != nil || o[0].Job.PreBind != nil || binds != 2 {
+		t.Fatalf("after the pre-bind: %+v, %d binds", o, binds)
+	}
+}

@@ -42,6 +42,12 @@ type Node struct {
 	// (internal/kubesched/nodefit: cordon, taints, node selector and
 	// affinity), in kube-scheduler's words; "" when it does not.
 	Refused string
+	// VolumesRefused are why the node refuses the pod by its
+	// PersistentVolumeClaims (internal/kubesched/volumes), in kube-scheduler's
+	// words; kube-scheduler's VolumeBinding filter runs after the resource
+	// fit and before the inter-pod filters, so they count only on a node
+	// with room.
+	VolumesRefused []string
 	// PodsRefused is why the node refuses the pod because of the pods
 	// placed around it (internal/kubesched/interpod: topology spread,
 	// inter-pod affinity and anti-affinity); kube-scheduler runs those
@@ -81,6 +87,9 @@ func Format(total int, counts map[string]int) string {
 // room, as in kube-scheduler's filter order.
 func nodeReasons(n *Node, r *placement.Request) []string {
 	out := capacityReasons(n, r)
+	if len(out) == 0 && len(n.VolumesRefused) > 0 {
+		return n.VolumesRefused
+	}
 	if len(out) == 0 && n.PodsRefused != "" {
 		return []string{n.PodsRefused}
 	}

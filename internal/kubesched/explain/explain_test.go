@@ -79,3 +79,21 @@ func TestPodsRefusedAfterCapacity(t *testing.T) {
 		t.Fatalf("message\n got %s\nwant %s", got, want)
 	}
 }
+
+// Volume reasons count on a node with room only, every one of them, and
+// before the inter-pod reason (kube-scheduler's filter order: resource
+// fit, volume filters, inter-pod filters).
+func TestVolumeReasonsAfterCapacityBeforePods(t *testing.T) {
+	room := node(t, 64000, 1, 40960, 0, 0)
+	full := node(t, 64000, 1, 40960, 1000, 0)
+	nodes := []Node{
+		{State: room.State, VolumesRefused: []string{"node(s) didn't match PersistentVolume's node affinity", "node(s) didn't find available persistent volumes to bind"}, PodsRefused: "node(s) didn't match pod anti-affinity rules"},
+		{State: full.State, VolumesRefused: []string{"node(s) didn't match PersistentVolume's node affinity"}},
+		{State: room.State, PodsRefused: "node(s) didn't match pod anti-affinity rules"},
+	}
+	got := Message(nodes, &placement.Request{NumGPU: 1, GPUMilli: 1000})
+	want := "0/3 nodes are available: 1 Insufficient tessera.io/gpu, 1 node(s) didn't find available persistent volumes to bind, 1 node(s) didn't match PersistentVolume's node affinity, 1 node(s) didn't match pod anti-affinity rules."
+	if got != want {
+		t.Fatalf("message\n got %s\nwant %s", got, want)
+	}
+}
