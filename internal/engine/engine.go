@@ -315,21 +315,35 @@ func (e *Engine) Events() []Event {
 }
 
 // Cycle tries every pod that is ready at now once, in queue order: the
-// scheduling cycle of the whole queue. Pods that fail sit out their backoff
-// (they are requeued after the pass, so none is tried twice). It returns
-// how many pods it tried.
+// scheduling cycle of the whole queue. With quotas (FairSharing), pods that
+// would borrow wait for the end of the pass and are then tried by their
+// queues' shares, lowest first (fairshare.go). Pods that fail sit out their
+// backoff (they are requeued after the pass, so none is tried twice). It
+// returns how many pods it tried.
 func (e *Engine) Cycle(now time.Time) int {
 	e.q.Advance(now) // deadlines and escalations even when nothing is tried
 	e.searches = 0
 	e.gangClock(now)
 	e.refreshReservations(now)
 	var failed []*queue.Entry[*Pod]
+	fair := e.fairSharing()
+	var later borrowers
 	tried := 0
 	for !e.exhausted.done(e.placer.gen, now) {
 		en := e.q.Pop(now)
 		if en == nil {
 			break
 		}
+		if fair != nil && en.Pod.group == "" && fair.Borrows(en.Pod) {
+			later.add(fair.Queue(en.Pod), en) // after the guarantees, by share
+			continue
+		}
+		tried++
+		if !e.attempt(en.Pod, now) {
+			failed = append(failed, en)
+		}
+	}
+	for en := later.next(e, fair, now); en != nil; en = later.next(e, fair, now) {
 		tried++
 		if !e.attempt(en.Pod, now) {
 			failed = append(failed, en)

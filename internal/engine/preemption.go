@@ -50,6 +50,11 @@ func (e *Engine) planPreemption(p *Pod, now time.Time) (*preempt.Plan, bool) {
 			return pl, true
 		}
 	}
+	if reclaim {
+		if pl, ok := e.reclaimByShare(p, pending, cands, now); ok {
+			return pl, true
+		}
+	}
 	pl, err := e.preemptor.Find(pending, cands, now)
 	if err == nil && !e.loansHold(pl) {
 		// The plan counted lent memory as freed: search again without the
