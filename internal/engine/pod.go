@@ -36,6 +36,11 @@ type Pod struct {
 	Preemptible bool
 	// MinRun protects a pod from preemption until it has run this long.
 	MinRun time.Duration
+	// CheckpointInterval (0: none) declares that the pod saves its work
+	// every interval from its start: as a victim it then loses only the
+	// work since its last checkpoint, so one just past a checkpoint is
+	// taken before one about to reach the next (preemption.go).
+	CheckpointInterval time.Duration
 	// Gang, when set, makes the pod a member of a pod group placed all or
 	// nothing (internal/gang); the group, not the pod, takes a place in
 	// the queue once min-member members are present (gangs.go).

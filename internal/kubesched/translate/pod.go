@@ -337,8 +337,9 @@ func cpuMem(p *corev1.Pod) (int64, int64) {
 }
 
 // EnginePod builds the engine's pod: request, class from the priority
-// table (annotation, else PriorityClass value), queue, gang, the class's
-// defaults (preemptible, minimum run time, maximum wait).
+// table (annotation, else PriorityClass value), queue, gang, checkpoint
+// interval, the class's defaults (preemptible, minimum run time, maximum
+// wait).
 func EnginePod(p *corev1.Pod, cfg *schedv1.Config, memUnitMiB uint64) (*engine.Pod, Shape, error) {
 	req, sh, err := PodRequest(p, memUnitMiB)
 	if err != nil {
@@ -364,6 +365,11 @@ func EnginePod(p *corev1.Pod, cfg *schedv1.Config, memUnitMiB uint64) (*engine.P
 	}
 	if ok {
 		ep.Gang = &spec
+	}
+	if v, ok := p.Annotations[CheckpointAnnotation]; ok {
+		if ep.CheckpointInterval, err = CheckpointInterval(v); err != nil {
+			return nil, sh, fmt.Errorf("pod %s: %w", Key(p), err)
+		}
 	}
 	engine.PodDefaults(cfg, ep)
 	return ep, sh, nil
