@@ -153,7 +153,11 @@ func New(cfg Config, s *placement.Scheduler, admit Admission) (*Engine, error) {
 	q.OnDrop = func(en *queue.Entry[*Pod], why queue.Reason, now time.Time) {
 		e.dropReservation(en.Key)
 		e.exhausted.pendingDel(e.keyOf(en.Pod), e.placer.gen)
-		e.emit(Event{Kind: Dropped, Time: now, Pod: en.Pod, Reason: string(why)})
+		ev := Event{Kind: Dropped, Time: now, Pod: en.Pod, Reason: string(why)}
+		if why == queue.ReasonDeadline {
+			ev.Deadline = en.Pod.Deadline
+		}
+		e.emit(ev)
 	}
 	q.OnEscalate = func(en *queue.Entry[*Pod], now time.Time) {
 		e.emit(Event{Kind: Escalated, Time: now, Pod: en.Pod})

@@ -97,4 +97,8 @@ type Event struct {
 	Ran    time.Duration
 	Reason string
 	Node   int // Reserved
+	// Deadline is, for a pod Dropped because a deadline passed (its own,
+	// or a gang member's for the whole group), that deadline; zero for
+	// any other drop.
+	Deadline time.Time
 }

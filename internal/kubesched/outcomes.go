@@ -56,8 +56,7 @@ func (s *Scheduler) apply(ctx context.Context, events []engine.Event, now time.T
 		case engine.Dropped:
 			e.phase = held
 			e.retryAt = time.Time{} // never: the engine gave up on it
-			s.event(e, corev1.EventTypeWarning, "FailedScheduling", "dropped from the queue: "+ev.Reason)
-			s.condition(e, corev1.PodReasonUnschedulable, "dropped from the queue: "+ev.Reason)
+			s.dropped(e, ev)
 		case engine.Escalated:
 			s.event(e, corev1.EventTypeNormal, "Escalated", "waited past its maximum wait; now queued ahead of its class")
 		case engine.Reserved:
@@ -382,3 +381,25 @@ func (s *Scheduler) event(e *podEntry, kind, reason, msg string) {
 }
 
 func className(c priority.Class) string { return c.String() }
+
+// ReasonDeadlineExceeded is the event and PodScheduled condition reason of
+// a pod dropped because its deadline passed. It is not Unschedulable: a
+// cluster autoscaler scales up for Unschedulable pods, and this one will
+// not be placed whatever nodes are added.
+const ReasonDeadlineExceeded = "DeadlineExceeded"
+
+// dropped reports a pod the engine gave up on. The pod is not deleted: it
+// belongs to its owner (a controller would only create it again); it stays
+// Pending with the reason until it is deleted or recreated.
+func (s *Scheduler) dropped(e *podEntry, ev engine.Event) {
+	if !ev.Deadline.IsZero() {
+		msg := fmt.Sprintf("deadline %s passed while the pod waited (%s); tessera will not schedule it: delete it, or create it again with a later %s",
+			ev.Deadline.UTC().Format(time.RFC3339), ev.Reason, translate.DeadlineAnnotation)
+		s.event(e, corev1.EventTypeWarning, ReasonDeadlineExceeded, msg)
+		s.condition(e, ReasonDeadlineExceeded, msg)
+		return
+	}
+	msg := "dropped from the queue: " + ev.Reason
+	s.event(e, corev1.EventTypeWarning, "FailedScheduling", msg)
+	s.condition(e, corev1.PodReasonUnschedulable, msg)
+}

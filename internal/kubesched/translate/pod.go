@@ -338,8 +338,8 @@ func cpuMem(p *corev1.Pod) (int64, int64) {
 
 // EnginePod builds the engine's pod: request, class from the priority
 // table (annotation, else PriorityClass value), queue, gang, checkpoint
-// interval, the class's defaults (preemptible, minimum run time, maximum
-// wait).
+// interval, deadline, the class's defaults (preemptible, minimum run time,
+// maximum wait, deadline unless the pod has its own).
 func EnginePod(p *corev1.Pod, cfg *schedv1.Config, memUnitMiB uint64) (*engine.Pod, Shape, error) {
 	req, sh, err := PodRequest(p, memUnitMiB)
 	if err != nil {
@@ -368,6 +368,11 @@ func EnginePod(p *corev1.Pod, cfg *schedv1.Config, memUnitMiB uint64) (*engine.P
 	}
 	if v, ok := p.Annotations[CheckpointAnnotation]; ok {
 		if ep.CheckpointInterval, err = CheckpointInterval(v); err != nil {
+			return nil, sh, fmt.Errorf("pod %s: %w", Key(p), err)
+		}
+	}
+	if v, ok := p.Annotations[DeadlineAnnotation]; ok {
+		if ep.Deadline, err = Deadline(v, p.CreationTimestamp.Time); err != nil {
 			return nil, sh, fmt.Errorf("pod %s: %w", Key(p), err)
 		}
 	}

@@ -31,3 +31,36 @@ func CheckpointInterval(value string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// DeadlineAnnotation is when a pod that is still pending is given up: an
+// RFC 3339 time ("2026-12-02T18:00:00Z") or a Go duration counted from
+// the pod's creation ("6h"). Past it the scheduler drops the pod with a
+// FailedScheduling event and a PodScheduled=False condition (reason
+// DeadlineExceeded) and never tries it again; it does not delete the pod
+// (docs/scheduler.md, Kubernetes scheduler). It overrides the class's
+// priority.deadline.
+const DeadlineAnnotation = "tessera.io/deadline"
+
+// maxRelativeDeadline bounds a duration deadline: a year is a typo.
+const maxRelativeDeadline = 366 * 24 * time.Hour
+
+// Deadline reads the deadline annotation's value for a pod created at
+// created: a positive Go duration of at most 8784h after it, or an RFC
+// 3339 time (which may already have passed: the pod is then dropped at
+// once). The error names the annotation and the value.
+func Deadline(value string, created time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(value); err == nil {
+		if d <= 0 || d > maxRelativeDeadline {
+			return time.Time{}, fmt.Errorf("annotation %s=%q: a duration after the pod's creation must be positive and at most %v", DeadlineAnnotation, value, maxRelativeDeadline)
+		}
+		return created.Add(d), nil
+	}
+	t, err := time.Parse(time.RFC3339, value)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("annotation %s=%q: neither an RFC 3339 time (2026-12-02T18:00:00Z) nor a duration after creation (6h)", DeadlineAnnotation, value)
+	}
+	if t.IsZero() {
+		return time.Time{}, fmt.Errorf("annotation %s=%q: the zero time is no deadline", DeadlineAnnotation, value)
+	}
+	return t, nil
+}
