@@ -320,8 +320,9 @@ func (e *Engine) Events() []Event {
 
 // Cycle tries every pod that is ready at now once, in queue order: the
 // scheduling cycle of the whole queue. With quotas (FairSharing), pods that
-// would borrow wait for the end of the pass and are then tried by their
-// queues' shares, lowest first (fairshare.go). Pods that fail sit out their
+// would borrow wait until the other pods of their effective class were
+// tried, and are then tried by their queues' shares, lowest first
+// (fairshare.go). Pods that fail sit out their
 // backoff (they are requeued after the pass, so none is tried twice). It
 // returns how many pods it tried.
 func (e *Engine) Cycle(now time.Time) int {
@@ -331,28 +332,37 @@ func (e *Engine) Cycle(now time.Time) int {
 	e.refreshReservations(now)
 	var failed []*queue.Entry[*Pod]
 	fair := e.fairSharing()
-	var later borrowers
+	var later borrowers // of the class being popped
 	tried := 0
+	try := func(en *queue.Entry[*Pod]) {
+		tried++
+		if !e.attempt(en.Pod, now) {
+			failed = append(failed, en)
+		}
+	}
+	flush := func() {
+		for en := later.next(e, fair, now); en != nil; en = later.next(e, fair, now) {
+			try(en)
+		}
+	}
 	for !e.exhausted.done(e.placer.gen, now) {
 		en := e.q.Pop(now)
 		if en == nil {
 			break
 		}
-		if fair != nil && en.Pod.group == "" && fair.Borrows(en.Pod) {
-			later.add(fair.Queue(en.Pod), en) // after the guarantees, by share
-			continue
+		if fair != nil {
+			c := e.effective(en.Pod, now)
+			if later.waiting() && later.class.Above(c) {
+				flush() // the class's borrowers before any less urgent pod
+			}
+			if en.Pod.group == "" && fair.Borrows(en.Pod) {
+				later.add(fair.Queue(en.Pod), en, c) // after the class's guarantees, by share
+				continue
+			}
 		}
-		tried++
-		if !e.attempt(en.Pod, now) {
-			failed = append(failed, en)
-		}
+		try(en)
 	}
-	for en := later.next(e, fair, now); en != nil; en = later.next(e, fair, now) {
-		tried++
-		if !e.attempt(en.Pod, now) {
-			failed = append(failed, en)
-		}
-	}
+	flush()
 	for _, en := range failed {
 		_ = e.q.Requeue(en, now) // the key left the queue with Pop: no duplicate
 	}

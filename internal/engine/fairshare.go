@@ -21,19 +21,26 @@ func (e *Engine) fairSharing() FairSharing {
 	return f
 }
 
-// borrowers holds the pods of one cycle that would start on borrowed
-// capacity: they are tried after every pod that would not (their queues'
-// guarantees are served first), one at a time from the queue whose share
-// is lowest at that moment.
+// borrowers holds the pods of one effective class, in one cycle, that
+// would start on borrowed capacity: they are tried after the pods of that
+// class that would not (their queues' guarantees are served first), before
+// any less urgent pod, one at a time from the queue whose share is lowest
+// at that moment.
 type borrowers struct {
 	byQueue map[string][]*queue.Entry[*Pod] // each in pop order
 	queues  []string                        // with entries, first deferral first
 	popped  map[*queue.Entry[*Pod]]int      // pop order, across queues
+	class   priority.Class                  // of the entries
 }
 
-func (b *borrowers) add(q string, en *queue.Entry[*Pod]) {
+func (b *borrowers) waiting() bool { return len(b.queues) > 0 }
+
+func (b *borrowers) add(q string, en *queue.Entry[*Pod], c priority.Class) {
 	if b.byQueue == nil {
 		b.byQueue, b.popped = map[string][]*queue.Entry[*Pod]{}, map[*queue.Entry[*Pod]]int{}
+	}
+	if !b.waiting() {
+		b.class = c
 	}
 	if len(b.byQueue[q]) == 0 {
 		b.queues = append(b.queues, q)
@@ -43,10 +50,9 @@ func (b *borrowers) add(q string, en *queue.Entry[*Pod]) {
 }
 
 // next takes the entry to try now: of the queues' first entries, the most
-// urgent effective class, then the lowest share of its queue, then pop
-// order. Class comes before share because a more urgent pod left waiting
-// for a lower-share queue's less urgent one would evict it at once. The
-// share is read again at every call: each borrower placed raises its
+// urgent effective class (they are of one class unless ageing moved one
+// during the pass), then the lowest share of its queue, then pop order.
+// The share is read again at every call: each borrower placed raises its
 // queue's.
 func (b *borrowers) next(e *Engine, f FairSharing, now time.Time) *queue.Entry[*Pod] {
 	best, bestQ := -1, ""
