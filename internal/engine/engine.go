@@ -170,7 +170,17 @@ var ErrKnown = errors.New("pod is already pending or running")
 
 // Submit queues a pod. Its request is checked here, so a bad pod is refused
 // with the reason and nothing else is affected.
-func (e *Engine) Submit(p *Pod) error {
+func (e *Engine) Submit(p *Pod) error { return e.submit(p, p.Submitted) }
+
+// Resubmit queues again, at now, a pod the engine let go (dropped with its
+// timed-out group, or whose placement the caller rolled back): it keeps its
+// place by submission time, but a gang member's group assembles anew from
+// now — a group clock started at the members' old submission would run out
+// before the group could be tried.
+func (e *Engine) Resubmit(p *Pod, now time.Time) error { return e.submit(p, now) }
+
+// submit queues p; a gang member's group counts its timeout from arrived.
+func (e *Engine) submit(p *Pod, arrived time.Time) error {
 	if err := p.Request.Validate(); err != nil {
 		return fmt.Errorf("pod %s: %w", p.Key, err)
 	}
@@ -184,7 +194,7 @@ func (e *Engine) Submit(p *Pod) error {
 		return fmt.Errorf("pod %s: class %v is not P0..P3", p.Key, p.Class)
 	}
 	if p.Gang != nil {
-		return e.submitMember(p, p.Submitted)
+		return e.submitMember(p, arrived)
 	}
 	return e.enqueue(p)
 }

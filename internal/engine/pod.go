@@ -101,4 +101,7 @@ type Event struct {
 	// or a gang member's for the whole group), that deadline; zero for
 	// any other drop.
 	Deadline time.Time
+	// Err is, for a Dropped pod, the error behind Reason when there is one
+	// (a gang timeout wraps gang.ErrTimedOut), for errors.Is.
+	Err error
 }

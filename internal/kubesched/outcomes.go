@@ -2,14 +2,17 @@ package kubesched
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 
 	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/engine"
+	"github.com/tessera-gpu/tessera/internal/gang"
 	"github.com/tessera-gpu/tessera/internal/kubesched/bind"
 	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
 	"github.com/tessera-gpu/tessera/internal/priority"
@@ -275,7 +278,7 @@ func (s *Scheduler) retryDue() {
 		if !now.Before(e.retryAt) {
 			delete(s.held, key)
 			e.retryAt = time.Time{}
-			if err := s.eng.Submit(s.alone(e.pod)); err != nil {
+			if err := s.eng.Resubmit(s.alone(e.pod), now); err != nil {
 				s.log.Warn("requeue failed", "pod", e.key, "err", err)
 				continue
 			}
@@ -400,6 +403,45 @@ func (s *Scheduler) dropped(e *podEntry, ev engine.Event) {
 		return
 	}
 	msg := "dropped from the queue: " + ev.Reason
+	if e.pod != nil && e.pod.Gang != nil && errors.Is(ev.Err, gang.ErrTimedOut) {
+		g := e.pod.Gang
+		if n := s.groupPods(e.key, g.Name); n < g.MinMember {
+			msg = fmt.Sprintf("pod-group %s: min-member %d but only %d pods exist: create the missing pods or lower %s (%s)",
+				g.Name, g.MinMember, n, gang.MinMemberAnnotation, ev.Reason)
+		}
+		// The group may yet assemble (its pods are still being created):
+		// the member is queued again after another timeout's wait, as
+		// kube-scheduler's coscheduling plugin requeues a group it let go.
+		e.retryAt = s.now().Add(s.gangTimeout())
+		s.held[e.key] = e
+	}
 	s.event(e, corev1.EventTypeWarning, "FailedScheduling", msg)
 	s.condition(e, corev1.PodReasonUnschedulable, msg)
+}
+
+// groupPods counts the pods of pod group group in the namespace of the pod
+// named key that exist (not terminated, not being deleted), whichever
+// scheduler they name: the group's size, which no annotation states.
+func (s *Scheduler) groupPods(key, group string) int {
+	ns, _ := splitRef(key)
+	pods, err := s.pods.Pods(ns).List(labels.Everything())
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, p := range pods {
+		if p.Annotations[gang.GroupAnnotation] == group && p.DeletionTimestamp == nil &&
+			p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			n++
+		}
+	}
+	return n
+}
+
+// gangTimeout is how long a pod group may assemble (gang.timeout).
+func (s *Scheduler) gangTimeout() time.Duration {
+	if d := s.engineCfg.Gang.Timeout.Duration; d > 0 {
+		return d
+	}
+	return 5 * time.Minute
 }
