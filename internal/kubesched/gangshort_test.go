@@ -54,3 +54,30 @@ func TestGangShortOfPodsIsNamedAndRecovers(t *testing.T) {
 		return a.get("w0").Spec.NodeName == "n1" && a.get("w1").Spec.NodeName == "n1" && a.get("w2").Spec.NodeName == "n1"
 	})
 }
+
+// Pod groups are namespaced like pods: one pod of group "x" in each of two
+// namespaces is not a group of two (before, the engine saw one group "x"
+// and bound both).
+func TestGroupsOfOneNameInTwoNamespacesAreTwoGroups(t *testing.T) {
+	a := newAPI(t)
+	a.gpuNode("n1", 4, 16*gib, "T4")
+	a.start(testConfig())
+	other := a.pod("w0", res(string(translate.ResourceGPU), "1"), ann(gang.GroupAnnotation, "x", gang.MinMemberAnnotation, "2")).DeepCopy()
+	other.Namespace, other.ResourceVersion, other.UID = "team-b", "", "uid-team-b-w0"
+	if _, err := a.client.CoreV1().Pods("team-b").Create(context.Background(), other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the group in default reported short", func() bool {
+		return a.eventFor("w0", "FailedScheduling", "pod group x (min-member 2)")
+	})
+	if a.get("w0").Spec.NodeName != "" {
+		t.Fatal("default/w0 bound: it made a group of two with team-b/w0")
+	}
+	a.pod("w1", res(string(translate.ResourceGPU), "1"), ann(gang.GroupAnnotation, "x", gang.MinMemberAnnotation, "2"))
+	eventually(t, "the group in default bound once whole", func() bool {
+		return a.get("w0").Spec.NodeName == "n1" && a.get("w1").Spec.NodeName == "n1"
+	})
+	if p, err := a.client.CoreV1().Pods("team-b").Get(context.Background(), "w0", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+		t.Fatalf("team-b/w0 bound alone (%v) or gone: %v", p.Spec.NodeName, err)
+	}
+}

@@ -203,7 +203,7 @@ func (s *Scheduler) holdAndRebind(e *podEntry, why string) {
 	e.retryAt = s.now().Add(min(time.Second<<min(e.failures-1, 6), time.Minute))
 	s.rebind[e.key] = e
 	s.log.Warn("gang member's bind failed; its capacity stays held", "pod", e.key, "why", why, "retry", e.retryAt)
-	s.event(e, corev1.EventTypeWarning, "FailedScheduling", fmt.Sprintf("%s; pod group %s: the capacity stays held and the bind is retried (%d of %d)", why, e.pod.Gang.Name, e.failures, gangBindRetries))
+	s.event(e, corev1.EventTypeWarning, "FailedScheduling", fmt.Sprintf("%s; pod group %s: the capacity stays held and the bind is retried (%d of %d)", why, translate.GroupName(e.pod.Gang.Name), e.failures, gangBindRetries))
 }
 
 // bound counts a successful bind once: metrics and the Scheduled event.
@@ -405,9 +405,10 @@ func (s *Scheduler) dropped(e *podEntry, ev engine.Event) {
 	msg := "dropped from the queue: " + ev.Reason
 	if e.pod != nil && e.pod.Gang != nil && errors.Is(ev.Err, gang.ErrTimedOut) {
 		g := e.pod.Gang
-		if n := s.groupPods(e.key, g.Name); n < g.MinMember {
+		name := translate.GroupName(g.Name)
+		if n := s.groupPods(e.key, name); n < g.MinMember {
 			msg = fmt.Sprintf("pod-group %s: min-member %d but only %d pods exist: create the missing pods or lower %s (%s)",
-				g.Name, g.MinMember, n, gang.MinMemberAnnotation, ev.Reason)
+				name, g.MinMember, n, gang.MinMemberAnnotation, ev.Reason)
 		}
 		// The group may yet assemble (its pods are still being created):
 		// the member is queued again after another timeout's wait, as

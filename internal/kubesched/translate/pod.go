@@ -364,6 +364,7 @@ func EnginePod(p *corev1.Pod, cfg *schedv1.Config, memUnitMiB uint64) (*engine.P
 		return nil, sh, fmt.Errorf("pod %s: %w", Key(p), err)
 	}
 	if ok {
+		spec.Name = GroupKey(p.Namespace, spec.Name)
 		ep.Gang = &spec
 	}
 	if v, ok := p.Annotations[CheckpointAnnotation]; ok {
@@ -378,4 +379,18 @@ func EnginePod(p *corev1.Pod, cfg *schedv1.Config, memUnitMiB uint64) (*engine.P
 	}
 	engine.PodDefaults(cfg, ep)
 	return ep, sh, nil
+}
+
+// GroupKey is the engine's name of the pod group a pod of namespace ns
+// names in tessera.io/pod-group: groups are namespaced, as pods are, so two
+// teams' "workers" groups are not one group.
+func GroupKey(ns, group string) string { return ns + "/" + group }
+
+// GroupName is the tessera.io/pod-group value of an engine group name (what
+// users wrote, for messages).
+func GroupName(key string) string {
+	if _, name, ok := strings.Cut(key, "/"); ok {
+		return name
+	}
+	return key
 }
