@@ -332,9 +332,9 @@ func (e *Engine) Events() []Event {
 // scheduling cycle of the whole queue. With quotas (FairSharing), pods that
 // would borrow wait until the other pods of their effective class were
 // tried, and are then tried by their queues' shares, lowest first
-// (fairshare.go). Pods that fail sit out their
-// backoff (they are requeued after the pass, so none is tried twice). It
-// returns how many pods it tried.
+// (fairshare.go); Step keeps plain queue order. Pods that fail sit out
+// their backoff (they are requeued after the pass, so none is tried
+// twice). It returns how many pods it tried.
 func (e *Engine) Cycle(now time.Time) int {
 	e.q.Advance(now) // deadlines and escalations even when nothing is tried
 	e.searches = 0
