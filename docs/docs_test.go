@@ -43,7 +43,7 @@ const root = ".."
 var (
 	resources = []string{resource.GPU, resource.Memory, resource.Core, resource.MIGPrefix}
 	podSet    = []string{schedv1.PriorityAnnotation, allocation.PolicyAnnotation, translate.QueueAnnotation,
-		translate.ModelsAnnotation, gang.GroupAnnotation, gang.MinMemberAnnotation, gang.LocalityAnnotation, annv1.BalloonKey}
+		translate.ModelsAnnotation, translate.CheckpointAnnotation, translate.DeadlineAnnotation, gang.GroupAnnotation, gang.MinMemberAnnotation, gang.LocalityAnnotation, annv1.BalloonKey}
 	// Names tessera writes and users read.
 	written = []string{annv1.AssignmentKey, annv1.AllocatedKey, annv1.BorrowedKey, annv1.NodeGPUsKey, annv1.NodeBalloonsKey}
 )

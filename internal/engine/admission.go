@@ -24,3 +24,22 @@ type Admission interface {
 	// one cohort.
 	Cohort(p *Pod) string
 }
+
+// FairSharing is what an Admission with cohorts adds so that leftover
+// capacity and reclaim follow each queue's dominant share of what it
+// borrows (docs/scheduler.md, Fair sharing). QuotaAdmission implements it;
+// without it the engine serves borrowers in queue order.
+type FairSharing interface {
+	// Borrows reports whether pending pod p would start on capacity its
+	// queue borrows (above its nominal quota).
+	Borrows(p *Pod) bool
+	// Queue is the queue p is charged to (unknown names resolve to the
+	// default queue).
+	Queue(p *Pod) string
+	// Share is a queue's dominant (weighted) share of what it borrows; 0
+	// within its nominal quota.
+	Share(queue string) float64
+	// Rank is the queue's place in the configuration: ties of share go
+	// to the queue configured first.
+	Rank(queue string) int
+}

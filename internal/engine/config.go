@@ -57,12 +57,16 @@ func ConfigFrom(c *schedv1.Config) (Config, error) {
 }
 
 // PodDefaults fills what the configuration says about a pod of class c:
-// whether it is preemptible, its minimum run time, its maximum wait.
+// whether it is preemptible, its minimum run time, its maximum wait, and
+// its deadline (the class's, counted from submission) unless it has its own.
 func PodDefaults(c *schedv1.Config, p *Pod) {
 	k := schedv1.Classes[p.Class]
 	p.Preemptible = c.Preemption.Preemptible[k]
 	p.MinRun = max(p.MinRun, c.Preemption.MinRunTime.Duration)
 	if w, ok := c.Priority.MaxWait[k]; ok && p.MaxWait == 0 {
 		p.MaxWait = w.Duration
+	}
+	if d, ok := c.Priority.Deadline[k]; ok && p.Deadline.IsZero() && d.Duration > 0 {
+		p.Deadline = p.Submitted.Add(d.Duration)
 	}
 }

@@ -153,7 +153,11 @@ func New(cfg Config, s *placement.Scheduler, admit Admission) (*Engine, error) {
 	q.OnDrop = func(en *queue.Entry[*Pod], why queue.Reason, now time.Time) {
 		e.dropReservation(en.Key)
 		e.exhausted.pendingDel(e.keyOf(en.Pod), e.placer.gen)
-		e.emit(Event{Kind: Dropped, Time: now, Pod: en.Pod, Reason: string(why)})
+		ev := Event{Kind: Dropped, Time: now, Pod: en.Pod, Reason: string(why)}
+		if why == queue.ReasonDeadline {
+			ev.Deadline = en.Pod.Deadline
+		}
+		e.emit(ev)
 	}
 	q.OnEscalate = func(en *queue.Entry[*Pod], now time.Time) {
 		e.emit(Event{Kind: Escalated, Time: now, Pod: en.Pod})
@@ -166,7 +170,17 @@ var ErrKnown = errors.New("pod is already pending or running")
 
 // Submit queues a pod. Its request is checked here, so a bad pod is refused
 // with the reason and nothing else is affected.
-func (e *Engine) Submit(p *Pod) error {
+func (e *Engine) Submit(p *Pod) error { return e.submit(p, p.Submitted) }
+
+// Resubmit queues again, at now, a pod the engine let go (dropped with its
+// timed-out group, or whose placement the caller rolled back): it keeps its
+// place by submission time, but a gang member's group assembles anew from
+// now — a group clock started at the members' old submission would run out
+// before the group could be tried.
+func (e *Engine) Resubmit(p *Pod, now time.Time) error { return e.submit(p, now) }
+
+// submit queues p; a gang member's group counts its timeout from arrived.
+func (e *Engine) submit(p *Pod, arrived time.Time) error {
 	if err := p.Request.Validate(); err != nil {
 		return fmt.Errorf("pod %s: %w", p.Key, err)
 	}
@@ -180,7 +194,7 @@ func (e *Engine) Submit(p *Pod) error {
 		return fmt.Errorf("pod %s: class %v is not P0..P3", p.Key, p.Class)
 	}
 	if p.Gang != nil {
-		return e.submitMember(p, p.Submitted)
+		return e.submitMember(p, arrived)
 	}
 	return e.enqueue(p)
 }
@@ -315,26 +329,50 @@ func (e *Engine) Events() []Event {
 }
 
 // Cycle tries every pod that is ready at now once, in queue order: the
-// scheduling cycle of the whole queue. Pods that fail sit out their backoff
-// (they are requeued after the pass, so none is tried twice). It returns
-// how many pods it tried.
+// scheduling cycle of the whole queue. With quotas (FairSharing), pods that
+// would borrow wait until the other pods of their effective class were
+// tried, and are then tried by their queues' shares, lowest first
+// (fairshare.go); Step keeps plain queue order. Pods that fail sit out
+// their backoff (they are requeued after the pass, so none is tried
+// twice). It returns how many pods it tried.
 func (e *Engine) Cycle(now time.Time) int {
 	e.q.Advance(now) // deadlines and escalations even when nothing is tried
 	e.searches = 0
 	e.gangClock(now)
 	e.refreshReservations(now)
 	var failed []*queue.Entry[*Pod]
+	fair := e.fairSharing()
+	var later borrowers // of the class being popped
 	tried := 0
-	for !e.exhausted.done(e.placer.gen, now) {
-		en := e.q.Pop(now)
-		if en == nil {
-			break
-		}
+	try := func(en *queue.Entry[*Pod]) {
 		tried++
 		if !e.attempt(en.Pod, now) {
 			failed = append(failed, en)
 		}
 	}
+	flush := func() {
+		for en := later.next(e, fair, now); en != nil; en = later.next(e, fair, now) {
+			try(en)
+		}
+	}
+	for !e.exhausted.done(e.placer.gen, now) {
+		en := e.q.Pop(now)
+		if en == nil {
+			break
+		}
+		if fair != nil {
+			c := e.effective(en.Pod, now)
+			if later.waiting() && later.class.Above(c) {
+				flush() // the class's borrowers before any less urgent pod
+			}
+			if en.Pod.group == "" && fair.Borrows(en.Pod) {
+				later.add(fair.Queue(en.Pod), en, c) // after the class's guarantees, by share
+				continue
+			}
+		}
+		try(en)
+	}
+	flush()
 	for _, en := range failed {
 		_ = e.q.Requeue(en, now) // the key left the queue with Pop: no duplicate
 	}

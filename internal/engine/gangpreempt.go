@@ -139,7 +139,7 @@ func (e *Engine) planMember(p *Pod, plan *gangPlan, now time.Time) bool {
 	if !e.anyLessUrgent(p.Class) && !reclaim {
 		return false
 	}
-	cands := slices.DeleteFunc(slices.Clone(e.candidates(p, reclaim)), func(r preempt.Running) bool {
+	cands := slices.DeleteFunc(slices.Clone(e.candidates(p, reclaim, now)), func(r preempt.Running) bool {
 		_, gone := plan.victims[r.ID]
 		return gone
 	})

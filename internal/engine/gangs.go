@@ -120,7 +120,7 @@ func (e *Engine) gangClock(now time.Time) {
 		e.forgetGroup(x.Name)
 		for _, key := range x.Members {
 			if p := pending[key]; p != nil {
-				e.emit(Event{Kind: Dropped, Time: now, Pod: p, Reason: x.Err.Error()})
+				e.emit(Event{Kind: Dropped, Time: now, Pod: p, Reason: x.Err.Error(), Err: x.Err})
 			}
 		}
 	}

@@ -31,7 +31,7 @@ func (e *Engine) expireGangDeadlines(now time.Time) {
 		e.forgetGroup(name)
 		for _, key := range sortedKeys(pending) {
 			_ = e.gangs.tracker.RemoveMember(name, key) // releases what it held
-			e.emit(Event{Kind: Dropped, Time: now, Pod: pending[key], Reason: reason})
+			e.emit(Event{Kind: Dropped, Time: now, Pod: pending[key], Reason: reason, Deadline: late.Deadline})
 		}
 	}
 }

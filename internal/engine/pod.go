@@ -36,6 +36,11 @@ type Pod struct {
 	Preemptible bool
 	// MinRun protects a pod from preemption until it has run this long.
 	MinRun time.Duration
+	// CheckpointInterval (0: none) declares that the pod saves its work
+	// every interval from its start: as a victim it then loses only the
+	// work since its last checkpoint, so one just past a checkpoint is
+	// taken before one about to reach the next (preemption.go).
+	CheckpointInterval time.Duration
 	// Gang, when set, makes the pod a member of a pod group placed all or
 	// nothing (internal/gang); the group, not the pod, takes a place in
 	// the queue once min-member members are present (gangs.go).
@@ -92,4 +97,11 @@ type Event struct {
 	Ran    time.Duration
 	Reason string
 	Node   int // Reserved
+	// Deadline is, for a pod Dropped because a deadline passed (its own,
+	// or a gang member's for the whole group), that deadline; zero for
+	// any other drop.
+	Deadline time.Time
+	// Err is, for a Dropped pod, the error behind Reason when there is one
+	// (a gang timeout wraps gang.ErrTimedOut), for errors.Is.
+	Err error
 }

@@ -42,11 +42,16 @@ func (e *Engine) planPreemption(p *Pod, now time.Time) (*preempt.Plan, bool) {
 		return nil, false
 	}
 	e.searches++
-	pending, cands := e.pending(p, reclaim), e.candidates(p, reclaim)
+	pending, cands := e.pending(p, reclaim), e.candidates(p, reclaim, now)
 	// Borrowers are reclaimed first: a plan that evicts only pods riding on
 	// reclaimed memory beats any that evicts a pod holding its own.
 	if b := e.borrowersAmong(cands); len(b) > 0 && len(b) < len(cands) {
 		if pl, err := e.preemptor.Find(pending, b, now); err == nil && e.loansHold(pl) {
+			return pl, true
+		}
+	}
+	if reclaim {
+		if pl, ok := e.reclaimByShare(p, pending, cands, now); ok {
 			return pl, true
 		}
 	}
@@ -165,7 +170,7 @@ func (e *Engine) pending(p *Pod, withinGuarantee bool) preempt.Pending {
 // free compute could reach p's need (the O(1) class bound first). Pods
 // that opted out of preemption are left out (so they are not even
 // reclaimed), except as members of a gang that has a candidate.
-func (e *Engine) candidates(p *Pod, reclaim bool) []preempt.Running {
+func (e *Engine) candidates(p *Pod, reclaim bool, now time.Time) []preempt.Running {
 	need := int64(p.Request.NumGPU) * int64(p.Request.GPUMilli)
 	cohort := ""
 	if reclaim {
@@ -183,7 +188,7 @@ func (e *Engine) candidates(p *Pod, reclaim bool) []preempt.Running {
 			}
 			lower := p.Class.Above(r.Class)
 			if lower || (reclaim && r.Pod.Team != p.Team && e.admit.Borrowing(r.Pod) && e.admit.Cohort(r.Pod) == cohort) {
-				out = append(out, e.asVictim(r))
+				out = append(out, e.asVictim(r, now))
 				room += grantMilli(r)
 			}
 		}
@@ -191,16 +196,20 @@ func (e *Engine) candidates(p *Pod, reclaim bool) []preempt.Running {
 			out = out[:first] // these victims could not make room here
 		}
 	}
-	out = e.gangMembers(out, e.asVictim)
+	out = e.gangMembers(out, func(r *Running) preempt.Running { return e.asVictim(r, now) })
 	e.candBuf = out
 	return out
 }
 
-// asVictim is r as internal/preempt sees it. A gang member that opted out
-// of preemption is still listed (its gang then protects the others).
-func (e *Engine) asVictim(r *Running) preempt.Running {
+// asVictim is r as internal/preempt sees it at now. A gang member that
+// opted out of preemption is still listed (its gang then protects the
+// others).
+func (e *Engine) asVictim(r *Running, now time.Time) preempt.Running {
 	pr := preempt.Running{ID: r.Pod.Key, Decision: r.Decision, Class: int(r.Class), Queue: r.Pod.Team,
 		Start: r.Started, LastPreempted: r.Pod.preemptedAt, MinRunTime: r.Pod.MinRun}
+	if iv := r.Pod.CheckpointInterval; iv > 0 {
+		pr.CheckpointInterval, pr.LastCheckpoint = iv, lastCheckpoint(r.Started, iv, now)
+	}
 	if !r.Pod.Preemptible {
 		pr.MinRunTime = 1 << 62 // never: protected
 	}
@@ -275,4 +284,17 @@ func (e *Engine) evicted(v *Running, by *Pod, now time.Time) {
 			_ = e.enqueue(v.Pod)
 		}
 	}
+}
+
+// lastCheckpoint is when a pod started at start that checkpoints every
+// interval last did, as the scheduler can tell: at start + k × interval,
+// the latest such time not after now (zero before the first). The pod's
+// own clock may drift from it by its start-up time; the estimate only
+// orders victims, it protects nobody.
+func lastCheckpoint(start time.Time, interval time.Duration, now time.Time) time.Time {
+	ran := now.Sub(start)
+	if ran < interval {
+		return time.Time{}
+	}
+	return start.Add(ran - ran%interval)
 }

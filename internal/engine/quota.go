@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tessera-gpu/tessera/internal/partition"
@@ -84,6 +85,21 @@ func (a *QuotaAdmission) Borrowing(v *Pod) bool { return a.Books.Borrowing(v.Key
 func (a *QuotaAdmission) WithinGuarantee(p *Pod) bool {
 	return a.Books.WithinGuarantee(p.Team, usageBefore(p))
 }
+
+// Borrows implements FairSharing: a managed pod beyond its queue's
+// guarantee (held ones too: they fail admission when tried, as before).
+func (a *QuotaAdmission) Borrows(p *Pod) bool {
+	return a.Books.QueueOf(p.Team) != quota.Unmanaged && !a.Books.WithinGuarantee(p.Team, usageBefore(p))
+}
+
+// Queue implements FairSharing.
+func (a *QuotaAdmission) Queue(p *Pod) string { return a.Books.QueueOf(p.Team) }
+
+// Share implements FairSharing.
+func (a *QuotaAdmission) Share(queue string) float64 { return a.Books.Share(queue) }
+
+// Rank implements FairSharing.
+func (a *QuotaAdmission) Rank(queue string) int { return slices.Index(a.Books.Queues(), queue) }
 
 // Cohort implements Admission.
 func (a *QuotaAdmission) Cohort(p *Pod) string { return a.Books.CohortOf(p.Team) }

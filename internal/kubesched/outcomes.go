@@ -2,14 +2,17 @@ package kubesched
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 
 	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/engine"
+	"github.com/tessera-gpu/tessera/internal/gang"
 	"github.com/tessera-gpu/tessera/internal/kubesched/bind"
 	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
 	"github.com/tessera-gpu/tessera/internal/priority"
@@ -56,8 +59,7 @@ func (s *Scheduler) apply(ctx context.Context, events []engine.Event, now time.T
 		case engine.Dropped:
 			e.phase = held
 			e.retryAt = time.Time{} // never: the engine gave up on it
-			s.event(e, corev1.EventTypeWarning, "FailedScheduling", "dropped from the queue: "+ev.Reason)
-			s.condition(e, corev1.PodReasonUnschedulable, "dropped from the queue: "+ev.Reason)
+			s.dropped(e, ev)
 		case engine.Escalated:
 			s.event(e, corev1.EventTypeNormal, "Escalated", "waited past its maximum wait; now queued ahead of its class")
 		case engine.Reserved:
@@ -211,7 +213,7 @@ func (s *Scheduler) holdAndRebind(e *podEntry, why string) {
 	e.retryAt = s.now().Add(min(time.Second<<min(e.failures-1, 6), time.Minute))
 	s.rebind[e.key] = e
 	s.log.Warn("gang member's bind failed; its capacity stays held", "pod", e.key, "why", why, "retry", e.retryAt)
-	s.event(e, corev1.EventTypeWarning, "FailedScheduling", fmt.Sprintf("%s; pod group %s: the capacity stays held and the bind is retried (%d of %d)", why, e.pod.Gang.Name, e.failures, gangBindRetries))
+	s.event(e, corev1.EventTypeWarning, "FailedScheduling", fmt.Sprintf("%s; pod group %s: the capacity stays held and the bind is retried (%d of %d)", why, translate.GroupName(e.pod.Gang.Name), e.failures, gangBindRetries))
 }
 
 // bound counts a successful bind once: metrics and the Scheduled event.
@@ -287,7 +289,7 @@ func (s *Scheduler) retryDue() {
 		if !now.Before(e.retryAt) {
 			delete(s.held, key)
 			e.retryAt = time.Time{}
-			if err := s.eng.Submit(s.alone(e.pod)); err != nil {
+			if err := s.eng.Resubmit(s.alone(e.pod), now); err != nil {
 				s.log.Warn("requeue failed", "pod", e.key, "err", err)
 				continue
 			}
@@ -393,3 +395,65 @@ func (s *Scheduler) event(e *podEntry, kind, reason, msg string) {
 }
 
 func className(c priority.Class) string { return c.String() }
+
+// ReasonDeadlineExceeded is the event and PodScheduled condition reason of
+// a pod dropped because its deadline passed. It is not Unschedulable: a
+// cluster autoscaler scales up for Unschedulable pods, and this one will
+// not be placed whatever nodes are added.
+const ReasonDeadlineExceeded = "DeadlineExceeded"
+
+// dropped reports a pod the engine gave up on. The pod is not deleted: it
+// belongs to its owner (a controller would only create it again); it stays
+// Pending with the reason until it is deleted or recreated.
+func (s *Scheduler) dropped(e *podEntry, ev engine.Event) {
+	if !ev.Deadline.IsZero() {
+		msg := fmt.Sprintf("deadline %s passed while the pod waited (%s); tessera will not schedule it: delete it, or create it again with a later %s",
+			ev.Deadline.UTC().Format(time.RFC3339), ev.Reason, translate.DeadlineAnnotation)
+		s.event(e, corev1.EventTypeWarning, ReasonDeadlineExceeded, msg)
+		s.condition(e, ReasonDeadlineExceeded, msg)
+		return
+	}
+	msg := "dropped from the queue: " + ev.Reason
+	if e.pod != nil && e.pod.Gang != nil && errors.Is(ev.Err, gang.ErrTimedOut) {
+		g := e.pod.Gang
+		name := translate.GroupName(g.Name)
+		if n := s.groupPods(e.key, name); n < g.MinMember {
+			msg = fmt.Sprintf("pod-group %s: min-member %d but only %d pods exist: create the missing pods or lower %s (%s)",
+				name, g.MinMember, n, gang.MinMemberAnnotation, ev.Reason)
+		}
+		// The group may yet assemble (its pods are still being created):
+		// the member is queued again after another timeout's wait, as
+		// kube-scheduler's coscheduling plugin requeues a group it let go.
+		e.retryAt = s.now().Add(s.gangTimeout())
+		s.held[e.key] = e
+	}
+	s.event(e, corev1.EventTypeWarning, "FailedScheduling", msg)
+	s.condition(e, corev1.PodReasonUnschedulable, msg)
+}
+
+// groupPods counts the pods of pod group group in the namespace of the pod
+// named key that exist (not terminated, not being deleted), whichever
+// scheduler they name: the group's size, which no annotation states.
+func (s *Scheduler) groupPods(key, group string) int {
+	ns, _ := splitRef(key)
+	pods, err := s.pods.Pods(ns).List(labels.Everything())
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, p := range pods {
+		if p.Annotations[gang.GroupAnnotation] == group && p.DeletionTimestamp == nil &&
+			p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			n++
+		}
+	}
+	return n
+}
+
+// gangTimeout is how long a pod group may assemble (gang.timeout).
+func (s *Scheduler) gangTimeout() time.Duration {
+	if d := s.engineCfg.Gang.Timeout.Duration; d > 0 {
+		return d
+	}
+	return 5 * time.Minute
+}

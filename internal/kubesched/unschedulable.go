@@ -12,6 +12,7 @@ import (
 	"github.com/tessera-gpu/tessera/internal/engine"
 	"github.com/tessera-gpu/tessera/internal/kubesched/bind"
 	"github.com/tessera-gpu/tessera/internal/kubesched/explain"
+	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
 	"github.com/tessera-gpu/tessera/internal/placement"
 )
 
@@ -78,7 +79,7 @@ func (s *Scheduler) whyPending(p *engine.Pod, nodesBy map[string][]explain.Node,
 		if everyNodeFits {
 			msg = msg[:len(msg)-1] + ": " + s.whyGangApart(p.Request.NodeConstraint)
 		}
-		return fmt.Sprintf("pod group %s (min-member %d) is placed all or nothing: %s", p.Gang.Name, p.Gang.MinMember, msg)
+		return fmt.Sprintf("pod group %s (min-member %d) is placed all or nothing: %s", translate.GroupName(p.Gang.Name), p.Gang.MinMember, msg)
 	}
 	if everyNodeFits {
 		// Every node fits the request as far as totals go: the queue

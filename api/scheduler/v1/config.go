@@ -76,7 +76,7 @@ func Load(path string) (*Config, error) {
 }
 
 // Parse decodes YAML over the defaults and validates it. Maps in the file
-// (annotation, maxWait, preemptible, modelWeights) are merged into the
+// (annotation, maxWait, deadline, preemptible, modelWeights) are merged into the
 // default maps key by key; lists (classValues, queues) replace the default.
 func Parse(data []byte) (*Config, error) {
 	var head struct {
@@ -263,6 +263,12 @@ func (p *PriorityConfig) validate(v *validator, at string) {
 		v.class(at+".maxWait", c)
 		if d := p.MaxWait[c].Duration; d < 0 {
 			v.bad(at+".maxWait."+string(c), "negative %s", d)
+		}
+	}
+	for _, c := range sortedKeys(p.Deadline) {
+		v.class(at+".deadline", c)
+		if d := p.Deadline[c].Duration; d <= 0 {
+			v.bad(at+".deadline."+string(c), "%s is not positive (leave the class out for no deadline)", d)
 		}
 	}
 	if d := p.Backfill.ReserveAfter.Duration; d < 0 {

@@ -25,6 +25,7 @@ priority:
   defaultClass: P3
   ageing: {interval: 30s, step: 5, maxBoost: 150, classes: [P2, P3], join: ahead}
   maxWait: {P3: 1h}
+  deadline: {P3: 12h}
   backfill: {reserveAfter: 2m, maxReservations: 3}
 queues:
 - name: team-a
@@ -62,6 +63,9 @@ gang: {timeout: 90s}
 	if p.MaxWait[P3].Duration != time.Hour || p.MaxWait[P2].Duration != 2*time.Hour {
 		t.Errorf("maxWait = %v", p.MaxWait)
 	}
+	if p.Deadline[P3].Duration != 12*time.Hour || len(p.Deadline) != 1 {
+		t.Errorf("deadline = %v, want P3 only, 12h", p.Deadline)
+	}
 	q, ok := c.Queue("team-a")
 	if !ok || q.Nominal.GPUMilli != 8000 || q.BorrowingLimit.GPUMilli != 4000 || q.LendingLimit.GPUs != 2 || q.Models["H100"].Nominal.GPUs != 4 || q.FairShareWeight() != 2 {
 		t.Errorf("queue = %+v", q)
@@ -95,6 +99,10 @@ func TestInvalidValuesNameTheirField(t *testing.T) {
 		"priority: {ageing: {interval: soon}}":                                                       {"interval", "invalid duration"},
 		"priority: {maxWait: {P2: -1s}}":                                                             {"priority.maxWait.P2"},
 		"priority: {maxWait: {Q: 1s}}":                                                               {"priority.maxWait", "Q"},
+		"priority: {deadline: {P3: 0s}}":                                                             {"priority.deadline.P3", "not positive"},
+		"priority: {deadline: {P2: -1h}}":                                                            {"priority.deadline.P2"},
+		"priority: {deadline: {P5: 1h}}":                                                             {"priority.deadline", "P5"},
+		"priority: {deadline: {P3: later}}":                                                          {"deadline", "invalid duration"},
 		"priority: {backfill: {maxReservations: -2}}":                                                {"priority.backfill.maxReservations"},
 		"queues: [{name: a}, {name: a}]":                                                             {"queues[1].name", "already used"},
 		"queues: [{name: Team_A}]":                                                                   {"queues[0].name"},

@@ -77,7 +77,13 @@ type PriorityConfig struct {
 	Ageing       AgeingConfig `json:"ageing"`
 	// MaxWait escalates a pod that waited this long to the front of the
 	// queue (it gets MaxBoost at once). Absent or 0: never escalated.
-	MaxWait  map[Class]Duration `json:"maxWait,omitempty"`
+	MaxWait map[Class]Duration `json:"maxWait,omitempty"`
+	// Deadline drops a pod of the class that is still pending this long
+	// after its creation: it gets a FailedScheduling event and a
+	// PodScheduled=False condition (reason DeadlineExceeded) and is not
+	// tried again; the pod itself is left for its owner. A pod's
+	// tessera.io/deadline annotation wins. Absent: no deadline.
+	Deadline map[Class]Duration `json:"deadline,omitempty"`
 	Backfill BackfillConfig     `json:"backfill"`
 }
 

@@ -337,8 +337,9 @@ func cpuMem(p *corev1.Pod) (int64, int64) {
 }
 
 // EnginePod builds the engine's pod: request, class from the priority
-// table (annotation, else PriorityClass value), queue, gang, the class's
-// defaults (preemptible, minimum run time, maximum wait).
+// table (annotation, else PriorityClass value), queue, gang, checkpoint
+// interval, deadline, the class's defaults (preemptible, minimum run time,
+// maximum wait, deadline unless the pod has its own).
 func EnginePod(p *corev1.Pod, cfg *schedv1.Config, memUnitMiB uint64) (*engine.Pod, Shape, error) {
 	req, sh, err := PodRequest(p, memUnitMiB)
 	if err != nil {
@@ -363,8 +364,33 @@ func EnginePod(p *corev1.Pod, cfg *schedv1.Config, memUnitMiB uint64) (*engine.P
 		return nil, sh, fmt.Errorf("pod %s: %w", Key(p), err)
 	}
 	if ok {
+		spec.Name = GroupKey(p.Namespace, spec.Name)
 		ep.Gang = &spec
+	}
+	if v, ok := p.Annotations[CheckpointAnnotation]; ok {
+		if ep.CheckpointInterval, err = CheckpointInterval(v); err != nil {
+			return nil, sh, fmt.Errorf("pod %s: %w", Key(p), err)
+		}
+	}
+	if v, ok := p.Annotations[DeadlineAnnotation]; ok {
+		if ep.Deadline, err = Deadline(v, p.CreationTimestamp.Time); err != nil {
+			return nil, sh, fmt.Errorf("pod %s: %w", Key(p), err)
+		}
 	}
 	engine.PodDefaults(cfg, ep)
 	return ep, sh, nil
+}
+
+// GroupKey is the engine's name of the pod group a pod of namespace ns
+// names in tessera.io/pod-group: groups are namespaced, as pods are, so two
+// teams' "workers" groups are not one group.
+func GroupKey(ns, group string) string { return ns + "/" + group }
+
+// GroupName is the tessera.io/pod-group value of an engine group name (what
+// users wrote, for messages).
+func GroupName(key string) string {
+	if _, name, ok := strings.Cut(key, "/"); ok {
+		return name
+	}
+	return key
 }
