@@ -492,8 +492,10 @@ func (s *balloonSim) inflate(g *simGPU, need uint64, prio int) {
 		if f, ok := s.inflatable(o, prio); ok {
 			// Lower only by what is missing: memory taken from an owner is the
 			// borrower's, none is left free for pods that would not give it back.
+			// What is missing may exceed this owner's whole cap (a later owner
+			// lends the rest): the cap goes to its floor, not below zero.
 			o.ceiling = o.cap
-			setCap(o, max(f, o.cap-(need-g.room())))
+			setCap(o, max(f, o.cap-min(o.cap, need-g.room())))
 		}
 	}
 }

@@ -97,3 +97,33 @@ func TestBalloonMemoryAccounting(t *testing.T) {
 		t.Fatalf("balloons on: lendable %.3f, lent %.3f, idle %.3f", on.MemLendableShare, on.MemLentShare, on.MemIdleShare)
 	}
 }
+
+const GiB uint64 = 1 << 30
+
+// TestInflateNeverLowersACapBelowZero: the owner lending most comes first; when
+// what the GPU lacks exceeds its whole cap, it goes to its floor and the next
+// owner lends the rest (the cap once wrapped below zero to 16 EiB, which made
+// the GPU look full for good and the time averages absurd).
+func TestInflateNeverLowersACapBelowZero(t *testing.T) {
+	s := &balloonSim{cfg: DefaultBalloonConfig(), on: true, now: time.Hour}
+	g := &simGPU{physical: 14 * GiB}
+	job := &Job{Name: "owner", Class: priority.P1}
+	small := &simPod{job: job, owner: true, cap: 4 * GiB, usage: GiB / 2}        // floor 1 GiB: lends 3
+	large := &simPod{job: job, owner: true, cap: 10 * GiB, usage: 71 * GiB / 10} // floor 8.1 GiB: lends 1.9
+	for _, o := range []*simPod{small, large} {
+		o.gpus = []*simGPU{g}
+		g.pods = append(g.pods, o)
+		g.promise += o.cap
+	}
+	need := 45 * GiB / 10
+	s.inflate(g, need, priorityOf(&Job{Class: priority.P2}))
+	if small.cap != GiB || small.ceiling != 4*GiB {
+		t.Fatalf("small owner at %d MiB under %d MiB, want its 1 GiB floor under 4 GiB", small.cap>>20, small.ceiling>>20)
+	}
+	if large.cap != 10*GiB-(need-3*GiB) || large.ceiling != 10*GiB {
+		t.Fatalf("large owner at %d MiB under %d MiB, want it lowered by the 1.5 GiB still missing", large.cap>>20, large.ceiling>>20)
+	}
+	if g.promise != small.cap+large.cap || g.room() != need {
+		t.Fatalf("promised %d MiB, room %d MiB, want room for %d MiB", g.promise>>20, g.room()>>20, need>>20)
+	}
+}
