@@ -98,6 +98,42 @@ func TestBalloonMemoryAccounting(t *testing.T) {
 	}
 }
 
+// TestComputeBoundBalloons: memory is asked in proportion to compute, so the
+// compute bound changes nothing without borrowing (balloons off gives the same
+// result); the memory-only model places borrowers beyond their GPU's compute,
+// the compute-bound one never, and lends to fewer of them.
+func TestComputeBoundBalloons(t *testing.T) {
+	nodes := []partition.NodeSpec{{Name: "n0", GPUs: 4, GPUMemMiB: 40960}, {Name: "n1", GPUs: 4, GPUMemMiB: 81920}}
+	jobs := syntheticJobs(400, 3)
+	cfg := DefaultBalloonConfig()
+	free, err := CompareBalloons(nodes, jobs, time.Hour, 10*time.Hour, 12*time.Hour, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ComputeBound = true
+	bound, err := CompareBalloons(nodes, jobs, time.Hour, 10*time.Hour, 12*time.Hour, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("memory only: %+v", free[1])
+	t.Logf("compute-bound: %+v", bound[1])
+	if free[0] != bound[0] {
+		t.Fatalf("balloons off differ with the compute bound:\n%+v\n%+v", free[0], bound[0])
+	}
+	if free[0].ComputeOvercommits != 0 {
+		t.Fatalf("balloons off overcommitted compute %d times", free[0].ComputeOvercommits)
+	}
+	if free[1].BorrowersOverCompute == 0 || free[1].BorrowersOverCompute > free[1].Borrowers || free[1].ComputeOvercommits < free[1].BorrowersOverCompute {
+		t.Fatalf("memory-only: %d of %d borrowers (%d placements) beyond compute", free[1].BorrowersOverCompute, free[1].Borrowers, free[1].ComputeOvercommits)
+	}
+	if bound[1].ComputeOvercommits != 0 || bound[1].BorrowersOverCompute != 0 || bound[1].PromiseBreaches != 0 {
+		t.Fatalf("compute-bound: %d compute overcommits, %d promise breaches", bound[1].ComputeOvercommits, bound[1].PromiseBreaches)
+	}
+	if bound[1].Borrowers >= free[1].Borrowers {
+		t.Fatalf("compute-bound lent to %d borrowers, memory-only to %d", bound[1].Borrowers, free[1].Borrowers)
+	}
+}
+
 const GiB uint64 = 1 << 30
 
 // TestInflateNeverLowersACapBelowZero: the owner lending most comes first; when
