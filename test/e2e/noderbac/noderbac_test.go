@@ -144,11 +144,18 @@ func TestBalloonControllerMayDoItsWork(t *testing.T) {
 	owner := runningPod(t, ctx, admin, "owner", node, map[string]string{annv1.BalloonKey: "true"})
 	borrower := runningPod(t, ctx, admin, "borrower", node, nil)
 
-	// Balloons on: everything the controller does with the API server.
-	info, err := pods.Confirm(ctx, owner)
-	if err != nil {
-		t.Fatalf("balloons rendering: reading the owner before lowering its cap: %v", err)
-	}
+	// Balloons on: everything the controller does with the API server. The
+	// authorizer learns of the new role and binding from its informers a moment
+	// later: forbidden answers until then are waited out, any other error fails.
+	var info balloons.PodInfo
+	granted, cancelGranted := context.WithTimeout(ctx, time.Minute)
+	defer cancelGranted()
+	poll(t, granted, "the owner readable as the node account", func() bool {
+		if info, err = pods.Confirm(ctx, owner); err != nil && !apierrors.IsForbidden(err) {
+			t.Fatalf("balloons rendering: reading the owner before lowering its cap: %v", err)
+		}
+		return err == nil
+	})
 	if !info.OptedIn {
 		t.Fatalf("owner read as %+v, want opted in", info)
 	}
