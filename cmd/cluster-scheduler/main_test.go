@@ -138,10 +138,16 @@ func TestSimulateDynamicShort(t *testing.T) {
 		}
 	}
 	for _, metric := range []string{"completed_gain_pct", "wait_p99_ratio", "owner_oom_pct", "mem_used_pct_off", "mem_used_pct_on",
-		"mem_idle_pct_off", "mem_lendable_pct_on", "mem_lent_pct_on"} {
+		"mem_idle_pct_off", "mem_lendable_pct_on", "mem_lent_pct_on", "borrowers_over_compute_pct"} {
 		if !strings.Contains(stdout, "BENCH balloon."+metric+" ") {
 			t.Errorf("no BENCH balloon.%s", metric)
 		}
+	}
+	// Compute-bound balloons place no borrower beyond its GPU's compute.
+	code, stdout, stderr = runCLI("simulate", "--mode", "dynamic", "--nodes", testNodes, "--pods", testPods, "--modes", "fifo",
+		"--horizon", "40m", "--warmup", "10m", "--drain", "2h", "--format", "bench", "--balloon-compute")
+	if code != 0 || !strings.Contains(stdout, "BENCH balloon.borrowers_over_compute_pct 0.0 %") {
+		t.Errorf("--balloon-compute: exit %d, %s\n%s", code, stderr, stdout)
 	}
 	for _, bad := range []struct{ flag, value, want string }{
 		{"--load", "0", "load 0"}, {"--deadline", "P9=1h", "--deadline"}, {"--modes", "lifo", `mode "lifo"`}, {"--warmup", "5h", "--warmup"},

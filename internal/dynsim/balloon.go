@@ -17,11 +17,16 @@ import (
 )
 
 // BalloonConfig is the memory-balloon comparison (docs/balloon.md, "Measured").
-// GPU memory is the only resource simulated: a pod asks, per GPU, its compute share
-// of the GPU's memory (a 0.5 share asks half), and a GPU takes pods while the sum of
-// their caps fits its memory. Compute is not a constraint here.
+// GPU memory is the resource simulated: a pod asks, per GPU, its compute share of
+// the GPU's memory (a 0.5 share asks half), and a GPU takes pods while the sum of
+// their caps fits its memory. Compute is a constraint only with ComputeBound.
 type BalloonConfig struct {
 	Policy balloon.Policy
+	// ComputeBound: a GPU also takes a pod only while the sum of its pods' compute
+	// shares fits the GPU, as tessera.io/gpu-core does. Memory is asked in
+	// proportion to compute, so this binds only on borrowers: without it a borrower
+	// may ride on reclaimed memory of a GPU whose compute is all taken.
+	ComputeBound bool
 	// OptIn is the share of pods (seeded draw) that opt in as owners.
 	OptIn float64
 	// UseAlpha, UseBeta: a pod's peak usage is Beta(α, β) of its request, clamped
@@ -76,6 +81,11 @@ type BalloonResult struct {
 	OwnerWaitP99                                 time.Duration
 	OwnerOOMs                                    int
 	PromiseBreaches                              int // times Σ caps exceeded a GPU's memory (must stay 0)
+	// ComputeOvercommits counts placements that left one of the pod's GPUs with
+	// compute shares past the whole GPU, BorrowersOverCompute those of them that
+	// were borrowers (both 0 when ComputeBound): pods the real scheduler, which
+	// also books tessera.io/gpu-core, would not have placed there.
+	ComputeOvercommits, BorrowersOverCompute int
 }
 
 // simPod is one pod in the balloon simulation.
@@ -104,6 +114,13 @@ type simGPU struct {
 	physical uint64
 	pods     []*simPod
 	promise  uint64 // Σ caps of pods, kept by setCap, start and release
+	milli    int32  // Σ compute shares of pods, kept by start and release
+}
+
+// computeFits says whether g has p's compute share free (always, unless the
+// simulation is compute-bound).
+func (s *balloonSim) computeFits(p *simPod, g *simGPU) bool {
+	return !s.cfg.ComputeBound || g.milli+p.job.Request.GPUMilli <= partition.MilliPerGPU
 }
 
 func (g *simGPU) promised() uint64 { return g.promise }
@@ -421,7 +438,7 @@ func (s *balloonSim) placeOn(p *simPod, borrow bool) bool {
 			if borrow {
 				have += s.reclaimable(g, priorityOf(p.job))
 			}
-			if have >= need {
+			if have >= need && s.computeFits(p, g) {
 				fits = append(fits, gpuFit{g, have - need})
 			}
 		}
@@ -492,8 +509,10 @@ func (s *balloonSim) inflate(g *simGPU, need uint64, prio int) {
 		if f, ok := s.inflatable(o, prio); ok {
 			// Lower only by what is missing: memory taken from an owner is the
 			// borrower's, none is left free for pods that would not give it back.
+			// What is missing may exceed this owner's whole cap (a later owner
+			// lends the rest): the cap goes to its floor, not below zero.
 			o.ceiling = o.cap
-			setCap(o, max(f, o.cap-(need-g.room())))
+			setCap(o, max(f, o.cap-min(o.cap, need-g.room())))
 		}
 	}
 }
@@ -505,11 +524,20 @@ func (s *balloonSim) start(p *simPod, gs []*simGPU) {
 	p.step = 0
 	p.usage = uint64(float64(p.memPer) * p.frac * s.cfg.StartShare)
 	p.started, p.stable, p.base = s.now, s.now, p.usage
+	over := false
 	for _, g := range gs {
 		g.pods = append(g.pods, p)
 		g.promise += p.cap
+		g.milli += p.job.Request.GPUMilli
+		over = over || g.milli > partition.MilliPerGPU
 		if g.promised() > g.physical {
 			s.res.PromiseBreaches++
+		}
+	}
+	if over {
+		s.res.ComputeOvercommits++
+		if p.borrower {
+			s.res.BorrowersOverCompute++
 		}
 	}
 	s.waits = append(s.waits, s.now-p.waitFrom)
@@ -529,6 +557,7 @@ func (s *balloonSim) release(p *simPod) {
 	for _, g := range p.gpus {
 		g.pods = slices.DeleteFunc(g.pods, func(x *simPod) bool { return x == p })
 		g.promise -= p.cap
+		g.milli -= p.job.Request.GPUMilli
 		s.deflateInto(g)
 	}
 	p.gpus = nil
@@ -670,6 +699,8 @@ func WriteBalloonTable(w io.Writer, r [2]BalloonResult) {
 		if x.Balloons {
 			fmt.Fprintf(w, "balloons on: of the GPU memory, %.1f%% reserved but unused, %.1f%% lendable by settled owners and not lent, %.1f%% lent (time averages)\n",
 				100*x.MemIdleShare, 100*x.MemLendableShare, 100*x.MemLentShare)
+			fmt.Fprintf(w, "balloons on: %d of %d borrowers, and %d placements in all, beyond their GPU's compute (0 when compute-bound)\n",
+				x.BorrowersOverCompute, x.Borrowers, x.ComputeOvercommits)
 		}
 	}
 }
@@ -698,4 +729,9 @@ func WriteBalloonBench(w io.Writer, r [2]BalloonResult) {
 	fmt.Fprintf(w, "BENCH balloon.mem_idle_pct_off %.1f %%\n", 100*off.MemIdleShare)
 	fmt.Fprintf(w, "BENCH balloon.mem_lendable_pct_on %.1f %%\n", 100*on.MemLendableShare)
 	fmt.Fprintf(w, "BENCH balloon.mem_lent_pct_on %.1f %%\n", 100*on.MemLentShare)
+	over := 0.0
+	if on.Borrowers > 0 {
+		over = 100 * float64(on.BorrowersOverCompute) / float64(on.Borrowers)
+	}
+	fmt.Fprintf(w, "BENCH balloon.borrowers_over_compute_pct %.1f %%\n", over)
 }

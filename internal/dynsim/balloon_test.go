@@ -97,3 +97,69 @@ func TestBalloonMemoryAccounting(t *testing.T) {
 		t.Fatalf("balloons on: lendable %.3f, lent %.3f, idle %.3f", on.MemLendableShare, on.MemLentShare, on.MemIdleShare)
 	}
 }
+
+// TestComputeBoundBalloons: memory is asked in proportion to compute, so the
+// compute bound changes nothing without borrowing (balloons off gives the same
+// result); the memory-only model places borrowers beyond their GPU's compute,
+// the compute-bound one never, and lends to fewer of them.
+func TestComputeBoundBalloons(t *testing.T) {
+	nodes := []partition.NodeSpec{{Name: "n0", GPUs: 4, GPUMemMiB: 40960}, {Name: "n1", GPUs: 4, GPUMemMiB: 81920}}
+	jobs := syntheticJobs(400, 3)
+	cfg := DefaultBalloonConfig()
+	free, err := CompareBalloons(nodes, jobs, time.Hour, 10*time.Hour, 12*time.Hour, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ComputeBound = true
+	bound, err := CompareBalloons(nodes, jobs, time.Hour, 10*time.Hour, 12*time.Hour, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("memory only: %+v", free[1])
+	t.Logf("compute-bound: %+v", bound[1])
+	if free[0] != bound[0] {
+		t.Fatalf("balloons off differ with the compute bound:\n%+v\n%+v", free[0], bound[0])
+	}
+	if free[0].ComputeOvercommits != 0 {
+		t.Fatalf("balloons off overcommitted compute %d times", free[0].ComputeOvercommits)
+	}
+	if free[1].BorrowersOverCompute == 0 || free[1].BorrowersOverCompute > free[1].Borrowers || free[1].ComputeOvercommits < free[1].BorrowersOverCompute {
+		t.Fatalf("memory-only: %d of %d borrowers (%d placements) beyond compute", free[1].BorrowersOverCompute, free[1].Borrowers, free[1].ComputeOvercommits)
+	}
+	if bound[1].ComputeOvercommits != 0 || bound[1].BorrowersOverCompute != 0 || bound[1].PromiseBreaches != 0 {
+		t.Fatalf("compute-bound: %d compute overcommits, %d promise breaches", bound[1].ComputeOvercommits, bound[1].PromiseBreaches)
+	}
+	if bound[1].Borrowers >= free[1].Borrowers {
+		t.Fatalf("compute-bound lent to %d borrowers, memory-only to %d", bound[1].Borrowers, free[1].Borrowers)
+	}
+}
+
+const GiB uint64 = 1 << 30
+
+// TestInflateNeverLowersACapBelowZero: the owner lending most comes first; when
+// what the GPU lacks exceeds its whole cap, it goes to its floor and the next
+// owner lends the rest (the cap once wrapped below zero to 16 EiB, which made
+// the GPU look full for good and the time averages absurd).
+func TestInflateNeverLowersACapBelowZero(t *testing.T) {
+	s := &balloonSim{cfg: DefaultBalloonConfig(), on: true, now: time.Hour}
+	g := &simGPU{physical: 14 * GiB}
+	job := &Job{Name: "owner", Class: priority.P1}
+	small := &simPod{job: job, owner: true, cap: 4 * GiB, usage: GiB / 2}        // floor 1 GiB: lends 3
+	large := &simPod{job: job, owner: true, cap: 10 * GiB, usage: 71 * GiB / 10} // floor 8.1 GiB: lends 1.9
+	for _, o := range []*simPod{small, large} {
+		o.gpus = []*simGPU{g}
+		g.pods = append(g.pods, o)
+		g.promise += o.cap
+	}
+	need := 45 * GiB / 10
+	s.inflate(g, need, priorityOf(&Job{Class: priority.P2}))
+	if small.cap != GiB || small.ceiling != 4*GiB {
+		t.Fatalf("small owner at %d MiB under %d MiB, want its 1 GiB floor under 4 GiB", small.cap>>20, small.ceiling>>20)
+	}
+	if large.cap != 10*GiB-(need-3*GiB) || large.ceiling != 10*GiB {
+		t.Fatalf("large owner at %d MiB under %d MiB, want it lowered by the 1.5 GiB still missing", large.cap>>20, large.ceiling>>20)
+	}
+	if g.promise != small.cap+large.cap || g.room() != need {
+		t.Fatalf("promised %d MiB, room %d MiB, want room for %d MiB", g.promise>>20, g.room()>>20, need>>20)
+	}
+}

@@ -368,7 +368,7 @@ func (c *Controller) publish(ctx context.Context, state apiv1.NodeBalloons) {
 	c.published = s
 }
 
-// byReclaimOrder sorts borrowers as the ledger does: lowest priority, then youngest.
+// byReclaimOrder sorts borrowers, first to be reclaimed first: lowest priority, then youngest.
 func byReclaimOrder(a, b *member) int {
 	if x := cmp.Compare(a.info.Priority, b.info.Priority); x != 0 {
 		return x

@@ -704,3 +704,43 @@ tessera_balloon_owner_wait_seconds_count{node="n"} 6
 		t.Fatalf("owner OOMs %v, want 1", got)
 	}
 }
+
+// TestReclaimOrderIsPriorityThenYoungest: an owner that needs back what five
+// borrowers of three priorities hold gets it by evicting them lowest priority
+// first and, within a priority, youngest first; the highest-priority borrower,
+// not needed, stays. Their names sort in neither order.
+func TestReclaimOrderIsPriorityThenYoungest(t *testing.T) {
+	n := newFakeNode(t)
+	c := n.controller(nil)
+	defer c.Close()
+	n.add("owner", 34*GiB, 4*GiB, PodInfo{OptedIn: true, Priority: 100})
+	n.step(c, 0)
+	n.step(c, 11*time.Minute)
+	now := n.clock
+	// Each uses all but 100 MiB of its 5 GiB: shrinking frees next to nothing.
+	for _, b := range []struct {
+		name     string
+		priority int32
+		age      time.Duration
+	}{
+		{"a-high", 50, 2 * time.Hour},
+		{"b-low-old", 5, 2 * time.Hour},
+		{"c-mid-old", 20, time.Hour},
+		{"d-low-young", 5, 10 * time.Minute},
+		{"e-mid-young", 20, 5 * time.Minute},
+	} {
+		n.add(b.name, 5*GiB, 5*GiB-100<<20, PodInfo{Borrower: true, Priority: b.priority, Started: now.Add(-b.age)})
+	}
+	n.step(c, time.Second)
+	if capB, _ := n.limits("owner"); capB != 15*GiB {
+		t.Fatalf("owner at %d GiB, want 15 (34 + 25 on a 40 GiB GPU)", capB/GiB)
+	}
+	if err := regiontest.WriteBalloonWait(n.path("owner", statedir.RegionFile), 0, 33*GiB, 1, n.mono); err != nil {
+		t.Fatal(err)
+	}
+	n.step(c, 10*time.Millisecond)
+	want := []string{"mem-d-low-young", "mem-b-low-old", "mem-e-mid-young", "mem-c-mid-old"}
+	if strings.Join(n.evicted, " ") != strings.Join(want, " ") {
+		t.Fatalf("evicted %v, want %v (the P50 borrower is not needed)", n.evicted, want)
+	}
+}
