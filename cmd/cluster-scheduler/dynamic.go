@@ -39,7 +39,7 @@ func dynamicFlags(fs *flag.FlagSet) func() (dynsim.Options, error) {
 	balloons := fs.Bool("balloons", d.Balloons, "dynamic: also compare memory balloons off vs on (docs/balloon.md)")
 	optIn := fs.Float64("balloon-opt-in", d.Balloon.OptIn, "dynamic: share of pods that opt in to balloons")
 	grace := fs.Duration("balloon-grace", d.Balloon.Grace, "dynamic: a borrower's termination grace period")
-	computeBound := fs.Bool("balloon-compute", d.Balloon.ComputeBound, "dynamic: balloons also need the borrower's compute share free on the GPU (as tessera.io/gpu-core books it)")
+	computeBound := fs.Bool("balloon-compute", d.Balloon.ComputeBound, "dynamic: balloons also need the borrower's compute share free on the GPU, as the engine places them (default); false: memory only, an upper bound")
 	return func() (dynsim.Options, error) {
 		o := d
 		o.Balloons, o.Balloon.OptIn, o.Balloon.Grace, o.Balloon.ComputeBound = *balloons, *optIn, *grace, *computeBound

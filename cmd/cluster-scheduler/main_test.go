@@ -143,11 +143,15 @@ func TestSimulateDynamicShort(t *testing.T) {
 			t.Errorf("no BENCH balloon.%s", metric)
 		}
 	}
-	// Compute-bound balloons place no borrower beyond its GPU's compute.
+	// Compute-bound balloons (the default, as the engine places borrowers)
+	// place no borrower beyond its GPU's compute.
+	if !strings.Contains(stdout, "BENCH balloon.borrowers_over_compute_pct 0.0 %") {
+		t.Errorf("default (compute-bound) balloons placed borrowers beyond compute:\n%s", stdout)
+	}
 	code, stdout, stderr = runCLI("simulate", "--mode", "dynamic", "--nodes", testNodes, "--pods", testPods, "--modes", "fifo",
-		"--horizon", "40m", "--warmup", "10m", "--drain", "2h", "--format", "bench", "--balloon-compute")
-	if code != 0 || !strings.Contains(stdout, "BENCH balloon.borrowers_over_compute_pct 0.0 %") {
-		t.Errorf("--balloon-compute: exit %d, %s\n%s", code, stderr, stdout)
+		"--horizon", "40m", "--warmup", "10m", "--drain", "2h", "--format", "bench", "--balloon-compute=false")
+	if code != 0 || !strings.Contains(stdout, "BENCH balloon.borrowers_over_compute_pct") {
+		t.Errorf("--balloon-compute=false: exit %d, %s\n%s", code, stderr, stdout)
 	}
 	for _, bad := range []struct{ flag, value, want string }{
 		{"--load", "0", "load 0"}, {"--deadline", "P9=1h", "--deadline"}, {"--modes", "lifo", `mode "lifo"`}, {"--warmup", "5h", "--warmup"},

@@ -53,10 +53,14 @@ type BalloonConfig struct {
 // starting at 60 % of the peak and growing in 8 steps over the first 60 % of the
 // run, borrowers with a 2 s grace period, a 200 ms agent pass, a 10 s scheduling
 // cycle, the default policy
-// (3 s wait bound); a GPU of unknown size has 32 GiB.
+// (3 s wait bound); a GPU of unknown size has 32 GiB. Compute-bound, as the
+// engine places borrowers (their gpu-core share must be free): the
+// memory-only model (ComputeBound false) lends memory on GPUs whose compute is
+// all booked, which the engine refuses, and is an upper bound only.
 func DefaultBalloonConfig() BalloonConfig {
 	return BalloonConfig{Policy: balloon.DefaultPolicy(), OptIn: 0.8, UseAlpha: 6, UseBeta: 4, StartShare: 0.6, Steps: 8,
-		GrowthShare: 0.6, Grace: 2 * time.Second, Pass: 200 * time.Millisecond, Tick: 10 * time.Second, UnknownGPUMemMiB: 32768, Seed: 42}
+		GrowthShare: 0.6, Grace: 2 * time.Second, Pass: 200 * time.Millisecond, Tick: 10 * time.Second, UnknownGPUMemMiB: 32768, Seed: 42,
+		ComputeBound: true}
 }
 
 // BalloonResult is one side (balloons off or on) of the comparison.

@@ -28,6 +28,7 @@ func TestBalloonComparisonKeepsTheRules(t *testing.T) {
 	nodes := []partition.NodeSpec{{Name: "n0", GPUs: 4, GPUMemMiB: 40960}, {Name: "n1", GPUs: 4, GPUMemMiB: 81920}}
 	jobs := syntheticJobs(400, 3)
 	cfg := DefaultBalloonConfig()
+	cfg.ComputeBound = false // the lending mechanics: memory-only, so that borrowers exist
 	r, err := CompareBalloons(nodes, jobs, time.Hour, 10*time.Hour, 12*time.Hour, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +81,9 @@ func TestUsageDistributionMean(t *testing.T) {
 // part of the idle memory (a floor is never below the usage).
 func TestBalloonMemoryAccounting(t *testing.T) {
 	nodes := []partition.NodeSpec{{Name: "n0", GPUs: 4, GPUMemMiB: 40960}, {Name: "n1", GPUs: 4, GPUMemMiB: 81920}}
-	r, err := CompareBalloons(nodes, syntheticJobs(400, 3), time.Hour, 10*time.Hour, 12*time.Hour, DefaultBalloonConfig())
+	cfg := DefaultBalloonConfig()
+	cfg.ComputeBound = false // memory-only, so that something is lent
+	r, err := CompareBalloons(nodes, syntheticJobs(400, 3), time.Hour, 10*time.Hour, 12*time.Hour, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +109,10 @@ func TestComputeBoundBalloons(t *testing.T) {
 	nodes := []partition.NodeSpec{{Name: "n0", GPUs: 4, GPUMemMiB: 40960}, {Name: "n1", GPUs: 4, GPUMemMiB: 81920}}
 	jobs := syntheticJobs(400, 3)
 	cfg := DefaultBalloonConfig()
+	if !cfg.ComputeBound {
+		t.Fatal("the default model must place borrowers as the engine does: compute-bound")
+	}
+	cfg.ComputeBound = false
 	free, err := CompareBalloons(nodes, jobs, time.Hour, 10*time.Hour, 12*time.Hour, cfg)
 	if err != nil {
 		t.Fatal(err)
