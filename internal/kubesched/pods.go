@@ -9,6 +9,7 @@ import (
 
 	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/engine"
+	"github.com/tessera-gpu/tessera/internal/kubesched/bind"
 	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
 	"github.com/tessera-gpu/tessera/internal/kubesched/volumes"
 	"github.com/tessera-gpu/tessera/internal/placement"
@@ -59,7 +60,10 @@ type podEntry struct {
 	// volumes (assumed, nominated) are the volumes chosen for its claims on
 	// node, bound before the pod (volumes.go); nil when none need binding.
 	volumes *volumes.Plan
-	created time.Time
+	// preBinding (assumed) is the bind job whose PreBind is binding
+	// volumes for this placement: only its outcome may send the Binding.
+	preBinding *bind.Job
+	created    time.Time
 }
 
 // syncPod brings the engine in line with the cached pod.
