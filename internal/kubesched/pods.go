@@ -2,6 +2,7 @@ package kubesched
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -229,6 +230,10 @@ func (s *Scheduler) boundEnginePod(p *corev1.Pod) (*engine.Pod, translate.Shape)
 		p.Spec.NodeSelector, p.Spec.Affinity, p.Spec.Tolerations, p.Spec.TopologySpreadConstraints = nil, nil, nil, nil
 		key, _ = s.constrain(p)
 	}
+	if q, ignored := withoutUnreadableTiming(p); ignored != "" {
+		s.warnPod(p, "TesseraRequestUnreadable", ignored+"; ignored: the pod is bound")
+		p = q
+	}
 	ep, sh, err := translate.EnginePod(p, s.engineCfg, s.memUnit())
 	if err != nil {
 		req, sh2, rerr := translate.PodRequest(p, s.memUnit())
@@ -244,6 +249,35 @@ func (s *Scheduler) boundEnginePod(p *corev1.Pod) (*engine.Pod, translate.Shape)
 	}
 	ep.Request.NodeConstraint = key
 	return ep, sh
+}
+
+// withoutUnreadableTiming is p without a tessera.io/deadline or
+// tessera.io/checkpoint-interval it cannot read, and why ("" and p itself
+// when both read): a bound pod's deadline no longer matters, and its
+// checkpoint interval only orders victims, so neither may make it a pod
+// whose spec is unreadable (booked as P0, outside its queue, never a
+// victim).
+func withoutUnreadableTiming(p *corev1.Pod) (*corev1.Pod, string) {
+	var why []string
+	var drop []string
+	if v, ok := p.Annotations[translate.DeadlineAnnotation]; ok {
+		if _, err := translate.Deadline(v, p.CreationTimestamp.Time); err != nil {
+			why, drop = append(why, err.Error()), append(drop, translate.DeadlineAnnotation)
+		}
+	}
+	if v, ok := p.Annotations[translate.CheckpointAnnotation]; ok {
+		if _, err := translate.CheckpointInterval(v); err != nil {
+			why, drop = append(why, err.Error()), append(drop, translate.CheckpointAnnotation)
+		}
+	}
+	if len(drop) == 0 {
+		return p, ""
+	}
+	q := p.DeepCopy()
+	for _, k := range drop {
+		delete(q.Annotations, k)
+	}
+	return q, strings.Join(why, "; ")
 }
 
 // conflict reports a bound pod whose recorded GPUs do not fit beside the
