@@ -135,7 +135,12 @@ func (s *Scheduler) startBind(ctx context.Context, e *podEntry) {
 		}
 	}
 	ns, name := splitRef(e.key)
-	s.pool.Submit(ctx, &bind.Job{Kind: bind.Bind, Namespace: ns, Name: name, UID: e.uid, Node: e.node, Annotations: ann, PreBind: s.preBind(e)})
+	job := &bind.Job{Kind: bind.Bind, Namespace: ns, Name: name, UID: e.uid, Node: e.node, Annotations: ann, PreBind: s.preBind(e)}
+	e.preBinding = nil
+	if job.PreBind != nil {
+		e.preBinding = job
+	}
+	s.pool.Submit(ctx, job)
 }
 
 // outcome applies what the API server said to a job.
@@ -155,6 +160,21 @@ func (s *Scheduler) outcome(o bind.Outcome) {
 
 func (s *Scheduler) bindOutcome(o bind.Outcome) {
 	e := s.podState[o.Job.Key()]
+	if o.PreBound || o.PreBindFailed {
+		if e == nil || e.uid != o.Job.UID || e.phase != assumed || e.preBinding != o.Job {
+			// The placement whose volumes it bound was undone meanwhile
+			// (the pod went, a rebuild queued it again): no Binding for it.
+			return
+		}
+		e.preBinding = nil
+		if o.PreBound {
+			e.volumes = nil // bound: a retried bind has none to bind again
+			next := *o.Job
+			next.PreBind = nil
+			s.pool.Submit(context.Background(), &next)
+			return
+		}
+	}
 	s.metrics.BindLatency.Observe(o.Took.Seconds())
 	if e == nil || e.uid != o.Job.UID {
 		return // forgotten meanwhile (deleted, or replaced under its name)

@@ -2,6 +2,7 @@ package kubesched
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -9,6 +10,7 @@ import (
 
 	annv1 "github.com/tessera-gpu/tessera/api/annotations/v1"
 	"github.com/tessera-gpu/tessera/internal/engine"
+	"github.com/tessera-gpu/tessera/internal/kubesched/bind"
 	"github.com/tessera-gpu/tessera/internal/kubesched/translate"
 	"github.com/tessera-gpu/tessera/internal/kubesched/volumes"
 	"github.com/tessera-gpu/tessera/internal/placement"
@@ -59,7 +61,10 @@ type podEntry struct {
 	// volumes (assumed, nominated) are the volumes chosen for its claims on
 	// node, bound before the pod (volumes.go); nil when none need binding.
 	volumes *volumes.Plan
-	created time.Time
+	// preBinding (assumed) is the bind job whose PreBind is binding
+	// volumes for this placement: only its outcome may send the Binding.
+	preBinding *bind.Job
+	created    time.Time
 }
 
 // syncPod brings the engine in line with the cached pod.
@@ -225,6 +230,10 @@ func (s *Scheduler) boundEnginePod(p *corev1.Pod) (*engine.Pod, translate.Shape)
 		p.Spec.NodeSelector, p.Spec.Affinity, p.Spec.Tolerations, p.Spec.TopologySpreadConstraints = nil, nil, nil, nil
 		key, _ = s.constrain(p)
 	}
+	if q, ignored := withoutUnreadableTiming(p); ignored != "" {
+		s.warnPod(p, "TesseraRequestUnreadable", ignored+"; ignored: the pod is bound")
+		p = q
+	}
 	ep, sh, err := translate.EnginePod(p, s.engineCfg, s.memUnit())
 	if err != nil {
 		req, sh2, rerr := translate.PodRequest(p, s.memUnit())
@@ -240,6 +249,35 @@ func (s *Scheduler) boundEnginePod(p *corev1.Pod) (*engine.Pod, translate.Shape)
 	}
 	ep.Request.NodeConstraint = key
 	return ep, sh
+}
+
+// withoutUnreadableTiming is p without a tessera.io/deadline or
+// tessera.io/checkpoint-interval it cannot read, and why ("" and p itself
+// when both read): a bound pod's deadline no longer matters, and its
+// checkpoint interval only orders victims, so neither may make it a pod
+// whose spec is unreadable (booked as P0, outside its queue, never a
+// victim).
+func withoutUnreadableTiming(p *corev1.Pod) (*corev1.Pod, string) {
+	var why []string
+	var drop []string
+	if v, ok := p.Annotations[translate.DeadlineAnnotation]; ok {
+		if _, err := translate.Deadline(v, p.CreationTimestamp.Time); err != nil {
+			why, drop = append(why, err.Error()), append(drop, translate.DeadlineAnnotation)
+		}
+	}
+	if v, ok := p.Annotations[translate.CheckpointAnnotation]; ok {
+		if _, err := translate.CheckpointInterval(v); err != nil {
+			why, drop = append(why, err.Error()), append(drop, translate.CheckpointAnnotation)
+		}
+	}
+	if len(drop) == 0 {
+		return p, ""
+	}
+	q := p.DeepCopy()
+	for _, k := range drop {
+		delete(q.Annotations, k)
+	}
+	return q, strings.Join(why, "; ")
 }
 
 // conflict reports a bound pod whose recorded GPUs do not fit beside the

@@ -443,3 +443,30 @@ func TestVolumeReadWriteOncePod(t *testing.T) {
 		t.Fatal("both pods bound on one ReadWriteOncePod claim")
 	}
 }
+
+// A placement undone while its volumes are being bound (here its node
+// left, and the rebuild queued the pod again): when the PV controller then
+// binds the claim, the pre-bind that was in flight must not send the
+// Binding of the placement that no longer stands.
+func TestVolumePreBindOfUndonePlacementSendsNoBinding(t *testing.T) {
+	a := newAPI(t)
+	a.storage()
+	a.labelledGPUNode("n1")
+	a.claim("data", "local")
+	a.localVolume("pv-n1", "local", "n1")
+	a.start(testConfig())
+	a.pod("train", oneGPU(), withClaims("data"))
+	eventually(t, "pv-n1 pre-bound to the claim", func() bool { return a.claimRef("pv-n1") == "data" })
+	if err := a.client.CoreV1().Nodes().Delete(context.Background(), "n1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "train queued again without its node", func() bool {
+		c := podScheduled(a.get("train"))
+		return c != nil && strings.Contains(c.Message, "0/0 nodes")
+	})
+	a.bindClaim("data", "pv-n1")
+	time.Sleep(3 * time.Second) // the pre-bind polls its caches every second
+	if got := a.get("train").Spec.NodeName; got != "" {
+		t.Fatalf("train bound to %s, a node that left while its volumes were bound", got)
+	}
+}

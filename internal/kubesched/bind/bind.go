@@ -42,11 +42,13 @@ type Job struct {
 	// Bind
 	Node        string
 	Annotations map[string]string
-	// PreBind, when set, runs before the Binding (the pod's volumes are
-	// bound: internal/kubesched/volumes); an error stops the bind and comes
-	// back as the outcome's Err with PreBindFailed. It runs on a goroutine
-	// of its own, not a worker: it waits for the PV controller, which may
-	// take minutes, and must not hold up other pods' binds.
+	// PreBind, when set, runs instead of the Binding (the pod's volumes are
+	// bound: internal/kubesched/volumes) and comes back as an outcome with
+	// PreBound, or with PreBindFailed and its Err; the caller then submits
+	// the Binding (the job without PreBind) if the placement still stands:
+	// it may have been undone while the step waited. It runs on a
+	// goroutine of its own, not a worker: it waits for the PV controller,
+	// which may take minutes, and must not hold up other pods' binds.
 	PreBind func(context.Context) error
 	// Evict: victims as namespace/name with UIDs; For is the preemptor's key,
 	// or with Reclaim the owner the victims (borrowers) give memory back to.
@@ -80,6 +82,8 @@ type Outcome struct {
 	Gone      bool
 	// PreBindFailed: Err is PreBind's; no Binding was sent.
 	PreBindFailed bool
+	// PreBound: PreBind succeeded; no Binding was sent.
+	PreBound bool
 	// Evict: Evicted victims went (or were already gone); Blocked is the
 	// first victim the API server refused (429: a PodDisruptionBudget),
 	// with Err; the rest were not tried.
@@ -123,7 +127,7 @@ func New(ctx context.Context, client kubernetes.Interface, workers, attempts int
 }
 
 // Submit queues a job; it blocks only when thousands are queued already.
-// A bind with a PreBind step runs it first, off the workers.
+// A bind with a PreBind step runs only the step, off the workers.
 func (p *Pool) Submit(ctx context.Context, j *Job) {
 	if j.Kind == Bind && j.PreBind != nil {
 		p.wg.Add(1)
@@ -154,20 +158,16 @@ func (p *Pool) Take() []Outcome {
 // Wait blocks until every worker has stopped (after ctx ended).
 func (p *Pool) Wait() { p.wg.Wait() }
 
-// preBind runs j's PreBind and then queues its Binding (without the step),
-// or hands back the failure.
+// preBind runs j's PreBind and hands back how it went. It does not send
+// the Binding itself: only the caller knows whether the placement still
+// stands after the wait.
 func (p *Pool) preBind(ctx context.Context, j *Job) {
 	start := time.Now()
 	if err := j.PreBind(ctx); err != nil {
 		p.finish(Outcome{Job: j, Err: err, PreBindFailed: true, Took: time.Since(start)})
 		return
 	}
-	next := *j
-	next.PreBind = nil
-	select {
-	case p.jobs <- &next:
-	case <-ctx.Done():
-	}
+	p.finish(Outcome{Job: j, PreBound: true, Took: time.Since(start)})
 }
 
 func (p *Pool) finish(o Outcome) {
