@@ -336,10 +336,13 @@ func (s *Scheduler) demanding(t *Tenant, mono uint64) bool {
 // least one of its largest bills. A kernel longer than the quantum's tokens (a
 // 10 ms kernel against a 10 % tenant's 1 ms) leaves it in debt, and what it
 // accrued beyond the quantum's worth while it then waited for its turn was
-// lost: the small tenants of hard 10/90 got 11 %, the large 89 %.
+// lost: the small tenants of hard 10/90 got 11 %, the large 89 %. A cap of
+// 0 (suppressed at priority floor 0) banks nothing: a suppressed tenant that
+// is eligible ranks first, and a kernel's worth kept there ran one more of
+// the lower priority's long kernels ahead of the higher priority's first.
 func (s *Scheduler) bank(st *tenantState, cap float64) float64 {
 	b := cap * s.Policy.Quantum.Seconds()
-	if st.active {
+	if st.active && cap > 0 {
 		b += st.lump
 	}
 	return b
