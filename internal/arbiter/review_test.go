@@ -48,3 +48,55 @@ func TestSuppressedHardTenantKeepsNoLumpAtFloorZero(t *testing.T) {
 		t.Errorf("a hard P2 tenant at priority floor 0 was let go for %v after P0 wanted the GPU; want none", worst)
 	}
 }
+
+// TestHardTenantWithAStaleCountIsNotStarvedByUnbilledTime: a hard tenant
+// whose in-flight count stays up for a thread that is away (one that
+// launched and then waits on the host for another thread without coming
+// back through the hook: PyTorch's autograd thread between backward passes)
+// holds a go while its launching thread is briefly on the host. Its
+// unbilled time then grows past what its bank may ever hold; no bill comes
+// (nothing runs), it stays active (its thread waits in pace, stamping), and
+// the count stays up, so nothing reset it: the tenant was never eligible
+// again, its thread waited in pace forever.
+func TestHardTenantWithAStaleCountIsNotStarvedByUnbilledTime(t *testing.T) {
+	for away := 1; away <= 4; away++ {
+		p := testPolicy()
+		p.Quantum = 10 * time.Millisecond
+		p.IdleAfter = 5 * time.Millisecond
+		s := &Scheduler{Policy: p}
+		start := time.Unix(1000, 0)
+		// Inflight 1 throughout: the away thread's burst, counted until it
+		// comes back.
+		a := Tenant{Key: "a", Share: 0.1, Hard: true, Priority: 2, Inflight: 1}
+		wentGo, n := false, 0
+		step := func() bool {
+			now := start.Add(time.Duration(n) * time.Millisecond)
+			n++
+			return s.Step(now, uint64(now.UnixNano()), []Tenant{a})[0].Go
+		}
+		// Launching below its share (a light user: its tokens fill up):
+		// stamps, and a short kernel's worth is billed per step it held a go.
+		for i := 0; i < 200 || !wentGo; i++ {
+			a.DemandNs = uint64(start.Add(time.Duration(n) * time.Millisecond).UnixNano())
+			if wentGo {
+				a.BusyNs += uint64(50 * time.Microsecond)
+			}
+			wentGo = step()
+		}
+		// Its launching thread on the host for `away` ms, holding the go.
+		for i := 0; i < away; i++ {
+			wentGo = step()
+		}
+		// Back: it wants to launch, and waits in pace (stamping) until it may.
+		gotGo := false
+		for i := 0; i < 500 && !gotGo; i++ {
+			a.DemandNs = uint64(start.Add(time.Duration(n) * time.Millisecond).UnixNano())
+			gotGo = step()
+		}
+		if !gotGo {
+			st := s.tenants["a"]
+			t.Errorf("away %d ms: a hard 10%% tenant never got a go again in 500 ms (tokens %.4f s, unbilled %.4f s)",
+				away, st.tokens, st.unbilled)
+		}
+	}
+}
