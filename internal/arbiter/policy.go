@@ -90,7 +90,8 @@ type tenantState struct {
 	// vtime plus this (due), or a holder of long kernels would lead nobody
 	// until its kernel completed, and by then its hook has launched the next.
 	unbilled float64
-	wentGo   bool // its last verdict was go
+	wentGo   bool      // its last verdict was go
+	lastGo   time.Time // the last step its verdict was go
 	// lump: its largest bill in one step, decaying over about a second
 	// (a whole kernel when they are long; bank).
 	lump float64
@@ -167,6 +168,14 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 			st.unbilled = 0 // what it ran is billed (or nothing is in flight)
 		case st.wentGo:
 			st.unbilled += dt
+		case now.Sub(st.lastGo).Seconds() >= math.Max(s.Policy.Quantum.Seconds(), 2*st.lump):
+			// Stopped for longer than its work in flight (at most two
+			// bursts) takes, and no bill came: nothing it ran under its go
+			// is still running, and the count that kept this up is another
+			// thread's that is away or a killed process's. Kept, it could
+			// exceed what a capped tenant's bank ever holds, and the
+			// tenant, never eligible again, waited in pace for good.
+			st.unbilled = 0
 		}
 		if !wasActive && st.active && wasIdleLong {
 			st.tokens = 0 // a capped tenant banks nothing while idle
@@ -215,6 +224,9 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 		st := s.tenants[t.Key]
 		v := Verdict{Key: t.Key, Go: t.Key == s.holder && !draining, Charged: st.vtime * t.Share}
 		st.wentGo = v.Go
+		if v.Go {
+			st.lastGo = now
+		}
 		v.Solo = v.Go && others == 0
 		if v.Go && !v.Solo {
 			v.Until = until
@@ -336,10 +348,13 @@ func (s *Scheduler) demanding(t *Tenant, mono uint64) bool {
 // least one of its largest bills. A kernel longer than the quantum's tokens (a
 // 10 ms kernel against a 10 % tenant's 1 ms) leaves it in debt, and what it
 // accrued beyond the quantum's worth while it then waited for its turn was
-// lost: the small tenants of hard 10/90 got 11 %, the large 89 %.
+// lost: the small tenants of hard 10/90 got 11 %, the large 89 %. A cap of
+// 0 (suppressed at priority floor 0) banks nothing: a suppressed tenant that
+// is eligible ranks first, and a kernel's worth kept there ran one more of
+// the lower priority's long kernels ahead of the higher priority's first.
 func (s *Scheduler) bank(st *tenantState, cap float64) float64 {
 	b := cap * s.Policy.Quantum.Seconds()
-	if st.active {
+	if st.active && cap > 0 {
 		b += st.lump
 	}
 	return b

@@ -164,6 +164,10 @@ type ArbiterConfig struct {
 // runtime of the arbiter's process itself takes a few MiB.
 const MinArbiterMemoryLimitMiB = 16
 
+// MaxArbiterMemoryLimitMiB is the most arbiter.memoryLimitMiB (1 TiB): its
+// bytes must fit the int64 the Go runtime takes.
+const MaxArbiterMemoryLimitMiB = 1 << 20
+
 // EnforcementConfig is the out-of-band check of the driver's per-process truth.
 type EnforcementConfig struct {
 	// Policy is "report" (default) or "kill".
@@ -274,6 +278,9 @@ func (c *MonitorConfig) Validate() error {
 	}
 	if c.Arbiter.Process && c.Arbiter.MemoryLimitMiB < MinArbiterMemoryLimitMiB {
 		bad("arbiter.memoryLimitMiB", "%d below %d", c.Arbiter.MemoryLimitMiB, MinArbiterMemoryLimitMiB)
+	}
+	if c.Arbiter.MemoryLimitMiB > MaxArbiterMemoryLimitMiB {
+		bad("arbiter.memoryLimitMiB", "%d above %d", c.Arbiter.MemoryLimitMiB, MaxArbiterMemoryLimitMiB)
 	}
 	if c.Arbiter.TurnGrace.Duration < 0 {
 		bad("arbiter.turnGrace", "negative %s", c.Arbiter.TurnGrace.Duration)

@@ -147,3 +147,20 @@ func TestMonitorContainerdAndKubernetesFields(t *testing.T) {
 		t.Errorf("unknown field: %v", err)
 	}
 }
+
+// memoryLimitMiB is shifted into bytes for the arbiter's process: a value
+// past what int64 bytes hold wrapped to 0 or below, which the process then
+// refused (--memory-limit below 1 MiB) at every start: the monitor retried
+// for ever and no arbiter ever ran, although Validate had passed.
+func TestArbiterMemoryLimitMustFitInBytes(t *testing.T) {
+	c := DefaultMonitor()
+	c.NodeName = "node-1"
+	c.Arbiter.MemoryLimitMiB = 1 << 44
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "arbiter.memoryLimitMiB:") {
+		t.Fatalf("Validate: %v, want arbiter.memoryLimitMiB named", err)
+	}
+	c.Arbiter.MemoryLimitMiB = MaxArbiterMemoryLimitMiB
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate at the largest memoryLimitMiB: %v", err)
+	}
+}
