@@ -39,6 +39,7 @@ lint-hook:
 		$(HOOK_DIR)/bench/bench_hook.c
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I$(HOOK_DIR)/include -I$(HOOK_DIR)/test -fsyntax-only \
 		$(HOOK_DIR)/test/abi_write.c
+	$(GO) vet -tags diag ./$(HOOK_DIR)/computetest  # the timeline diagnostic is built only with its tag
 
 # C unit tests of the pieces that need no driver (config, region protocol, table, sizes).
 test-hook-unit:
