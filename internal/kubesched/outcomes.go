@@ -175,7 +175,11 @@ func (s *Scheduler) bindOutcome(o bind.Outcome) {
 			return
 		}
 	}
-	s.metrics.BindLatency.Observe(o.Took.Seconds())
+	if !o.PreBindFailed {
+		// Bind calls only: a failed pre-bind waited (up to
+		// volumeBindTimeout) for the PV controller, not for the API server.
+		s.metrics.BindLatency.Observe(o.Took.Seconds())
+	}
 	if e == nil || e.uid != o.Job.UID {
 		return // forgotten meanwhile (deleted, or replaced under its name)
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -281,7 +283,7 @@ func TestVolumeBindTimeout(t *testing.T) {
 	})
 	cfg := testConfig()
 	cfg.VolumeBindTimeout = cfgv1.Duration{Duration: time.Second}
-	a.start(cfg)
+	r := a.start(cfg)
 	a.pod("train", oneGPU(), withClaims("data"))
 	eventually(t, "the timeout's event", func() bool {
 		for _, e := range a.events("FailedScheduling") {
@@ -296,11 +298,27 @@ func TestVolumeBindTimeout(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	a.bindClaim("data", "pv-n1")
 	eventually(t, "train bound", func() bool { return a.get("train").Spec.NodeName == "n1" })
+	// The bind histogram times Bindings: one here. The pre-bind that waited
+	// out its timeout for the PV controller is not a bind call.
+	eventually(t, "the Binding observed", func() bool { return histogramCount(t, r.s.metrics.BindLatency) >= 1 })
+	if n := histogramCount(t, r.s.metrics.BindLatency); n != 1 {
+		t.Errorf("bind_duration_seconds has %d observations, want 1 (the Binding, not the timed-out pre-bind)", n)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if pvWrites != 2 { // the binder's claimRef, the test's PV controller
 		t.Fatalf("pv-n1 written %d times", pvWrites)
 	}
+}
+
+// histogramCount is how many observations histogram h has.
+func histogramCount(t *testing.T, h prometheus.Histogram) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }
 
 // countWrites counts updates of resource ("persistentvolumes",
