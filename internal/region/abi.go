@@ -28,6 +28,9 @@ const (
 	GrantUntilShift  = 40
 	GrantUntilUsMax  = 0xffffff
 	HeartbeatStaleNs = 1000000000
+
+	SeqRecords = 6   // launch-sequence words per process slot (core region only)
+	SeqDevMask = 0xf // low bits of a launch-sequence word: the device
 )
 
 // Indices of a device limit's balloon words and the default wait (tessera_abi.h).
@@ -71,7 +74,7 @@ type rawProcSlot struct {
 	Flags     uint32
 	StartTime uint64
 	UsedBytes [MaxDevices]uint64
-	Reserved  [6]uint64
+	SeqUntil  [SeqRecords]uint64 // core region: launch sequences counted in flight until then
 }
 
 type rawRegion struct {

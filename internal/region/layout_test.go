@@ -50,6 +50,7 @@ func TestConstantsMatchCHeader(t *testing.T) {
 		"GrantRateMask": GrantRateMask, "GrantUnpaced": GrantUnpaced, "GrantPPMMax": GrantPPMMax,
 		"GrantArbitrated": GrantArbitrated, "GrantSolo": GrantSolo, "HeartbeatStaleNs": HeartbeatStaleNs,
 		"GrantUntilShift": GrantUntilShift, "GrantUntilUsMax": GrantUntilUsMax,
+		"SeqRecords": SeqRecords, "SeqDevMask": SeqDevMask,
 	}
 	for i, b := range BalloonWaitBoundsUs {
 		goSide[fmt.Sprint("BalloonWaitBoundUs", i)] = b

@@ -144,7 +144,7 @@ func (r *Region) Reap(alive Liveness) (procs int, bytes uint64) {
 		case !atomic.CompareAndSwapUint32(&s.PID, pid, mine):
 			continue // its state changed under us; look again next time
 		}
-		bytes += clearSlot(s)
+		bytes += r.clearSlot(s)
 		atomic.StoreUint64(&s.StartTime, 0)
 		atomic.CompareAndSwapUint32(&s.PID, mine, 0)
 		procs++
@@ -154,7 +154,15 @@ func (r *Region) Reap(alive Liveness) (procs int, bytes uint64) {
 	return procs, bytes
 }
 
-func clearSlot(s *rawProcSlot) uint64 {
+// clearSlot zeroes a dead process's slot. Its launch-sequence words (core
+// region) are expired first: each still holds one count of in-flight work
+// that the process will never take back (tessera_abi.h, "Launch sequences").
+func (r *Region) clearSlot(s *rawProcSlot) uint64 {
+	for k := range s.SeqUntil {
+		if v := atomic.SwapUint64(&s.SeqUntil[k], 0); v != 0 {
+			decFloor(&r.raw.Compute[v&SeqDevMask].Inflight)
+		}
+	}
 	var total uint64
 	for d := range MaxDevices {
 		total += atomic.SwapUint64(&s.UsedBytes[d], 0)
@@ -192,4 +200,14 @@ func parseStat(data []byte) (state byte, start, threads uint64, ok bool) {
 		return 0, 0, 0, false
 	}
 	return st.State, st.StartTime, st.Threads, true
+}
+
+// decFloor subtracts 1 from *w, never below 0 (a count taken back already).
+func decFloor(w *uint64) {
+	for {
+		cur := atomic.LoadUint64(w)
+		if cur == 0 || atomic.CompareAndSwapUint64(w, cur, cur-1) {
+			return
+		}
+	}
 }

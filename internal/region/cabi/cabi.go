@@ -24,6 +24,8 @@ func Constants() map[string]uint64 {
 		"RegionMagic":    uint64(C.TESSERA_REGION_MAGIC),
 		"SlotReclaimBit": uint64(C.TESSERA_SLOT_RECLAIM_BIT),
 		"ReaperNode":     uint64(C.TESSERA_REAPER_NODE),
+		"SeqRecords":     uint64(C.TESSERA_SEQ_RECORDS),
+		"SeqDevMask":     uint64(C.TESSERA_SEQ_DEV_MASK),
 
 		"BalloonCeilingWord":   uint64(C.TESSERA_BALLOON_CEILING),
 		"BalloonWaitMSWord":    uint64(C.TESSERA_BALLOON_WAIT_MS),
@@ -86,7 +88,7 @@ func Layout() map[string]uintptr {
 		"rawProcSlot.Flags":     unsafe.Offsetof(s.flags),
 		"rawProcSlot.StartTime": unsafe.Offsetof(s.start_time),
 		"rawProcSlot.UsedBytes": unsafe.Offsetof(s.used_bytes),
-		"rawProcSlot.Reserved":  unsafe.Offsetof(s.reserved),
+		"rawProcSlot.SeqUntil":  unsafe.Offsetof(s.seq_until),
 
 		"rawRegion":             unsafe.Sizeof(r),
 		"rawRegion.Magic":       unsafe.Offsetof(r.magic),

@@ -118,12 +118,32 @@ typedef struct tessera_limits {
 
 /* ---- usage region ---- */
 
+/*
+ * Launch sequences (core region only; in a memory region these words stay 0).
+ *
+ * A launch sequence (one thread's bursts in one context) with work in flight is
+ * counted in compute[d].inflight. A thread that launched and then waits on the host
+ * (PyTorch's autograd thread between backward passes) would keep its count until it
+ * next calls the hook, so each counted sequence also holds one of its process's
+ * seq_until[] words: (the time by which its work in flight should be done, CLOCK_MONOTONIC
+ * ns, with the low 4 bits replaced by d) | 0 = none. The owning thread refreshes the word
+ * whenever it launches or synchronises. Anyone (any hook of the container, a reaper) may
+ * expire a word whose time has passed: compare-and-swap it to 0, then subtract 1 from
+ * compute[d].inflight. An owner that finds its word 0 when it refreshes knows its count
+ * was taken and adds it again; one that ends its sequence exchanges the word for 0 and
+ * subtracts only if it was not 0. Whoever clears a slot (release, reaping, a process
+ * taking its slot back after exec) expires its words first. Hooks that predate these
+ * words leave them 0: their sequences are counted without expiry, as before.
+ */
+#define TESSERA_SEQ_RECORDS 6
+#define TESSERA_SEQ_DEV_MASK 0xfull
+
 typedef struct tessera_proc_slot {
     TESSERA_ATOMIC(uint32_t) pid;         /* see TESSERA_SLOT_RECLAIM_BIT */
     uint32_t flags;                       /* reserved, 0 */
     TESSERA_ATOMIC(uint64_t) start_time;  /* /proc/<pid>/stat field 22; detects pid reuse; 0 = claim in progress */
     TESSERA_ATOMIC(uint64_t) used_bytes[TESSERA_MAX_DEVICES]; /* device memory charged to this process */
-    uint64_t reserved[6];
+    TESSERA_ATOMIC(uint64_t) seq_until[TESSERA_SEQ_RECORDS]; /* core region only: see "Launch sequences" */
 } tessera_proc_slot;
 
 /* Per-device words of the region for compute time slices, summed over all processes

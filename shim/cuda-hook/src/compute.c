@@ -10,12 +10,14 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "accounting.h"
 #include "launch_types.h"
 #include "log.h"
 #include "pacing.h"
 #include "real.h"
+#include "region.h"
 #include "glibc_baseline.h"
 
 /* Thread-exit destructors: before glibc 2.34 pthread keys lived in libpthread
@@ -35,16 +37,30 @@ __asm__(".symver pthread_setspecific,pthread_setspecific@" GLIBC_BASELINE_VERSIO
 #define BURST_WALL_NS 1000000ull      /* close a burst after 1 ms of wall time */
 #define MAX_BURST_LAUNCHES 4096u
 #define CTX_SLOTS 4                   /* contexts one thread keeps events in at once */
+#define SEQ_GRACE_NS 2000000ull       /* a sequence's word expires this long after its work should be done */
+#define SWEEP_EVERY_NS 2000000ull     /* how often a process looks for expired words */
+#define UNMEASURED_AHEAD_NS 25000000ull /* work in flight assumed before a burst is measured */
 
 bool compute_enabled;
 
 static const tessera_limits *g_limits;
 static tessera_region *g_region;
-/* This process's part of each device's region `inflight` count (its threads'
- * launch sequences with work in flight): what an exit takes back (a thread's
- * exit accounts its own; the rest leaves with the process, whose queued work
- * the driver drops). */
+/* This process's part of each device's region `inflight` count held by
+ * sequences without a word of their own (all words taken): what an exit takes
+ * back (a thread's exit accounts its own; the rest leaves with the process,
+ * whose queued work the driver drops). Counts held by words are taken back
+ * through the words (tessera_abi.h, "Launch sequences"). */
 static _Atomic uint64_t g_proc_inflight[TESSERA_MAX_DEVICES];
+/* This process's slot in the core region, whose seq_until[] words its
+ * sequences hold: SLOT_NONE until the first is needed, SLOT_FAILED when every
+ * slot belonged to a live process (then counts are held without words). */
+#define SLOT_NONE (-1)
+#define SLOT_FAILED (-2)
+static _Atomic int g_cslot = SLOT_NONE;
+static pthread_mutex_t g_cslot_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t g_cslot_pid;
+static _Atomic uint32_t g_words_taken; /* bit k: seq_until[k] is some thread's */
+static _Atomic uint64_t g_next_sweep;
 static _Atomic int g_ordinal_idx[MAX_ORDINALS]; /* index + 2; 1 = unmanaged; 0 = unresolved */
 /* Bumped by a fork (in the child) and by every context's end (destroy, primary
  * reset or last release); a thread whose epoch differs catches up before it
@@ -73,6 +89,7 @@ struct ctx_state {
     uint64_t opened_ns;
     uint32_t head, count; /* count: closed bursts in flight, ring[(head - count) ..] */
     bool live;            /* counted in the region's `inflight` (open or count > 0) */
+    uint8_t word;         /* 1 + its seq_until[] word in the process's core slot; 0: none */
     uint32_t target;      /* launches per burst */
     uint32_t measured;    /* bursts accounted so far (up to SOLO_DEPTH) */
     uint64_t per_launch_ns;  /* GPU time per launch: average */
@@ -106,28 +123,119 @@ static uint64_t now_ns(void)
 
 static bool managed_pct(uint32_t pct) { return pct > 0 && pct < 100; }
 
-/* Subtracts n from w, never below 0 (a count another process left behind
- * may have been taken back already). */
-static void sub_floor(_Atomic uint64_t *w, uint64_t n)
+static void inflight_inc(int idx)
 {
-    uint64_t cur = atomic_load_explicit(w, memory_order_relaxed);
-    while (!atomic_compare_exchange_weak(w, &cur, cur > n ? cur - n : 0))
-        ;
+    atomic_fetch_add_explicit(&g_region->compute[idx].inflight, 1, memory_order_relaxed);
 }
 
-/* Launch sequences of device idx that have work in flight: started (n > 0)
- * or ended (n < 0). */
-static void inflight_add(int idx, int64_t n)
+/* This process's slot in the core region, claimed at the first need; NULL
+ * when none could be had. */
+static tessera_proc_slot *core_slot(void)
 {
-    if (idx < 0 || idx >= TESSERA_MAX_DEVICES || n == 0)
-        return;
-    if (n > 0) {
-        atomic_fetch_add_explicit(&g_region->compute[idx].inflight, (uint64_t)n, memory_order_relaxed);
-        atomic_fetch_add_explicit(&g_proc_inflight[idx], (uint64_t)n, memory_order_relaxed);
-        return;
+    int slot = atomic_load_explicit(&g_cslot, memory_order_acquire);
+    if (__builtin_expect(slot >= 0, 1))
+        return &g_region->slots[slot];
+    if (slot == SLOT_FAILED)
+        return NULL;
+    pthread_mutex_lock(&g_cslot_mu);
+    slot = atomic_load(&g_cslot);
+    if (slot == SLOT_NONE) {
+        uint64_t start = 0;
+        bool zombie;
+        g_cslot_pid = (uint32_t)getpid();
+        if (proc_identity((pid_t)g_cslot_pid, &start, &zombie) != 0)
+            start = 0;
+        slot = region_claim(g_region, g_cslot_pid, start);
+        if (slot < 0) {
+            slot = SLOT_FAILED;
+            hook_log(HOOK_LOG_WARN, "compute: no free slot in the core region; a thread that stops "
+                                    "launching keeps its work counted in flight until it launches again");
+        }
+        atomic_store_explicit(&g_cslot, slot, memory_order_release);
     }
-    sub_floor(&g_region->compute[idx].inflight, (uint64_t)-n);
-    sub_floor(&g_proc_inflight[idx], (uint64_t)-n);
+    pthread_mutex_unlock(&g_cslot_mu);
+    return slot >= 0 ? &g_region->slots[slot] : NULL;
+}
+
+/* 1 + a free seq_until[] word of this process; 0 when all are taken. */
+static uint8_t take_word(void)
+{
+    if (core_slot() == NULL)
+        return 0;
+    uint32_t cur = atomic_load_explicit(&g_words_taken, memory_order_relaxed);
+    for (;;) {
+        int k = 0;
+        while (k < TESSERA_SEQ_RECORDS && (cur & (1u << k)))
+            k++;
+        if (k == TESSERA_SEQ_RECORDS)
+            return 0;
+        if (atomic_compare_exchange_weak(&g_words_taken, &cur, cur | (1u << k)))
+            return (uint8_t)(k + 1);
+    }
+}
+
+static _Atomic uint64_t *word_of(const struct ctx_state *cs)
+{
+    int slot = atomic_load_explicit(&g_cslot, memory_order_relaxed);
+    return cs->word > 0 && slot >= 0 ? &g_region->slots[slot].seq_until[cs->word - 1] : NULL;
+}
+
+static uint64_t word_value(int idx, uint64_t until)
+{
+    uint64_t v = until & ~TESSERA_SEQ_DEV_MASK;
+    return (v != 0 ? v : TESSERA_SEQ_DEV_MASK + 1) | (uint64_t)idx;
+}
+
+/* Counts cs in flight until `until` (a live sequence whose count was expired
+ * counts itself again). */
+static void seq_hold(struct ctx_state *cs, uint64_t until)
+{
+    if (!cs->live && cs->word == 0)
+        cs->word = take_word();
+    _Atomic uint64_t *w = word_of(cs);
+    if (w == NULL) {
+        if (!cs->live) {
+            inflight_inc(cs->idx);
+            atomic_fetch_add_explicit(&g_proc_inflight[cs->idx], 1, memory_order_relaxed);
+        }
+    } else if (atomic_exchange_explicit(w, word_value(cs->idx, until), memory_order_relaxed) == 0) {
+        inflight_inc(cs->idx); /* new, or expired meanwhile */
+    }
+    cs->live = true;
+}
+
+/* Stops counting cs in flight; gives its word back when `keep_word` is false. */
+static void seq_drop(struct ctx_state *cs, bool keep_word)
+{
+    _Atomic uint64_t *w = word_of(cs);
+    if (cs->live) {
+        if (w == NULL) {
+            region_dec_floor(&g_region->compute[cs->idx].inflight, 1);
+            region_dec_floor(&g_proc_inflight[cs->idx], 1);
+        } else if (atomic_exchange_explicit(w, 0, memory_order_relaxed) != 0) {
+            region_dec_floor(&g_region->compute[cs->idx].inflight, 1);
+        }
+        cs->live = false;
+    }
+    if (!keep_word && cs->word > 0) {
+        atomic_fetch_and(&g_words_taken, ~(1u << (cs->word - 1)));
+        cs->word = 0;
+    }
+}
+
+/* Expires the words of the container's sequences whose work should long be
+ * done (a thread that went on to wait on the host, a process killed), at most
+ * every SWEEP_EVERY_NS per process. */
+static void sweep(uint64_t now)
+{
+    uint64_t next = atomic_load_explicit(&g_next_sweep, memory_order_relaxed);
+    if (now < next || !atomic_compare_exchange_strong(&g_next_sweep, &next, now + SWEEP_EVERY_NS))
+        return;
+    uint32_t n = atomic_load_explicit(&g_region->slot_hwm, memory_order_relaxed);
+    if (n > TESSERA_MAX_PROCS)
+        n = TESSERA_MAX_PROCS;
+    for (uint32_t i = 0; i < n; i++)
+        region_expire_seqs(g_region, &g_region->slots[i], now);
 }
 
 
@@ -199,15 +307,24 @@ static void unrelax(CUstreamCaptureMode m)
 }
 
 /* Keeps the region's count of the container's launch sequences with work in
- * flight (a thread's bursts in one context) in step with cs. */
-static void seq_update(struct ctx_state *cs)
+ * flight (a thread's bursts in one context) in step with cs: counted until
+ * `until` (0: keep the time it holds; a sequence that becomes live without
+ * one is given SEQ_GRACE_NS from now). */
+static void seq_update(struct ctx_state *cs, uint64_t until)
 {
     bool live = cs->idx >= 0 && (cs->open || cs->count > 0);
-    if (live != cs->live) {
-        inflight_add(cs->idx, live ? 1 : -1);
-        cs->live = live;
+    if (!live) {
+        seq_drop(cs, true);
+        return;
     }
+    if (until == 0 && cs->live)
+        return;
+    seq_hold(cs, until != 0 ? until : now_ns() + SEQ_GRACE_NS);
 }
+
+/* The time by which cs's work in flight should be done, given `ahead` of it
+ * from now, with room for a GPU busier than measured. */
+static uint64_t seq_until(uint64_t now, uint64_t ahead) { return now + 2 * ahead + SEQ_GRACE_NS; }
 
 static int event_done(void *e) { return REAL.cuEventQuery((CUevent)e) != CUDA_ERROR_NOT_READY; }
 
@@ -239,7 +356,7 @@ static void account_oldest(struct ctx_state *cs, bool wait)
                                     "for it (work that waits on the host?)",
                      (unsigned long long)(pacing_inflight_bound_ns(cs->peak_launch_ns * b->launches) / 1000000));
         cs->count--;
-        seq_update(cs);
+        seq_update(cs, 0);
         return;
     }
     if (!wait && REAL.cuEventQuery(b->end) != CUDA_SUCCESS)
@@ -259,7 +376,7 @@ static void account_oldest(struct ctx_state *cs, bool wait)
     if (beside > 2)
         busy = busy * 2 / beside;
     cs->count--;
-    seq_update(cs);
+    seq_update(cs, 0);
     atomic_fetch_add_explicit(&c->busy_ns, busy, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->launches, b->launches, memory_order_relaxed);
     pacing_charge(c, busy);
@@ -308,7 +425,7 @@ static void close_burst(struct ctx_state *cs)
         /* Capture began on its stream since it opened: its end cannot be
          * recorded there; the burst is dropped unaccounted. */
         cs->open = false;
-        seq_update(cs);
+        seq_update(cs, 0);
         return;
     }
     REAL.cuEventRecord(slot(cs, cs->head)->end, cs->stream);
@@ -337,8 +454,7 @@ static void retire(struct ctx_state *cs)
             REAL.cuEventDestroy_v2(cs->ring[i].end);
         }
     }
-    if (cs->live)
-        inflight_add(cs->idx, -1); /* what did not complete within the bound */
+    seq_drop(cs, false); /* what did not complete within the bound */
     memset(cs, 0, sizeof *cs);
 }
 
@@ -371,8 +487,7 @@ static void catch_up(uint64_t ep)
             struct ctx_state *cs = &thr.slots[i];
             /* Overwritten (more than GONE_RING ends since) or unknown: assume ours. */
             if (cs->ctx != NULL && (written > e || ctx == 0 || ctx == (uintptr_t)cs->ctx)) {
-                if (cs->live)
-                    inflight_add(cs->idx, -1);
+                seq_drop(cs, false);
                 memset(cs, 0, sizeof *cs);
             }
         }
@@ -569,6 +684,7 @@ void compute_admit_slow(CUstream s, bool per_thread)
 static void open_burst(struct ctx_state *cs, CUstream s)
 {
     uint64_t now = now_ns();
+    sweep(now);
     close_burst(cs);
     /* Account whatever finished; then bound the work in flight: the burst
      * launched COMPUTE_DEPTH bursts ago must be done before another opens. */
@@ -600,15 +716,18 @@ static void open_burst(struct ctx_state *cs, CUstream s)
     REAL.cuEventRecord(b->start, s);
     cs->stream = s;
     cs->open = true;
-    seq_update(cs);
-    b->beside = (uint32_t)atomic_load_explicit(&c->inflight, memory_order_relaxed);
     cs->opened_ns = now; /* read after any wait: the clock is not read again */
+    uint64_t ahead = inflight_ahead_ns(cs, cs->target);
+    /* Counted in flight until its work should be done, even if this thread
+     * does not come back (it may go on to wait on the host for good). */
+    seq_update(cs, seq_until(now, cs->peak_launch_ns != 0 ? ahead : UNMEASURED_AHEAD_NS));
+    b->beside = (uint32_t)atomic_load_explicit(&c->inflight, memory_order_relaxed);
     /* Until its work in flight should be done the tenant is not idle, even if
      * this thread does not come back meanwhile (host work between launches, a
      * process the OS does not run): the arbiter would otherwise hand its turn
      * on without waiting for that work to drain, and the two tenants' work
      * would share the GPU's time slices, each billed for the other's. */
-    atomic_store_explicit(&c->demand_ns, cs->opened_ns + inflight_ahead_ns(cs, cs->target), memory_order_relaxed);
+    atomic_store_explicit(&c->demand_ns, cs->opened_ns + ahead, memory_order_relaxed);
 }
 
 /* The slot of the current context, if this thread has launched in it and its
@@ -632,11 +751,12 @@ void compute_before_sync_slow(void)
         close_burst(cs);
         unrelax(mode);
         /* The driver's wait stamps nothing: not idle while it waits for
-         * what is in flight. */
-        if (cs->count > 0)
-            atomic_store_explicit(&g_region->compute[cs->idx].demand_ns,
-                                  now_ns() + inflight_ahead_ns(cs, 0),
-                                  memory_order_relaxed);
+         * what is in flight (and counted in flight as long). */
+        if (cs->count > 0) {
+            uint64_t now = now_ns(), ahead = inflight_ahead_ns(cs, 0);
+            atomic_store_explicit(&g_region->compute[cs->idx].demand_ns, now + ahead, memory_order_relaxed);
+            seq_update(cs, seq_until(now, cs->peak_launch_ns != 0 ? ahead : UNMEASURED_AHEAD_NS));
+        }
     }
 }
 
@@ -658,6 +778,10 @@ void compute_after_sync_slow(void)
 void compute_atfork_child(void)
 {
     atomic_store(&g_fork_epoch, atomic_fetch_add(&g_epoch, 1) + 1);
+    /* The core slot and its words stay the parent's. */
+    pthread_mutex_init(&g_cslot_mu, NULL);
+    atomic_store(&g_cslot, SLOT_NONE);
+    atomic_store(&g_words_taken, 0);
     for (int i = 0; i < TESSERA_MAX_DEVICES; i++)
         atomic_store(&g_proc_inflight[i], 0); /* the parent's bursts stay the parent's */
 }
@@ -669,6 +793,11 @@ void compute_process_exit(void)
     for (int i = 0; i < TESSERA_MAX_DEVICES; i++) {
         uint64_t n = atomic_exchange(&g_proc_inflight[i], 0);
         if (n > 0)
-            sub_floor(&g_region->compute[i].inflight, n);
+            region_dec_floor(&g_region->compute[i].inflight, n);
     }
+    /* A child made by the raw clone system call still holds its parent's
+     * slot number: the slot is the parent's. */
+    int slot = atomic_exchange(&g_cslot, SLOT_FAILED);
+    if (slot >= 0 && (uint32_t)getpid() == g_cslot_pid)
+        region_release(g_region, slot, g_cslot_pid); /* expires its words first */
 }

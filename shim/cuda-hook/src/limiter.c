@@ -5,7 +5,9 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -23,8 +25,23 @@ static uint32_t g_pid;
 static uint64_t g_start;
 static pthread_mutex_t g_claim_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* Whether a and b name one file (both exist). */
+static bool same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 int limiter_open(const struct hook_config *cfg, char *err, size_t errlen)
 {
+    /* A process holds a slot in each region, the same pid in both: in one
+     * file the compute side's claim would take the memory side's slot for
+     * its own from before an exec and zero its usage. */
+    if (cfg->has_region && cfg->has_core_region && same_file(cfg->region_path, cfg->core_region_path)) {
+        snprintf(err, errlen, "TESSERA_CORE_REGION %s is the same file as TESSERA_REGION %s: the core region "
+                              "must be a file of its own", cfg->core_region_path, cfg->region_path);
+        return -1;
+    }
     if (cfg->has_region && region_map(cfg->region_path, &g_region, err, errlen) != 0)
         return -1;
     if (cfg->has_limits && limits_map(cfg->limits_path, &g_limits, err, errlen) != 0)

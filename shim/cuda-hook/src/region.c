@@ -176,9 +176,34 @@ bool proc_alive(uint32_t pid, uint64_t start_time)
     return start_time == 0 || st == start_time;
 }
 
-/* Zero a slot we hold with RECLAIM_BIT|me, then free it. Returns the bytes it held. */
-static uint64_t clear_and_free(tessera_proc_slot *s, uint32_t marker)
+void region_dec_floor(_Atomic uint64_t *w, uint64_t n)
 {
+    uint64_t cur = atomic_load_explicit(w, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak(w, &cur, cur > n ? cur - n : 0))
+        ;
+}
+
+int region_expire_seqs(tessera_region *r, tessera_proc_slot *s, uint64_t now)
+{
+    int n = 0;
+    for (int k = 0; k < TESSERA_SEQ_RECORDS; k++) {
+        uint64_t v = atomic_load_explicit(&s->seq_until[k], memory_order_relaxed);
+        if (v == 0 || (v & ~TESSERA_SEQ_DEV_MASK) > now)
+            continue;
+        /* Whoever swaps it to 0 owns the count: the owner's refresh (an
+         * exchange) sees 0 and counts itself again. */
+        if (!atomic_compare_exchange_strong(&s->seq_until[k], &v, 0))
+            continue;
+        region_dec_floor(&r->compute[v & TESSERA_SEQ_DEV_MASK].inflight, 1);
+        n++;
+    }
+    return n;
+}
+
+/* Zero a slot we hold with RECLAIM_BIT|me, then free it. Returns the bytes it held. */
+static uint64_t clear_and_free(tessera_region *r, tessera_proc_slot *s, uint32_t marker)
+{
+    region_expire_seqs(r, s, UINT64_MAX);
     uint64_t total = 0;
     for (int d = 0; d < TESSERA_MAX_DEVICES; d++)
         total += atomic_exchange(&s->used_bytes[d], 0);
@@ -227,7 +252,7 @@ int region_reap(tessera_region *r, uint32_t me, uint64_t my_start)
         }
         if (!atomic_compare_exchange_strong(&s->pid, &pid, mine))
             continue; /* changed under us: someone else is on it */
-        bytes += clear_and_free(s, mine);
+        bytes += clear_and_free(r, s, mine);
         reaped++;
     }
     if (reaped) {
@@ -244,7 +269,9 @@ int region_claim(tessera_region *r, uint32_t pid, uint64_t start_time)
         tessera_proc_slot *s = &r->slots[i];
         uint32_t cur = atomic_load(&s->pid);
         if (cur == pid && atomic_load(&s->start_time) == start_time) {
-            /* Ours from before an exec(): the driver freed that image's memory. */
+            /* Ours from before an exec(): the driver freed that image's memory
+             * and dropped its queued work. */
+            region_expire_seqs(r, s, UINT64_MAX);
             for (int d = 0; d < TESSERA_MAX_DEVICES; d++)
                 atomic_store(&s->used_bytes[d], 0);
             raise_hwm(r, i + 1);
@@ -273,7 +300,7 @@ void region_release(tessera_region *r, int slot, uint32_t pid)
         return; /* reaped already (we were taken for dead) */
     const uint32_t marker = TESSERA_SLOT_RECLAIM_BIT | pid;
     if (atomic_compare_exchange_strong(&s->pid, &cur, marker))
-        clear_and_free(s, marker);
+        clear_and_free(r, s, marker);
 }
 
 uint64_t region_usage(tessera_region *r, int dev)

@@ -41,6 +41,15 @@ void region_release(tessera_region *r, int slot, uint32_t pid);
  * many were cleared. me/my_start identify this process (the reaper). */
 int region_reap(tessera_region *r, uint32_t me, uint64_t my_start);
 
+/* Expires the launch-sequence words of slot s whose time is at or before now
+ * (UINT64_MAX: all of them), taking their counts from r's compute[].inflight
+ * (tessera_abi.h, "Launch sequences"). Returns how many it expired. */
+int region_expire_seqs(tessera_region *r, tessera_proc_slot *s, uint64_t now);
+
+/* Subtracts n from *w, never below 0 (a count another process left behind may
+ * have been taken back already). */
+void region_dec_floor(_Atomic uint64_t *w, uint64_t n);
+
 /* Sum of used_bytes[dev] over slots [0, slot_hwm). */
 uint64_t region_usage(tessera_region *r, int dev);
 

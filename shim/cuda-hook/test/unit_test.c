@@ -181,6 +181,11 @@ static void test_limiter(void)
     strcpy(cfg.region_path, rpath);
     strcpy(cfg.limits_path, lpath);
     strcpy(cfg.core_limits_path, lpath);
+    /* One file as both regions is refused before anything is mapped. */
+    struct hook_config same = cfg;
+    same.has_core_region = true;
+    strcpy(same.core_region_path, rpath);
+    CHECK(limiter_open(&same, err, sizeof err) == -1 && strstr(err, "same file as TESSERA_REGION") != NULL);
     CHECK(limiter_open(&cfg, err, sizeof err) == 0);
     CHECK(limiter_index("GPU-aaaa") == 0 && limiter_index("GPU-bbbb") == 1 && limiter_index("GPU-cccc") == -1);
     CHECK(limiter_core_pct("GPU-bbbb") == 40);
@@ -256,6 +261,57 @@ static void test_region_claim_exec_and_reuse(void)
     CHECK(region_reap(r, (uint32_t)getpid(), st) == 1);
     CHECK(atomic_load(&r->slots[2].pid) == (TESSERA_SLOT_RECLAIM_BIT | TESSERA_REAPER_NODE));
     CHECK(atomic_load(&r->slots[3].pid) == 0 && region_usage(r, 0) == 0);
+}
+
+/* Launch-sequence words (tessera_abi.h, "Launch sequences"): a word whose time
+ * has passed is expired once, taking its count from its device; the owner's
+ * refresh sees 0 and counts itself again; clearing a slot (reap, release, a
+ * claim after exec) expires every word it holds. */
+static void test_seq_words(void)
+{
+    char rpath[128], err[256];
+    snprintf(rpath, sizeof rpath, "%s/region-seq", g_dir);
+    abi_write_region(rpath);
+    tessera_region *r;
+    CHECK(region_map(rpath, &r, err, sizeof err) == 0);
+    tessera_proc_slot *s = &r->slots[1];
+    atomic_store(&r->compute[2].inflight, 3);
+    atomic_store(&r->compute[5].inflight, 1);
+    atomic_store(&s->seq_until[0], (1000000ull & ~TESSERA_SEQ_DEV_MASK) | 2); /* past */
+    atomic_store(&s->seq_until[3], (9000000ull & ~TESSERA_SEQ_DEV_MASK) | 2); /* ahead */
+    atomic_store(&s->seq_until[5], (1000000ull & ~TESSERA_SEQ_DEV_MASK) | 5); /* past */
+    CHECK(region_expire_seqs(r, s, 5000000ull) == 2);
+    CHECK(atomic_load(&r->compute[2].inflight) == 2 && atomic_load(&r->compute[5].inflight) == 0);
+    CHECK(atomic_load(&s->seq_until[0]) == 0 && atomic_load(&s->seq_until[5]) == 0 &&
+          atomic_load(&s->seq_until[3]) != 0);
+    /* Expired already: nothing more to take. */
+    CHECK(region_expire_seqs(r, s, 5000000ull) == 0 && atomic_load(&r->compute[2].inflight) == 2);
+    /* A count another party already took back never wraps the device's count. */
+    atomic_store(&s->seq_until[1], (1000000ull & ~TESSERA_SEQ_DEV_MASK) | 5);
+    CHECK(region_expire_seqs(r, s, 5000000ull) == 1 && atomic_load(&r->compute[5].inflight) == 0);
+
+    /* A dead process's slot: reaping expires its words whatever their time. */
+    uint64_t st;
+    bool z;
+    proc_identity(getpid(), &st, &z);
+    atomic_store(&s->pid, 0x3ffffe); /* no such process */
+    atomic_store(&s->start_time, 1);
+    atomic_store(&r->slot_hwm, 2);
+    CHECK(region_reap(r, (uint32_t)getpid(), st) == 1);
+    CHECK(atomic_load(&s->seq_until[3]) == 0 && atomic_load(&r->compute[2].inflight) == 1);
+
+    /* Our own slot taken back after exec: the old image's words are expired. */
+    int a = region_claim(r, (uint32_t)getpid(), st);
+    atomic_store(&r->slots[a].seq_until[2], (UINT64_MAX & ~TESSERA_SEQ_DEV_MASK) | 2);
+    CHECK(region_claim(r, (uint32_t)getpid(), st) == a);
+    CHECK(atomic_load(&r->slots[a].seq_until[2]) == 0 && atomic_load(&r->compute[2].inflight) == 0);
+
+    /* Release at exit does the same. */
+    atomic_store(&r->compute[7].inflight, 1);
+    atomic_store(&r->slots[a].seq_until[4], (UINT64_MAX & ~TESSERA_SEQ_DEV_MASK) | 7);
+    region_release(r, a, (uint32_t)getpid());
+    CHECK(atomic_load(&r->slots[a].pid) == 0 && atomic_load(&r->compute[7].inflight) == 0);
+    region_unmap(r);
 }
 
 /* ---- table ---- */
@@ -472,6 +528,7 @@ int main(void)
     test_proc_identity();
     test_limiter();
     test_region_claim_exec_and_reuse();
+    test_seq_words();
     test_table();
     test_table_ranges_owners_and_vmm();
     test_sizes();
