@@ -186,12 +186,23 @@ static uint64_t word_value(int idx, uint64_t until)
     return (v != 0 ? v : TESSERA_SEQ_DEV_MASK + 1) | (uint64_t)idx;
 }
 
+/* cs holds a word of a slot this process gave back at exit, which expired
+ * it (and its count) then: nothing is counted for cs any more. */
+static bool word_gone(const struct ctx_state *cs)
+{
+    return cs->word > 0 && atomic_load_explicit(&g_cslot, memory_order_relaxed) < 0;
+}
+
 /* Counts cs in flight until `until` (a live sequence whose count was expired
  * counts itself again). */
 static void seq_hold(struct ctx_state *cs, uint64_t until)
 {
     if (!cs->live && cs->word == 0)
         cs->word = take_word();
+    if (word_gone(cs)) {
+        cs->live = true;
+        return;
+    }
     _Atomic uint64_t *w = word_of(cs);
     if (w == NULL) {
         if (!cs->live) {
@@ -208,15 +219,15 @@ static void seq_hold(struct ctx_state *cs, uint64_t until)
 static void seq_drop(struct ctx_state *cs, bool keep_word)
 {
     _Atomic uint64_t *w = word_of(cs);
-    if (cs->live) {
+    if (cs->live && !word_gone(cs)) {
         if (w == NULL) {
             region_dec_floor(&g_region->compute[cs->idx].inflight, 1);
             region_dec_floor(&g_proc_inflight[cs->idx], 1);
         } else if (atomic_exchange_explicit(w, 0, memory_order_relaxed) != 0) {
             region_dec_floor(&g_region->compute[cs->idx].inflight, 1);
         }
-        cs->live = false;
     }
+    cs->live = false;
     if (!keep_word && cs->word > 0) {
         atomic_fetch_and(&g_words_taken, ~(1u << (cs->word - 1)));
         cs->word = 0;

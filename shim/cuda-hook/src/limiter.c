@@ -3,6 +3,7 @@
  * one-time slot claim and is never held across a driver call. */
 #include "limiter.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "glibc_baseline.h"
 #include "log.h"
 #include "region.h"
 
@@ -25,11 +27,21 @@ static uint32_t g_pid;
 static uint64_t g_start;
 static pthread_mutex_t g_claim_mu = PTHREAD_MUTEX_INITIALIZER;
 
+static bool file_id(const char *path, struct stat *st)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    bool ok = baseline_fstat(fd, st) == 0;
+    close(fd);
+    return ok;
+}
+
 /* Whether a and b name one file (both exist). */
 static bool same_file(const char *a, const char *b)
 {
     struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return file_id(a, &sa) && file_id(b, &sb) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 int limiter_open(const struct hook_config *cfg, char *err, size_t errlen)
