@@ -64,7 +64,14 @@ $(HOOK_BUILD)/libempty.so: $(HOOK_DIR)/bench/empty.c
 bench-hook: hook fakegpu $(HOOK_BUILD)/bench_hook $(HOOK_BUILD)/libempty.so
 	@LD_LIBRARY_PATH=$(LIB)/fakegpu $(HOOK_BUILD)/bench_hook $(HOOK_LIB) $(HOOK_BUILD)/libempty.so
 	@LD_LIBRARY_PATH=$(LIB)/fakegpu $(HOOK_BUILD)/bench_hook $(HOOK_LIB) $(HOOK_BUILD)/libempty.so shared
-	@TESSERA_LIB_DIR=$(LIB) TESSERA_BENCH=1 $(GO) test -count=1 -v -timeout 30m ./$(HOOK_DIR)/computetest/ | grep '^BENCH'
+	@# BENCH lines only; on a failure also the failing tests' output (the whole log stays in build/).
+	@log=$(HOOK_BUILD)/bench-computetest.log; \
+	if TESSERA_LIB_DIR=$(LIB) TESSERA_BENCH=1 $(GO) test -count=1 -v -timeout 30m ./$(HOOK_DIR)/computetest/ >$$log 2>&1; then \
+		grep '^BENCH' $$log; \
+	else \
+		grep '^BENCH' $$log || true; grep -E -A12 -- '^(--- FAIL|panic:)' $$log | tail -80; \
+		echo "bench-hook: computetest failed (whole log: $$log)"; exit 1; \
+	fi
 
 demo-hook: hook fakegpu $(HOOK_BUILD)/cudash
 	@$(GO) run ./$(HOOK_DIR)/demo -lib $(LIB) -cudash $(HOOK_BUILD)/cudash
