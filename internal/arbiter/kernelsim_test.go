@@ -1,8 +1,10 @@
 package arbiter
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
+	"strings"
 	"testing"
 	"time"
 )
@@ -404,7 +406,8 @@ type kernelResult struct {
 	billRatio       []float64
 }
 
-func runKernelCase(c kernelCase) kernelResult {
+// newKernelCase builds the simulation of a saturating case.
+func newKernelCase(c kernelCase) *kernelSim {
 	ts := shares(c.shares...)
 	var ks []func(int) time.Duration
 	for i := range ts {
@@ -425,6 +428,11 @@ func runKernelCase(c kernelCase) kernelResult {
 	if c.stalls {
 		m.stall = cpuStalls(len(ts), 3*time.Millisecond, 0.15, 1)
 	}
+	return m
+}
+
+func runKernelCase(c kernelCase) kernelResult {
+	m := newKernelCase(c)
 	var r kernelResult
 	r.err1s, r.err100ms, r.whole = kernelSimErrors(m, c.shares, 3)
 	var billed []time.Duration
@@ -465,9 +473,9 @@ func TestKernelGranularShares(t *testing.T) {
 // one completes, before the arbiter has seen the bill. Turns decided on the
 // billed virtual time alone let a 10 % tenant run two kernels a turn and
 // then wait 180 ms (100 ms windows of 0 and 20 %); counting what a holder
-// runs unbilled ends its turn while its kernel runs. The floor over 100 ms
-// windows is about one kernel of the smallest share's (10 pp with four
-// tenants of 10 ms kernels: a window holds one kernel more or less).
+// runs unbilled ends its turn while its kernel runs. What is left is the
+// order of one-kernel turns and the hand-over gaps between them, not the
+// size of a kernel: TestWindowFloorOfPeriodicSchedules.
 func TestLongKernelsOver100msWindows(t *testing.T) {
 	for _, c := range []struct {
 		shares []float64
@@ -557,4 +565,247 @@ func TestLongKernelBillsAreChargedWhole(t *testing.T) {
 			}
 		}
 	}
+}
+
+// slidingWindowErrors runs m for d, recording each tenant's device time per
+// ms, and returns the worst error (pp of the device time in the window)
+// over every 100 ms and every 1 s window starting at any ms — not only
+// where the share tests' consecutive windows happen to start — and the
+// device's busy fraction.
+func slidingWindowErrors(m *kernelSim, pcts []float64, d time.Duration) (err100ms, err1s, busy float64) {
+	n := len(pcts)
+	var cum [][]time.Duration // cumulative device time per tenant after each ms
+	zero := make([]time.Duration, n)
+	cum = append(cum, zero)
+	for k := 0; k < int(d/time.Millisecond); k++ {
+		got := m.runFor(time.Millisecond)
+		row := make([]time.Duration, n)
+		for i := range got {
+			row[i] = cum[len(cum)-1][i] + got[i]
+		}
+		cum = append(cum, row)
+	}
+	worst := func(w int) float64 {
+		e := 0.0
+		for a := 0; a+w < len(cum); a++ {
+			got := make([]time.Duration, n)
+			for i := range got {
+				got[i] = cum[a+w][i] - cum[a][i]
+			}
+			for i, p := range pctOf(got) {
+				e = math.Max(e, math.Abs(p-pcts[i]))
+			}
+		}
+		return e
+	}
+	var total time.Duration
+	for _, x := range cum[len(cum)-1] {
+		total += x
+	}
+	return worst(100), worst(1000), total.Seconds() / d.Seconds()
+}
+
+// The worst 100 ms window of every saturating case, as the policy stands,
+// over every window start and three start phases of the tenants (their
+// first launches 0–20 ms apart: the simulation is deterministic, and its
+// worst window depends on the phase). The bounds are what the policy
+// achieves (docs/hook.md, "Measured": the kernel simulation's table) plus
+// at most 1 pp: a change that makes a case worse fails here. Cases over
+// the 5 pp: 30/30/40 and 10/20/30/40 with 1 ms kernels (turns
+// ended on a lead of virtual time rotate with a period that is no divisor
+// of 100 ms, so a window holds one turn more of one tenant than of
+// another); 10 ms kernels with 25/75 (5 pp is the floor: 2.5 kernels a
+// window) and with 3–4 tenants (the order of one-kernel turns; floor
+// 2–4 pp, TestWindowFloorOfPeriodicSchedules); mixed kernels (a 10 %
+// tenant's 10 ms kernels come 112 ms apart on average: some window holds
+// none of them, 8.6 pp off at least).
+func TestKernelGranularSlidingWindows(t *testing.T) {
+	bounds := map[string]float64{ // worst 100 ms window, pp
+		"10/90 50us": 3, "10/90 1ms": 2, "10/90 10ms": 11, "10/90 mixed": 11,
+		"25/75 50us": 4, "25/75 1ms": 4, "25/75 10ms": 7.5, "25/75 mixed": 7,
+		"30/30/40 50us": 5.5, "30/30/40 1ms": 6.5, "30/30/40 10ms": 7.5, "30/30/40 mixed": 13,
+		"10/20/30/40 50us": 5.5, "10/20/30/40 1ms": 8, "10/20/30/40 10ms": 15.5, "10/20/30/40 mixed": 14,
+	}
+	for _, sh := range [][]float64{{10, 90}, {25, 75}, {30, 30, 40}, {10, 20, 30, 40}} {
+		name := strings.Trim(strings.ReplaceAll(fmt.Sprint(sh), " ", "/"), "[]")
+		for _, k := range []string{"50us", "1ms", "10ms", "mixed"} {
+			for _, hard := range []bool{false, true} {
+				var e100, e1, busy float64
+				for phase := int64(0); phase < 3; phase++ {
+					m := newKernelCase(kernelCase{shares: sh, kernel: k, hard: hard})
+					if phase > 0 {
+						r := rand.New(rand.NewSource(phase))
+						off := make([]time.Duration, len(sh))
+						for i := range off {
+							off[i] = time.Duration(r.Intn(20000)) * time.Microsecond
+						}
+						m.stall = func(i int, now time.Duration) bool { return now < off[i] }
+					}
+					m.runFor(time.Second)
+					a, b, c := slidingWindowErrors(m, sh, 5*time.Second)
+					e100, e1, busy = math.Max(e100, a), math.Max(e1, b), busy+c/3
+				}
+				t.Logf("%s %s hard=%v: worst 100 ms window %.2f pp, worst 1 s window %.2f pp, busy %.3f", name, k, hard, e100, e1, busy)
+				if b := bounds[name+" "+k]; e100 > b {
+					t.Errorf("%s %s hard=%v: worst 100 ms window %.2f pp off, want ≤ %.1f (what the policy achieved)", name, k, hard, e100, b)
+				}
+				if e1 > 2 {
+					t.Errorf("%s %s hard=%v: worst 1 s window %.2f pp off, want ≤ 2", name, k, hard, e1)
+				}
+			}
+		}
+	}
+}
+
+// The floor over 100 ms windows with kernels that cannot be cut, on a GPU
+// kept busy: the schedules that repeat every "round" of 10 ms kernels
+// (every order of them, brute force), judged over every window start. The
+// docs once said one kernel (10 pp) was the floor whatever the controller;
+// it is not:
+//   - with no idle time between turns, a schedule repeating every 100 ms
+//     puts exactly its round in every 100 ms window whatever the phase: 0 pp
+//     for 10/90, 30/30/40 and 10/20/30/40 (1, 3, 4 kernels a round), in
+//     whatever order. 25/75 needs 2.5 kernels a window: 5 pp whatever the
+//     schedule (windows that start at a kernel's start hold whole kernels);
+//   - each hand-over idles the GPU (about a tick here): the round then
+//     lasts longer than the window, which misses part of it. With 1 ms
+//     gaps: 10/90 1.84 pp, 25/75 6.91, 30/30/40 2.16 and 10/20/30/40
+//     3.75 pp when each tenant's kernels run in one turn (fewest
+//     hand-overs); the worst orders 7.8 and 10 pp;
+//   - 1 s windows then hold 9.6 rounds, and the grouped turns put them
+//     2.2–2.5 pp off; keeping 1 s windows within 2 pp, 10/20/30/40 cannot do
+//     better than 4.74 pp over 100 ms (1 ms gaps; 1.84 with 0.5 ms).
+func TestWindowFloorOfPeriodicSchedules(t *testing.T) {
+	type floor struct{ best, grouped, worst float64 }
+	search := func(counts []int, pcts []float64, gap, w int) floor {
+		f := floor{best: math.Inf(1), grouped: math.Inf(1)}
+		orders(counts, func(o []int) {
+			e := periodicWindowError(o, 100, gap, w, pcts)
+			f.best, f.worst = math.Min(f.best, e), math.Max(f.worst, e)
+			if groupedTurns(o) {
+				f.grouped = math.Min(f.grouped, e)
+			}
+		})
+		return f
+	}
+	near := func(got, want float64) bool { return math.Abs(got-want) < 0.01 }
+	for _, c := range []struct {
+		pcts          []float64
+		counts        []int
+		noGap, gap1ms float64 // best over 100 ms windows (units of 100 µs: gaps 0 and 10)
+		grouped1ms    float64
+	}{
+		{[]float64{10, 90}, []int{1, 9}, 0, 1.84, 1.84},
+		{[]float64{25, 75}, []int{1, 3}, 5, 6.91, 6.91},
+		{[]float64{25, 75}, []int{2, 6}, 5, 6.91, 13.78},
+		{[]float64{30, 30, 40}, []int{3, 3, 4}, 0, 2.16, 2.16},
+		{[]float64{10, 20, 30, 40}, []int{1, 2, 3, 4}, 0, 3.75, 3.75},
+	} {
+		f0 := search(c.counts, c.pcts, 0, 1000)
+		f1 := search(c.counts, c.pcts, 10, 1000)
+		t.Logf("%v, %v kernels a round: no gaps %.2f…%.2f pp; 1 ms gaps best %.2f, grouped %.2f, worst order %.2f pp",
+			c.pcts, c.counts, f0.best, f0.worst, f1.best, f1.grouped, f1.worst)
+		if !near(f0.best, c.noGap) || !near(f1.best, c.gap1ms) || !near(f1.grouped, c.grouped1ms) {
+			t.Errorf("%v %v: floors %.2f (no gaps), %.2f and grouped %.2f (1 ms gaps), want %.2f, %.2f, %.2f",
+				c.pcts, c.counts, f0.best, f1.best, f1.grouped, c.noGap, c.gap1ms, c.grouped1ms)
+		}
+		if c.noGap == 0 && f0.worst > 0.01 {
+			t.Errorf("%v: a round of %v repeating every 100 ms is %.2f pp off in some order, want 0 in every order", c.pcts, c.counts, f0.worst)
+		}
+	}
+	// 1 s windows within 2 pp as well: 10/20/30/40 with 1 ms gaps.
+	best := math.Inf(1)
+	orders([]int{1, 2, 3, 4}, func(o []int) {
+		pcts := []float64{10, 20, 30, 40}
+		if periodicWindowError(o, 100, 10, 10000, pcts) <= 2 {
+			best = math.Min(best, periodicWindowError(o, 100, 10, 1000, pcts))
+		}
+	})
+	if !near(best, 4.74) {
+		t.Errorf("10/20/30/40, 1 ms gaps, 1 s windows within 2 pp: best 100 ms window %.2f pp, want 4.74", best)
+	}
+}
+
+// periodicWindowError is the worst error (pp of device time) over windows
+// of w units (100 µs) at every start, of the schedule that repeats order
+// for ever: kernels of kernel units, and gap idle units wherever the turn
+// passes to another tenant.
+func periodicWindowError(order []int, kernel, gap, w int, pcts []float64) float64 {
+	var round []int // tenant per unit, -1 idle
+	for i, x := range order {
+		for k := 0; k < kernel; k++ {
+			round = append(round, x)
+		}
+		if order[(i+1)%len(order)] != x {
+			for k := 0; k < gap; k++ {
+				round = append(round, -1)
+			}
+		}
+	}
+	n := len(pcts)
+	p := len(round)
+	cum := make([][]int, n+1) // per tenant, and busy in all
+	for i := range cum {
+		cum[i] = make([]int, p+w+1)
+	}
+	for u := 0; u < p+w; u++ {
+		for i := range cum {
+			cum[i][u+1] = cum[i][u]
+		}
+		if x := round[u%p]; x >= 0 {
+			cum[x][u+1]++
+			cum[n][u+1]++
+		}
+	}
+	worst := 0.0
+	for a := 0; a < p; a++ {
+		busy := float64(cum[n][a+w] - cum[n][a])
+		for i := 0; i < n; i++ {
+			worst = math.Max(worst, math.Abs(100*float64(cum[i][a+w]-cum[i][a])/busy-pcts[i]))
+		}
+	}
+	return worst
+}
+
+// orders calls f with every distinct order of counts[i] kernels of tenant
+// i that starts with tenant 0 (a round's rotations are the same schedule).
+func orders(counts []int, f func([]int)) {
+	left := append([]int(nil), counts...)
+	total := 0
+	for _, c := range left {
+		total += c
+	}
+	cur := []int{0}
+	left[0]--
+	var rec func()
+	rec = func() {
+		if len(cur) == total {
+			f(cur)
+			return
+		}
+		for x := range left {
+			if left[x] > 0 {
+				left[x]--
+				cur = append(cur, x)
+				rec()
+				cur = cur[:len(cur)-1]
+				left[x]++
+			}
+		}
+	}
+	rec()
+}
+
+// groupedTurns: each tenant's kernels of the round run in one turn.
+func groupedTurns(o []int) bool {
+	done := map[int]bool{}
+	for i, x := range o {
+		if i > 0 && o[i-1] != x {
+			if done[x] {
+				return false
+			}
+			done[o[i-1]] = true
+		}
+	}
+	return true
 }
