@@ -22,6 +22,12 @@ type Arbiter struct {
 	Policy   Policy
 	// Tick is how often the regions are read and grants written.
 	Tick time.Duration
+	// HandOverPoll is how soon the real-time loop steps again while a
+	// hand-over waits for the previous holder's work to drain (0: Tick/10).
+	// The GPU idles from that work's end until a step sees it ended and
+	// gives the next holder its go: at every tick, about half a tick per
+	// hand-over on average, and there are 40-100 hand-overs a second.
+	HandOverPoll time.Duration
 	// Rescan is how often the state directory is listed for new and removed
 	// allocations (the files of known ones stay mapped between).
 	Rescan time.Duration
@@ -160,9 +166,11 @@ func (a *Arbiter) stats() *Stats {
 	return &a.own
 }
 
-// Step runs one control step at now (mono on CLOCK_MONOTONIC). Between
-// rescans it allocates nothing once the tenants are known.
-func (a *Arbiter) Step(now time.Time, mono uint64) {
+// Step runs one control step at now (mono on CLOCK_MONOTONIC) and reports
+// whether a hand-over on some GPU waits for the previous holder's work to
+// drain (then the loop steps again after HandOverPoll). Between rescans it
+// allocates nothing once the tenants are known.
+func (a *Arbiter) Step(now time.Time, mono uint64) (handingOver bool) {
 	a.stats().observe(mono)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -201,7 +209,9 @@ func (a *Arbiter) Step(now time.Time, mono uint64) {
 			continue
 		}
 		a.stepGPU(now, mono, g)
+		handingOver = handingOver || g.sched.HandingOver()
 	}
+	return handingOver
 }
 
 // read loads f's devices and measurements; false: the file went bad and was

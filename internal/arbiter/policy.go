@@ -112,6 +112,9 @@ type Scheduler struct {
 	last     time.Time
 	// Decaying sums of measured GPU time and wall time (overlapFactor).
 	winMeasured, winWall float64
+	// handingOver: the last step held the holder back while the previous
+	// one's work drains (HandingOver).
+	handingOver bool
 	// Scratch kept between steps: a step in steady state allocates nothing.
 	present map[string]bool
 	cands   []*Tenant
@@ -217,6 +220,7 @@ func (s *Scheduler) Step(now time.Time, mono uint64, ts []Tenant) []Verdict {
 		}
 	}
 	draining := s.draining(now, ts)
+	s.handingOver = draining
 	until := s.turnLeft(now, ts)
 	out := s.out[:0]
 	for i := range ts {
@@ -317,6 +321,12 @@ func (s *Scheduler) draining(now time.Time, ts []Tenant) bool {
 	}
 	return false
 }
+
+// HandingOver reports whether the last Step held the new holder back while
+// the previous holder's work drains. Until the next step sees it drained the
+// GPU idles, so the loop steps again sooner than a tick then
+// (Arbiter.HandOverPoll).
+func (s *Scheduler) HandingOver() bool { return s.handingOver }
 
 // IdleLong reports whether tenant key has been idle for longer than it
 // keeps its credit (unknown tenants: true).

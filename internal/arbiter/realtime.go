@@ -47,7 +47,10 @@ func (a *Arbiter) runRealtime(ctx context.Context) {
 	if !a.Raised { // else scheduled as all the process's threads are
 		a.raise()
 	}
-	tick := uint64(a.Tick)
+	tick, poll := uint64(a.Tick), uint64(a.HandOverPoll)
+	if poll == 0 || poll > tick {
+		poll = tick / 10
+	}
 	next := Monotonic() + tick
 	for ctx.Err() == nil {
 		if err := a.sleepUntil(next); err != nil {
@@ -56,8 +59,14 @@ func (a *Arbiter) runRealtime(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		handingOver := false
 		if a.Active == nil || a.Active() {
-			a.Step(time.Now(), Monotonic())
+			handingOver = a.Step(time.Now(), Monotonic())
+		}
+		if handingOver {
+			// The GPU idles until a step sees the old holder's work done.
+			next = Monotonic() + poll
+			continue
 		}
 		// A late wake-up skips the ticks it missed (Step accounts for the
 		// real time elapsed) rather than running them back to back.

@@ -77,7 +77,7 @@ func RunChild(ctx context.Context, args []string) error {
 	go watchParent(ctx, cancel, cfg.ParentPID, func(ppid int) {
 		log.Warn("arbiter process: the supervisor is gone; exiting", "supervisor", cfg.ParentPID, "parent", ppid)
 	}, st.GC())
-	a := &arbiter.Arbiter{StateDir: cfg.StateDir, Policy: cfg.Policy, Tick: cfg.Tick, Rescan: cfg.Rescan,
+	a := &arbiter.Arbiter{StateDir: cfg.StateDir, Policy: cfg.Policy, Tick: cfg.Tick, HandOverPoll: cfg.HandOverPoll, Rescan: cfg.Rescan,
 		RealtimePriority: cfg.RealtimePriority, Raised: true, Log: log, Stats: st.Stats()}
 	log.Info("arbiter process running", "stateDir", cfg.StateDir, "tick", cfg.Tick, "supervisor", cfg.ParentPID,
 		"memoryLimit", cfg.MemoryLimit)

@@ -23,8 +23,10 @@ const Subcommand = "arbiter"
 type Config struct {
 	StateDir string
 	Tick     time.Duration
-	Rescan   time.Duration
-	Policy   arbiter.Policy
+	// HandOverPoll: how soon the loop steps again while a hand-over drains.
+	HandOverPoll time.Duration
+	Rescan       time.Duration
+	Policy       arbiter.Policy
 	// RealtimePriority: SCHED_FIFO priority of every thread (1..99); 0 none.
 	RealtimePriority int
 	// MemoryLimit is the Go memory limit in bytes (the collector is off
@@ -42,6 +44,7 @@ func (c Config) Args() []string {
 	return []string{
 		"--state-dir=" + c.StateDir,
 		"--tick=" + c.Tick.String(),
+		"--hand-over-poll=" + c.HandOverPoll.String(),
 		"--rescan=" + c.Rescan.String(),
 		"--quantum=" + c.Policy.Quantum.String(),
 		"--idle-after=" + c.Policy.IdleAfter.String(),
@@ -64,6 +67,7 @@ func Parse(args []string) (Config, error) {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.StateDir, "state-dir", "", "state directory")
 	fs.DurationVar(&c.Tick, "tick", 0, "how often grants are written")
+	fs.DurationVar(&c.HandOverPoll, "hand-over-poll", 0, "how soon to step again while a hand-over drains")
 	fs.DurationVar(&c.Rescan, "rescan", 0, "how often the state directory is listed")
 	fs.DurationVar(&c.Policy.Quantum, "quantum", 0, "longest turn")
 	fs.DurationVar(&c.Policy.IdleAfter, "idle-after", 0, "idle after no demand for this long")
@@ -99,6 +103,9 @@ func (c Config) Validate() error {
 		}
 	}
 	positive("tick", c.Tick)
+	if c.HandOverPoll <= 0 || c.HandOverPoll > c.Tick {
+		bad("hand-over-poll", "%s outside (0, tick %s]", c.HandOverPoll, c.Tick)
+	}
 	positive("rescan", c.Rescan)
 	positive("quantum", c.Policy.Quantum)
 	positive("idle-after", c.Policy.IdleAfter)

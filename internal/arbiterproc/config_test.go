@@ -10,7 +10,7 @@ import (
 )
 
 func validConfig() Config {
-	return Config{StateDir: "/var/lib/tessera", Tick: time.Millisecond, Rescan: 200 * time.Millisecond,
+	return Config{StateDir: "/var/lib/tessera", Tick: time.Millisecond, HandOverPoll: 100 * time.Microsecond, Rescan: 200 * time.Millisecond,
 		Policy: arbiter.Policy{Quantum: 10 * time.Millisecond, IdleAfter: 5 * time.Millisecond, PriorityHold: 100 * time.Millisecond,
 			PriorityFloor: 0.05, TurnGrace: 2 * time.Millisecond},
 		RealtimePriority: 5, MemoryLimit: 32 << 20, ParentPID: 4242, LogLevel: "info", LogFormat: "json"}
@@ -32,7 +32,7 @@ func TestBadValuesAreNamed(t *testing.T) {
 	c.StateDir, c.Tick, c.Policy.Quantum, c.Policy.PriorityFloor = "", 0, -time.Millisecond, 1.5
 	c.RealtimePriority, c.MemoryLimit, c.ParentPID, c.LogFormat, c.LogLevel = 100, 1000, 1, "xml", "loud"
 	_, err := Parse(c.Args())
-	for _, flag := range []string{"--state-dir", "--tick", "--quantum", "--priority-floor", "--realtime-priority",
+	for _, flag := range []string{"--state-dir", "--tick", "--hand-over-poll", "--quantum", "--priority-floor", "--realtime-priority",
 		"--memory-limit", "--parent-pid", "--log-format", "--log-level"} {
 		if err == nil || !strings.Contains(err.Error(), flag+":") {
 			t.Errorf("Parse: %v, want %s named", err, flag)

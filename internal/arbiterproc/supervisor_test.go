@@ -51,7 +51,7 @@ func testParent(stateDir string) {
 }
 
 func testConfig(stateDir string, prio int) Config {
-	return Config{StateDir: stateDir, Tick: time.Millisecond, Rescan: 20 * time.Millisecond,
+	return Config{StateDir: stateDir, Tick: time.Millisecond, HandOverPoll: 100 * time.Microsecond, Rescan: 20 * time.Millisecond,
 		Policy:           arbiter.Policy{Quantum: 10 * time.Millisecond, IdleAfter: 5 * time.Millisecond, PriorityHold: 100 * time.Millisecond, TurnGrace: 2 * time.Millisecond},
 		RealtimePriority: prio, MemoryLimit: 32 << 20, LogLevel: "info", LogFormat: "json"}
 }

@@ -122,6 +122,11 @@ type ArbiterConfig struct {
 	// Tick is how often tenants' measured time and demand are read and
 	// grants written.
 	Tick Duration `json:"tick"`
+	// HandOverPoll is how soon the loop steps again while a turn waits for
+	// the previous holder's work to drain (0 < handOverPoll <= tick). The
+	// GPU idles from the end of that work until a step sees it: at ticks
+	// only, about half a tick per hand-over (40-100 a second).
+	HandOverPoll Duration `json:"handOverPoll"`
 	// Quantum is how long a tenant holds a GPU before the next in line.
 	Quantum Duration `json:"quantum"`
 	// IdleAfter: a tenant that neither launched nor waited to launch for
@@ -220,7 +225,8 @@ func DefaultMonitor() *MonitorConfig {
 		Balloon: BalloonConfig{Interval: Duration{200 * time.Millisecond}, Window: Duration{30 * time.Minute},
 			Settle: Duration{10 * time.Minute}, MarginPercent: 10, MinFloorMiB: 1024, WaitMS: 3000},
 		Containerd: ContainerdConfig{Socket: "/run/containerd/containerd.sock", Namespace: "k8s.io"},
-		Arbiter: ArbiterConfig{Enabled: true, Tick: Duration{time.Millisecond}, Quantum: Duration{10 * time.Millisecond},
+		Arbiter: ArbiterConfig{Enabled: true, Tick: Duration{time.Millisecond}, HandOverPoll: Duration{100 * time.Microsecond},
+			Quantum:   Duration{10 * time.Millisecond},
 			IdleAfter: Duration{5 * time.Millisecond}, PriorityHold: Duration{100 * time.Millisecond},
 			RealtimePriority: DefaultArbiterRealtimePriority, TurnGrace: Duration{2 * time.Millisecond},
 			Process: true, MemoryLimitMiB: 32},
@@ -269,6 +275,9 @@ func (c *MonitorConfig) Validate() error {
 	atLeast("enforcement.interval", c.Enforcement.Interval.Duration, 10*time.Millisecond)
 	atLeast("arbiter.tick", c.Arbiter.Tick.Duration, 100*time.Microsecond)
 	atLeast("arbiter.quantum", c.Arbiter.Quantum.Duration, c.Arbiter.Tick.Duration)
+	if p := c.Arbiter.HandOverPoll.Duration; p <= 0 || p > c.Arbiter.Tick.Duration {
+		bad("arbiter.handOverPoll", "%s outside (0, tick %s]", p, c.Arbiter.Tick.Duration)
+	}
 	atLeast("arbiter.idleAfter", c.Arbiter.IdleAfter.Duration, c.Arbiter.Tick.Duration)
 	if c.Arbiter.PriorityHold.Duration < 0 {
 		bad("arbiter.priorityHold", "negative %s", c.Arbiter.PriorityHold.Duration)

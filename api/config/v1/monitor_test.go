@@ -40,9 +40,10 @@ func TestMonitorConfigErrorsNameTheField(t *testing.T) {
 	c.Arbiter.RealtimePriority = 100
 	c.Arbiter.TurnGrace = Duration{-time.Millisecond}
 	c.Arbiter.MemoryLimitMiB = 4
+	c.Arbiter.HandOverPoll = Duration{2 * time.Millisecond} // longer than the tick
 	err := c.Validate()
 	for _, field := range []string{"nodeName", "stateDir", "enforcement.policy", "enforcement.toleranceMiB", "reapInterval",
-		"arbiter.realtimePriority", "arbiter.turnGrace", "arbiter.memoryLimitMiB"} {
+		"arbiter.realtimePriority", "arbiter.turnGrace", "arbiter.memoryLimitMiB", "arbiter.handOverPoll"} {
 		if err == nil || !strings.Contains(err.Error(), field+":") {
 			t.Errorf("Validate: %v, want %s named", err, field)
 		}

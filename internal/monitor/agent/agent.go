@@ -94,11 +94,13 @@ func New(cfg *configv1.MonitorConfig, log *slog.Logger, source identity.Source, 
 			TurnGrace: ac.TurnGrace.Duration}
 		if ac.Process {
 			a.ArbiterProcess = &arbiterproc.Supervisor{Log: log, Config: arbiterproc.Config{
-				StateDir: cfg.StateDir, Tick: ac.Tick.Duration, Rescan: arbiterRescan, Policy: policy,
+				StateDir: cfg.StateDir, Tick: ac.Tick.Duration, HandOverPoll: ac.HandOverPoll.Duration,
+				Rescan: arbiterRescan, Policy: policy,
 				RealtimePriority: ac.RealtimePriority, MemoryLimit: int64(ac.MemoryLimitMiB) << 20,
 				LogLevel: cfg.Log.Level, LogFormat: cfg.Log.Format}}
 		} else {
-			a.Arbiter = &arbiter.Arbiter{StateDir: cfg.StateDir, Tick: ac.Tick.Duration, Rescan: arbiterRescan, Log: log,
+			a.Arbiter = &arbiter.Arbiter{StateDir: cfg.StateDir, Tick: ac.Tick.Duration, HandOverPoll: ac.HandOverPoll.Duration,
+				Rescan: arbiterRescan, Log: log,
 				RealtimePriority: ac.RealtimePriority, Policy: policy}
 		}
 	}

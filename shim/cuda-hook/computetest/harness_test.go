@@ -81,6 +81,20 @@ type node struct {
 	tenants  []int    // pids of the tenants started
 }
 
+// handOverPoll is the arbiter process's HandOverPoll: the monitor's default
+// (api/config/v1), or TESSERA_BENCH_HANDOVER_POLL (a duration; equal to the
+// tick, 1ms, to step at ticks only) to compare.
+func (n *node) handOverPoll() time.Duration {
+	if v := os.Getenv("TESSERA_BENCH_HANDOVER_POLL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			n.t.Fatalf("TESSERA_BENCH_HANDOVER_POLL: %v", err)
+		}
+		return d
+	}
+	return configv1.DefaultMonitor().Arbiter.HandOverPoll.Duration
+}
+
 // defaultPolicy is the monitor's default (api/config/v1).
 func defaultPolicy() arbiter.Policy {
 	return arbiter.Policy{Quantum: 10 * time.Millisecond, IdleAfter: 5 * time.Millisecond, PriorityHold: 100 * time.Millisecond,
@@ -150,7 +164,7 @@ func (n *node) startArbiterProcess(p arbiter.Policy, rt int) {
 	}
 	n.sup = &arbiterproc.Supervisor{Exe: monitor, Stderr: logFile, MinBackoff: 20 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(logFile, nil)),
-		Config: arbiterproc.Config{StateDir: n.stateDir, Tick: time.Millisecond, Rescan: 50 * time.Millisecond, Policy: p,
+		Config: arbiterproc.Config{StateDir: n.stateDir, Tick: time.Millisecond, HandOverPoll: n.handOverPoll(), Rescan: 50 * time.Millisecond, Policy: p,
 			RealtimePriority: rt, MemoryLimit: 32 << 20, LogLevel: "info", LogFormat: "json"}}
 	if err := n.sup.Prepare(); err != nil {
 		n.t.Fatal(err)
