@@ -210,6 +210,10 @@ func TestParkedThreadBesideIdleThreadsExpires(t *testing.T) {
 		time.Sleep(500 * time.Microsecond)
 	}
 	p.wait(t)
+	// Its exit gave the core slot back and took back what its words held.
+	if in, procs := r.Compute(0).Inflight, r.Usage().Procs; in != 0 || len(procs) != 0 {
+		t.Errorf("after the tenant exited: inflight %d, core slots %+v; want 0 and none", in, procs)
+	}
 	t.Logf("inflight 0 in %d of %d samples (at most %d)", idle, samples, most)
 	// ~95 % when the parked count expires; a loaded host stretches the main
 	// thread's bursts, never to most of the time.
