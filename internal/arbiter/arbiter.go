@@ -246,7 +246,7 @@ func (a *Arbiter) stepGPU(now time.Time, mono uint64, g *gpuStep) {
 		t := &g.tenants[i]
 		if t.Inflight > 0 && s.IdleLong(t.Key, now) {
 			f, dev, seen := a.files[t.Key], g.dev[i], t.Inflight
-			_ = region.Guard(f.entry.Dir, func() { f.region.ClearInflight(dev, seen) }) // unreadable: dropped at the next step
+			_ = region.Guard(f.entry.Dir, func() { f.region.ClearInflight(dev, seen, mono) }) // unreadable: dropped at the next step
 		}
 	}
 }

@@ -33,17 +33,59 @@ func (r *Region) Compute(i int) Compute {
 	}
 }
 
-// ClearInflight sets device i's in-flight count from seen to 0, unless it
-// changed meanwhile (a hook started or ended a launch sequence: then the
-// count is live and nothing is cleared). For the arbiter, on a container idle
-// for long: a count left there is what processes killed with work in flight
-// left behind, and it would both hold hand-overs and divide the container's
-// billing among sequences that no longer exist. Reports whether it cleared.
-func (r *Region) ClearInflight(i int, seen uint64) bool {
+// ClearInflight sets device i's in-flight count from seen to what the
+// launch-sequence words of the region's slots still hold for it (tessera_abi.h,
+// "Launch sequences"), unless it changed meanwhile (a hook started or ended a
+// launch sequence: then the count is live and nothing is cleared). For the
+// arbiter, on a container idle for long: a count left there without a word is
+// what processes killed with work in flight left behind, and it would both
+// hold hand-overs and divide the container's billing among sequences that no
+// longer exist. Words whose time has passed by now (CLOCK_MONOTONIC ns) are
+// expired first, as the hooks' sweep does (an idle container sweeps nothing);
+// one whose time has not passed keeps its count: its expiry takes that count
+// back later, and had it been cleared here, would take a live sequence's
+// instead. Reports whether it took anything back.
+func (r *Region) ClearInflight(i int, seen, now uint64) bool {
 	if i < 0 || i >= MaxDevices || seen == 0 {
 		return false
 	}
-	return atomic.CompareAndSwapUint64(&r.raw.Compute[i].Inflight, seen, 0)
+	expired, held := r.expireSeqs(i, now)
+	if expired >= seen {
+		return expired > 0
+	}
+	if want := seen - expired; want > held {
+		return atomic.CompareAndSwapUint64(&r.raw.Compute[i].Inflight, want, held) || expired > 0
+	}
+	return expired > 0
+}
+
+// expireSeqs expires device dev's launch-sequence words whose time is at or
+// before now, taking their counts back (tessera_abi.h, "Launch sequences"),
+// and counts those whose time has not passed. Free slots are looked at too: a
+// word written as its process gave its slot back still holds a count.
+func (r *Region) expireSeqs(dev int, now uint64) (expired, held uint64) {
+	n := min(atomic.LoadUint32(&r.raw.SlotHWM), MaxProcs)
+	for s := range r.raw.Slots[:n] {
+		for k := range r.raw.Slots[s].SeqUntil {
+			w := &r.raw.Slots[s].SeqUntil[k]
+			for { // again when its owner refreshed it under us
+				v := atomic.LoadUint64(w)
+				if v == 0 || int(v&SeqDevMask) != dev {
+					break
+				}
+				if v&^SeqDevMask > now {
+					held++
+					break
+				}
+				if atomic.CompareAndSwapUint64(w, v, 0) {
+					decFloor(&r.raw.Compute[dev].Inflight)
+					expired++
+					break
+				}
+			}
+		}
+	}
+	return expired, held
 }
 
 // Grant is what the arbiter lets a container use on one device now.

@@ -92,13 +92,13 @@ func TestGrantsSchedulingAndComputeWordsInPlace(t *testing.T) {
 	// A left-over in-flight count is cleared only if it is still what the
 	// arbiter saw (a hook that changed it meanwhile is live).
 	atomic.StoreUint64(&r.raw.Compute[1].Inflight, 3)
-	if r.ClearInflight(1, 2) || r.Compute(1).Inflight != 3 {
+	if r.ClearInflight(1, 2, 0) || r.Compute(1).Inflight != 3 {
 		t.Errorf("cleared a count that changed since it was seen: %d", r.Compute(1).Inflight)
 	}
-	if !r.ClearInflight(1, 3) || r.Compute(1).Inflight != 0 {
+	if !r.ClearInflight(1, 3, 0) || r.Compute(1).Inflight != 0 {
 		t.Errorf("did not clear the count seen: %d", r.Compute(1).Inflight)
 	}
-	if r.ClearInflight(MaxDevices, 1) {
+	if r.ClearInflight(MaxDevices, 1, 0) {
 		t.Error("cleared out of range")
 	}
 	if p, err := ParsePolicy("hard"); err != nil || p != PolicyHard || PolicyName(p) != "hard" {
@@ -106,5 +106,46 @@ func TestGrantsSchedulingAndComputeWordsInPlace(t *testing.T) {
 	}
 	if _, err := ParsePolicy("soft"); err == nil {
 		t.Error("policy soft accepted")
+	}
+}
+
+// TestClearInflightLeavesWordsCounts: the arbiter's clear on a container idle
+// for long expires the launch-sequence words whose time has passed and leaves
+// the counts of those whose time has not: when it zeroed those too, their
+// later expiry (a hook's sweep) took the count of a sequence that started
+// meanwhile, and the container looked drained with work in flight.
+func TestClearInflightLeavesWordsCounts(t *testing.T) {
+	r, _ := newRegion(t)
+	const now = 1 << 20
+	atomic.StoreUint32(&r.raw.SlotHWM, 3)
+	atomic.StoreUint64(&r.raw.Compute[1].Inflight, 4) // 2 words' + 2 left by killed processes
+	atomic.StoreUint64(&r.raw.Compute[4].Inflight, 1)
+	atomic.StoreUint64(&r.raw.Slots[0].SeqUntil[2], 0x100|1)    // passed
+	atomic.StoreUint64(&r.raw.Slots[2].SeqUntil[0], (now<<1)|1) // not yet
+	atomic.StoreUint64(&r.raw.Slots[2].SeqUntil[1], 0x100|4)    // another device's
+	if !r.ClearInflight(1, 4, now) {
+		t.Fatal("cleared nothing")
+	}
+	if got := r.Compute(1).Inflight; got != 1 {
+		t.Fatalf("in flight %d after the clear, want 1 (the word not yet expired)", got)
+	}
+	if atomic.LoadUint64(&r.raw.Slots[0].SeqUntil[2]) != 0 || atomic.LoadUint64(&r.raw.Slots[2].SeqUntil[0]) == 0 {
+		t.Fatal("the passed word was not expired, or the other was")
+	}
+	if r.Compute(4).Inflight != 1 || atomic.LoadUint64(&r.raw.Slots[2].SeqUntil[1]) == 0 {
+		t.Fatal("another device's word or count was touched")
+	}
+	// A sequence starts; then the remaining word's time passes and a hook's
+	// sweep expires it: the new sequence stays counted.
+	atomic.AddUint64(&r.raw.Compute[1].Inflight, 1)
+	if expired, _ := r.expireSeqs(1, now<<2); expired != 1 {
+		t.Fatalf("expired %d, want 1", expired)
+	}
+	if got := r.Compute(1).Inflight; got != 1 {
+		t.Errorf("in flight %d with one live sequence, want 1", got)
+	}
+	// Changed since seen: nothing but passed words is taken.
+	if r.ClearInflight(1, 7, now<<2) || r.Compute(1).Inflight != 1 {
+		t.Errorf("cleared a count that changed since it was seen: %d", r.Compute(1).Inflight)
 	}
 }

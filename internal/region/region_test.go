@@ -176,6 +176,41 @@ func TestUsageAndReap(t *testing.T) {
 	}
 }
 
+// TestReapExpiresLaunchSequenceWords: a dead process's seq_until words each
+// hold one count of its device's in-flight launch sequences (tessera_abi.h,
+// "Launch sequences"); reaping its slot takes those counts back, whatever
+// the words' times, and never below 0.
+func TestReapExpiresLaunchSequenceWords(t *testing.T) {
+	r, _ := newRegion(t)
+	charge(r, 0, 100, 7, 0, 1<<20)
+	charge(r, 1, 200, 9, 0, 1<<20)
+	atomic.StoreUint64(&r.raw.Compute[2].Inflight, 3)
+	atomic.StoreUint64(&r.raw.Compute[5].Inflight, 0) // taken back already by someone
+	s := &r.raw.Slots[1]
+	atomic.StoreUint64(&s.SeqUntil[0], ^uint64(SeqDevMask)|2) // far ahead: still expired
+	atomic.StoreUint64(&s.SeqUntil[3], 0x100|2)
+	atomic.StoreUint64(&s.SeqUntil[5], 0x100|5)
+	// The live process's word is not touched.
+	atomic.StoreUint64(&r.raw.Slots[0].SeqUntil[1], 0x100|2)
+	if procs, _ := r.Reap(func(pid uint32, _ uint64) bool { return pid != 200 }); procs != 1 {
+		t.Fatalf("reaped %d, want 1", procs)
+	}
+	if got := atomic.LoadUint64(&r.raw.Compute[2].Inflight); got != 1 {
+		t.Errorf("device 2 in flight %d after reaping two of its words from 3, want 1", got)
+	}
+	if got := atomic.LoadUint64(&r.raw.Compute[5].Inflight); got != 0 {
+		t.Errorf("device 5 in flight %d, want 0 (floored)", got)
+	}
+	for k, v := range s.SeqUntil {
+		if v != 0 {
+			t.Errorf("reaped slot's word %d is %#x, want 0", k, v)
+		}
+	}
+	if atomic.LoadUint64(&r.raw.Slots[0].SeqUntil[1]) == 0 {
+		t.Error("a live process's word was cleared")
+	}
+}
+
 func TestRegionSizeIsStable(t *testing.T) {
 	if unsafe.Sizeof(rawRegion{}) != 197152+2*16*64 || unsafe.Sizeof(rawLimits{}) != 2656 {
 		t.Fatalf("layout changed (region %d, limits %d): bump ABIVersion and update the header",

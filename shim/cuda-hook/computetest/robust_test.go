@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tessera-gpu/tessera/internal/region"
 )
 
 // A tenant killed, stopped or done while its neighbour competes: the
@@ -172,4 +174,50 @@ func TestHardTenantWithAParkedThreadIsNotStarved(t *testing.T) {
 		t.Errorf("a hard 10%% tenant using 5%% with a parked thread launched %d kernels in 3 s, want ~1500: starved in pace", launches)
 	}
 	t.Logf("%d launches in 3 s", launches)
+}
+
+// TestParkedThreadBesideIdleThreadsExpires: a process whose first six launch
+// sequences (a thread pool's threads that each served one request) launched,
+// synchronised and now wait, then has a thread that launched once and waits
+// on the host for good (PyTorch's autograd thread). Its count in flight must
+// still expire (tessera_abi.h, "Launch sequences"): the idle sequences hold
+// no work, so they must not hold the process's six seq_until words either.
+// When they kept their words the parked thread got none and was counted in
+// flight for good: inflight never went below 1 while the main thread idled
+// between its bursts.
+func TestParkedThreadBesideIdleThreadsExpires(t *testing.T) {
+	n := newNode(t)
+	n.startArbiter(defaultPolicy())
+	c := n.container("idlers", 50, false, 2)
+	// The main thread launches 200 us every 4 ms and synchronises: it is in
+	// flight ~5 % of the time and sweeps expired words at each burst.
+	p := n.start(c, "kernel", "200", "2", "burst=200/4", "idlers=6", "parked=1")
+	r, err := region.OpenRegion(c.entry.CoreRegion())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// The parked thread's unmeasured burst is counted for ~52 ms.
+	time.Sleep(300 * time.Millisecond)
+	var samples, idle int
+	var most uint64
+	for end := time.Now().Add(time.Second); time.Now().Before(end); samples++ {
+		in := r.Compute(0).Inflight
+		if in == 0 {
+			idle++
+		}
+		most = max(most, in)
+		time.Sleep(500 * time.Microsecond)
+	}
+	p.wait(t)
+	// Its exit gave the core slot back and took back what its words held.
+	if in, procs := r.Compute(0).Inflight, r.Usage().Procs; in != 0 || len(procs) != 0 {
+		t.Errorf("after the tenant exited: inflight %d, core slots %+v; want 0 and none", in, procs)
+	}
+	t.Logf("inflight 0 in %d of %d samples (at most %d)", idle, samples, most)
+	// ~95 % when the parked count expires; a loaded host stretches the main
+	// thread's bursts, never to most of the time.
+	if idle*4 < samples {
+		t.Errorf("inflight was 0 in %d of %d samples over 1 s, want ≥ 25 %%: the parked thread's count never expired", idle, samples)
+	}
 }

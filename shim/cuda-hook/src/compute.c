@@ -215,8 +215,11 @@ static void seq_hold(struct ctx_state *cs, uint64_t until)
     cs->live = true;
 }
 
-/* Stops counting cs in flight; gives its word back when `keep_word` is false. */
-static void seq_drop(struct ctx_state *cs, bool keep_word)
+/* Stops counting cs in flight and gives its word back: a sequence with
+ * nothing in flight needs none, and one kept by an idle sequence (a pool's
+ * thread that served one request) would leave a later sequence of the
+ * process without a word, counted for good if its thread then waits. */
+static void seq_drop(struct ctx_state *cs)
 {
     _Atomic uint64_t *w = word_of(cs);
     if (cs->live && !word_gone(cs)) {
@@ -228,7 +231,7 @@ static void seq_drop(struct ctx_state *cs, bool keep_word)
         }
     }
     cs->live = false;
-    if (!keep_word && cs->word > 0) {
+    if (cs->word > 0) {
         atomic_fetch_and(&g_words_taken, ~(1u << (cs->word - 1)));
         cs->word = 0;
     }
@@ -325,7 +328,7 @@ static void seq_update(struct ctx_state *cs, uint64_t until)
 {
     bool live = cs->idx >= 0 && (cs->open || cs->count > 0);
     if (!live) {
-        seq_drop(cs, true);
+        seq_drop(cs);
         return;
     }
     if (until == 0 && cs->live)
@@ -465,7 +468,7 @@ static void retire(struct ctx_state *cs)
             REAL.cuEventDestroy_v2(cs->ring[i].end);
         }
     }
-    seq_drop(cs, false); /* what did not complete within the bound */
+    seq_drop(cs); /* what did not complete within the bound */
     memset(cs, 0, sizeof *cs);
 }
 
@@ -498,7 +501,7 @@ static void catch_up(uint64_t ep)
             struct ctx_state *cs = &thr.slots[i];
             /* Overwritten (more than GONE_RING ends since) or unknown: assume ours. */
             if (cs->ctx != NULL && (written > e || ctx == 0 || ctx == (uintptr_t)cs->ctx)) {
-                seq_drop(cs, false);
+                seq_drop(cs);
                 memset(cs, 0, sizeof *cs);
             }
         }

@@ -29,7 +29,9 @@ static pthread_mutex_t g_claim_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static bool file_id(const char *path, struct stat *st)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO named as a region would otherwise hold the process
+     * here until a writer opens it; region_map then refuses it. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return false;
     bool ok = baseline_fstat(fd, st) == 0;

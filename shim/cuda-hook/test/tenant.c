@@ -162,6 +162,25 @@ static void *parked_thread(void *arg)
     return NULL;
 }
 
+/* Launches one kernel, synchronises and then waits on the host for good: a
+ * launch sequence with nothing in flight that lives on (a thread of a pool
+ * that served one request). */
+static volatile int g_idler_done;
+static void sync_stream(void);
+
+static void *idle_thread(void *arg)
+{
+    CUresult r = cuCtxSetCurrent(g_ctx);
+    if (r != CUDA_SUCCESS)
+        die("idler cuCtxSetCurrent", r);
+    launch(*(uint64_t *)arg, 4);
+    sync_stream();
+    g_idler_done = 1;
+    for (;;)
+        pause();
+    return NULL;
+}
+
 static void *build_graph(uint64_t ns)
 {
     static uint64_t params_store[5];
@@ -231,7 +250,7 @@ static void sync_stream(void)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: tenant PATH KERNEL_US SECONDS [burst=W/P] [duty=ON/OFF] [children=N] [reset=1] [thread=K] [devices=2] [parked=1]\n");
+        fprintf(stderr, "usage: tenant PATH KERNEL_US SECONDS [burst=W/P] [duty=ON/OFF] [children=N] [reset=1] [thread=K] [devices=2] [idlers=N] [parked=1]\n");
         return 2;
     }
     g_path = argv[1];
@@ -239,7 +258,7 @@ int main(int argc, char **argv)
     uint64_t kernel_ns = is_mixed ? 0 : strtoull(argv[2], NULL, 10) * 1000ull;
     double seconds = atof(argv[3]);
     uint64_t burst_work = 0, burst_period = 0, duty_on = 0, duty_off = 0;
-    int children = 0, reset = 0, per_thread = 0, ndev = 1, capture = 0, parked = 0;
+    int children = 0, reset = 0, per_thread = 0, ndev = 1, capture = 0, parked = 0, idlers = 0;
     uint64_t sync_every = 64, host_ns = 0;
     for (int i = 4; i < argc; i++) {
         unsigned long long a, b;
@@ -263,6 +282,8 @@ int main(int argc, char **argv)
             sync_every = a;
         } else if (sscanf(argv[i], "host=%llu", &a) == 1) {
             host_ns = a * 1000ull;
+        } else if (sscanf(argv[i], "idlers=%llu", &a) == 1) {
+            idlers = (int)a;
         } else if (sscanf(argv[i], "parked=%llu", &a) == 1) {
             parked = a != 0;
         } else if (sscanf(argv[i], "devices=%llu", &a) == 1) {
@@ -367,6 +388,17 @@ int main(int argc, char **argv)
             die("cuEventCreate", r);
         if (pthread_create(&capturer, NULL, capture_thread, NULL) != 0)
             die("pthread_create", 0);
+    }
+    for (int i = 0; i < idlers; i++) {
+        static uint64_t idler_ns;
+        idler_ns = kernel_ns ? kernel_ns : mixed[0];
+        g_idler_done = 0;
+        pthread_t th;
+        if (pthread_create(&th, NULL, idle_thread, &idler_ns) != 0)
+            die("pthread_create", 0);
+        pthread_detach(th);
+        while (!g_idler_done) /* launch() is not thread-safe */
+            usleep(100);
     }
     if (parked) {
         static uint64_t parked_ns;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -186,6 +187,17 @@ static void test_limiter(void)
     same.has_core_region = true;
     strcpy(same.core_region_path, rpath);
     CHECK(limiter_open(&same, err, sizeof err) == -1 && strstr(err, "same file as TESSERA_REGION") != NULL);
+    /* A FIFO named as a region is refused, not waited on: the same-file check
+     * opens both paths before region_map does (which opens with O_NONBLOCK for
+     * this reason). The alarm turns a hang into a failure. */
+    char fifo[160];
+    snprintf(fifo, sizeof fifo, "%s/region-fifo", g_dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    struct hook_config piped = same;
+    strcpy(piped.region_path, fifo);
+    alarm(10);
+    CHECK(limiter_open(&piped, err, sizeof err) == -1 && strstr(err, "not a regular file") != NULL);
+    alarm(0);
     CHECK(limiter_open(&cfg, err, sizeof err) == 0);
     CHECK(limiter_index("GPU-aaaa") == 0 && limiter_index("GPU-bbbb") == 1 && limiter_index("GPU-cccc") == -1);
     CHECK(limiter_core_pct("GPU-bbbb") == 40);
