@@ -174,10 +174,24 @@ static uint8_t take_word(void)
     }
 }
 
-static _Atomic uint64_t *word_of(const struct ctx_state *cs)
+/* Where cs's count is held, from one reading of the process's slot (exit
+ * may give the slot back at any moment; two readings could disagree). */
+enum word_state {
+    WORD_NONE, /* no word: the count is held in g_proc_inflight too */
+    WORD_HELD, /* *w is its word */
+    WORD_GONE, /* its word's slot was given back at exit, which expired it */
+};
+
+static enum word_state word_of(const struct ctx_state *cs, _Atomic uint64_t **w)
 {
+    *w = NULL;
+    if (cs->word == 0)
+        return WORD_NONE;
     int slot = atomic_load_explicit(&g_cslot, memory_order_relaxed);
-    return cs->word > 0 && slot >= 0 ? &g_region->slots[slot].seq_until[cs->word - 1] : NULL;
+    if (slot < 0)
+        return WORD_GONE;
+    *w = &g_region->slots[slot].seq_until[cs->word - 1];
+    return WORD_HELD;
 }
 
 static uint64_t word_value(int idx, uint64_t until)
@@ -186,25 +200,19 @@ static uint64_t word_value(int idx, uint64_t until)
     return (v != 0 ? v : TESSERA_SEQ_DEV_MASK + 1) | (uint64_t)idx;
 }
 
-/* cs holds a word of a slot this process gave back at exit, which expired
- * it (and its count) then: nothing is counted for cs any more. */
-static bool word_gone(const struct ctx_state *cs)
-{
-    return cs->word > 0 && atomic_load_explicit(&g_cslot, memory_order_relaxed) < 0;
-}
-
 /* Counts cs in flight until `until` (a live sequence whose count was expired
  * counts itself again). */
 static void seq_hold(struct ctx_state *cs, uint64_t until)
 {
     if (!cs->live && cs->word == 0)
         cs->word = take_word();
-    if (word_gone(cs)) {
+    _Atomic uint64_t *w;
+    enum word_state ws = word_of(cs, &w);
+    if (ws == WORD_GONE) { /* nothing is counted for cs any more */
         cs->live = true;
         return;
     }
-    _Atomic uint64_t *w = word_of(cs);
-    if (w == NULL) {
+    if (ws == WORD_NONE) {
         if (!cs->live) {
             inflight_inc(cs->idx);
             atomic_fetch_add_explicit(&g_proc_inflight[cs->idx], 1, memory_order_relaxed);
@@ -221,9 +229,10 @@ static void seq_hold(struct ctx_state *cs, uint64_t until)
  * process without a word, counted for good if its thread then waits. */
 static void seq_drop(struct ctx_state *cs)
 {
-    _Atomic uint64_t *w = word_of(cs);
-    if (cs->live && !word_gone(cs)) {
-        if (w == NULL) {
+    _Atomic uint64_t *w;
+    enum word_state ws = word_of(cs, &w);
+    if (cs->live && ws != WORD_GONE) {
+        if (ws == WORD_NONE) {
             region_dec_floor(&g_region->compute[cs->idx].inflight, 1);
             region_dec_floor(&g_proc_inflight[cs->idx], 1);
         } else if (atomic_exchange_explicit(w, 0, memory_order_relaxed) != 0) {
