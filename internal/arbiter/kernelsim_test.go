@@ -840,7 +840,9 @@ func TestHandOverPollKeepsTheGPUBusy(t *testing.T) {
 		for _, poll := range []time.Duration{0, 100 * time.Microsecond} {
 			m := newKernelCase(kernelCase{shares: []float64{30, 70}, kernel: k})
 			m.handOverPoll = poll
-			m.stall = func(i int, now time.Duration) bool { return i == 1 && now%(500*time.Millisecond) >= 250*time.Millisecond }
+			m.stall = func(i int, now time.Duration) bool {
+				return i == 1 && now%(500*time.Millisecond) >= 250*time.Millisecond
+			}
 			m.runFor(time.Second)
 			ran := m.runFor(4 * time.Second)
 			var sum time.Duration
