@@ -638,11 +638,14 @@ func TestKernelGranularSlidingWindows(t *testing.T) {
 	// -> 0.8, 10/20/30/40 1 ms 7.1 -> 6.1 over 10 phases), long ones rose in
 	// some cases (25/75 hard 10 ms 6.9 -> 14.9, 30/30/40 10 ms 6.9 -> 10.4)
 	// and fell in others (10/20/30/40 hard 10 ms 15.0 -> 10.5).
+	// Turns sized by the bills with three or more tenants (turnQuantum)
+	// then brought every short-kernel case of 3-4 tenants to 2.7-5.0 pp
+	// (from 2.8-6.1) and mixed kernels 14.7 -> 8.6 and 14.6 -> 10.7.
 	bounds := map[string]float64{ // worst 100 ms window, pp
 		"10/90 50us": 3, "10/90 1ms": 2.5, "10/90 10ms": 11, "10/90 mixed": 11,
 		"25/75 50us": 3, "25/75 1ms": 1.5, "25/75 10ms": 15.5, "25/75 mixed": 9,
-		"30/30/40 50us": 4.5, "30/30/40 1ms": 6.5, "30/30/40 10ms": 11, "30/30/40 mixed": 15.5,
-		"10/20/30/40 50us": 6, "10/20/30/40 1ms": 7, "10/20/30/40 10ms": 11.5, "10/20/30/40 mixed": 15.5,
+		"30/30/40 50us": 3.5, "30/30/40 1ms": 4.5, "30/30/40 10ms": 11, "30/30/40 mixed": 9.5,
+		"10/20/30/40 50us": 4.5, "10/20/30/40 1ms": 5.5, "10/20/30/40 10ms": 11.5, "10/20/30/40 mixed": 11.5,
 	}
 	for _, sh := range [][]float64{{10, 90}, {25, 75}, {30, 30, 40}, {10, 20, 30, 40}} {
 		name := strings.Trim(strings.ReplaceAll(fmt.Sprint(sh), " ", "/"), "[]")
@@ -669,6 +672,9 @@ func TestKernelGranularSlidingWindows(t *testing.T) {
 				}
 				if e1 > 2 {
 					t.Errorf("%s %s hard=%v: worst 1 s window %.2f pp off, want ≤ 2", name, k, hard, e1)
+				}
+				if busy < 0.95 { // each hand-over idles the GPU until a step sees the old holder's work done
+					t.Errorf("%s %s hard=%v: GPU busy %.3f, want ≥ 0.95", name, k, hard, busy)
 				}
 			}
 		}
