@@ -2,9 +2,11 @@
 // account of the checked-in manifests (deploy/manifests, rendered from the
 // chart) may do what the node agent's balloon controller does with it: read a
 // pod before lowering its cap, evict a borrower, publish the node's balloons.
-// The node agent itself does not run: its production API calls
-// (internal/monitor/balloons/kube.go over internal/deviceplugin/kube) are
-// made with a client certificate of the chart's ServiceAccount.
+// TestBalloonControllerMayDoItsWork makes the node agent's production API
+// calls (internal/monitor/balloons/kube.go over internal/deviceplugin/kube)
+// with a client certificate of the chart's ServiceAccount, under both
+// renderings; TestMonitorBinaryRunsBalloons runs the vgpu-monitor binary
+// itself with a token of that ServiceAccount, on a simulated GPU.
 package noderbac
 
 import (
