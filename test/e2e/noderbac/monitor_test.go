@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +35,7 @@ import (
 	"github.com/tessera-gpu/tessera/internal/region/regiontest"
 	"github.com/tessera-gpu/tessera/internal/statedir"
 	"github.com/tessera-gpu/tessera/test/e2e/cluster"
+	"github.com/tessera-gpu/tessera/test/e2e/controlplane"
 	"github.com/tessera-gpu/tessera/test/e2e/kwoknodes"
 	"github.com/tessera-gpu/tessera/test/e2e/process"
 	"github.com/tessera-gpu/tessera/test/e2e/workload"
@@ -324,21 +324,7 @@ func startMonitor(t *testing.T, ctx context.Context, c *cluster.Cluster, bin str
 			t.Fatal(err)
 		}
 		ready, cancel := context.WithTimeout(ctx, time.Minute)
-		err = p.WaitReady(ready, func(ctx context.Context) error {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
-			if err != nil {
-				return err
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("/readyz: %s", resp.Status)
-			}
-			return nil
-		})
+		err = controlplane.WaitHealthy(ready, p, "http://"+addr+"/readyz")
 		cancel()
 		if err == nil {
 			t.Cleanup(func() {
