@@ -22,8 +22,9 @@ type Arbiter struct {
 	Policy   Policy
 	// Tick is how often the regions are read and grants written.
 	Tick time.Duration
-	// HandOverPoll is how soon the real-time loop steps again while a
-	// hand-over waits for the previous holder's work to drain (0: Tick/10).
+	// HandOverPoll is how soon the loop steps again while a hand-over
+	// waits for the previous holder's work to drain (0: Tick/10; at most
+	// Tick).
 	// The GPU idles from that work's end until a step sees it ended and
 	// gives the next holder its go: at every tick, about half a tick per
 	// hand-over on average, and there are 40-100 hand-overs a second.
@@ -125,19 +126,37 @@ func (a *Arbiter) Run(ctx context.Context) {
 		a.runRealtime(ctx)
 		return
 	}
-	t := time.NewTicker(a.Tick)
+	// A timer, not a ticker: while a hand-over drains the next step comes
+	// after the poll, not at the next tick (the GPU idles until a step sees
+	// the previous holder's work done).
+	t := time.NewTimer(a.Tick)
 	defer t.Stop()
 	defer a.Close()
+	poll, next := a.handOverPoll(), time.Now().Add(a.Tick)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if a.Active == nil || a.Active() {
-				a.Step(time.Now(), Monotonic())
+			if (a.Active == nil || a.Active()) && a.Step(time.Now(), Monotonic()) {
+				next = time.Now().Add(poll)
+			} else if next = next.Add(a.Tick); !next.After(time.Now()) {
+				next = time.Now().Add(a.Tick) // late: skip the ticks missed, as a ticker does
 			}
+			t.Reset(time.Until(next))
 		}
 	}
+}
+
+// handOverPoll is HandOverPoll, Tick/10 when unset, at most Tick.
+func (a *Arbiter) handOverPoll() time.Duration {
+	switch {
+	case a.HandOverPoll <= 0:
+		return a.Tick / 10
+	case a.HandOverPoll > a.Tick:
+		return a.Tick
+	}
+	return a.HandOverPoll
 }
 
 // Close unmaps every file.

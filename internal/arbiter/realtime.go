@@ -47,10 +47,7 @@ func (a *Arbiter) runRealtime(ctx context.Context) {
 	if !a.Raised { // else scheduled as all the process's threads are
 		a.raise()
 	}
-	tick, poll := uint64(a.Tick), uint64(a.HandOverPoll)
-	if poll == 0 || poll > tick {
-		poll = tick / 10
-	}
+	tick, poll := uint64(a.Tick), uint64(a.handOverPoll())
 	next := Monotonic() + tick
 	for ctx.Err() == nil {
 		if err := a.sleepUntil(next); err != nil {

@@ -3,6 +3,7 @@ package arbiter
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -138,5 +139,60 @@ func TestRealtimeLoop(t *testing.T) {
 			t.Fatalf("a raised thread outlived the loop: %v", threadScheduling(t))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestLoopStepsFastWhileHandingOver: the running loop (Run, both as a raised
+// thread and as an ordinary goroutine: realtimePriority 0 is a supported
+// setting) steps every HandOverPoll while a hand-over waits for the previous
+// holder's work to drain, and at ticks again once nothing drains. Two
+// tenants with demand and work in flight on one GPU: whichever gets the turn
+// waits for the other's count to drain (for two quanta at most; the quantum
+// here is long). A 20 ms tick against a 1 ms poll leaves a wide margin for
+// a loaded machine's late wake-ups.
+func TestLoopStepsFastWhileHandingOver(t *testing.T) {
+	const tick, poll, window = 20 * time.Millisecond, time.Millisecond, 400 * time.Millisecond
+	for _, prio := range []int{0, 3} {
+		ts := []*tenantSpec{{name: "a", gpus: []string{"GPU-a"}, pct: 50}, {name: "b", gpus: []string{"GPU-a"}, pct: 50}}
+		state := writeStateDir(t, ts)
+		set := func(inflight uint64) {
+			for _, tn := range ts {
+				tn.writer.Set(0, 0, Monotonic()+uint64(900*time.Millisecond), inflight) // demand stamped ahead: active
+			}
+		}
+		set(1)
+		st := &Stats{}
+		a := &Arbiter{StateDir: state, Tick: tick, HandOverPoll: poll, Rescan: 10 * time.Millisecond, RealtimePriority: prio,
+			Policy: Policy{Quantum: 10 * time.Second, IdleAfter: 5 * time.Millisecond}, Stats: st,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { a.Run(ctx); close(done) }()
+		count := func() uint64 {
+			before := st.Steps.Load()
+			time.Sleep(window)
+			return st.Steps.Load() - before
+		}
+		for st.Steps.Load() < 2 {
+			time.Sleep(time.Millisecond)
+		}
+		draining := count()
+		set(0)
+		time.Sleep(2 * tick)
+		drained := count()
+		a.mu.Lock()
+		still := a.gpus["GPU-a"] != nil && a.gpus["GPU-a"].sched.HandingOver()
+		a.mu.Unlock()
+		cancel()
+		<-done
+		ticks := uint64(window / tick)
+		t.Logf("realtimePriority %d: %d steps in %v while a hand-over drains, %d once drained (%d ticks)", prio, draining, window, drained, ticks)
+		if draining < 4*ticks {
+			t.Errorf("realtimePriority %d: %d steps in %v while a hand-over drains, want ≥ %d (a %v poll; %d ticks)", prio, draining, window, 4*ticks, poll, ticks)
+		}
+		if drained > ticks+2 {
+			t.Errorf("realtimePriority %d: %d steps in %v with nothing draining, want about %d (ticks); the scheduler still hands over: %v",
+				prio, drained, window, ticks, still)
+		}
 	}
 }
