@@ -165,3 +165,26 @@ func TestArbiterMemoryLimitMustFitInBytes(t *testing.T) {
 		t.Fatalf("Validate at the largest memoryLimitMiB: %v", err)
 	}
 }
+
+// A config file written before arbiter.handOverPoll existed keeps loading:
+// the field takes its default, which is within any tick the file may set
+// (the tick's floor is the default poll).
+func TestArbiterHandOverPollDefaultsForOldFiles(t *testing.T) {
+	for _, tick := range []string{"100us", "1ms", "5ms"} {
+		c := DefaultMonitor()
+		c.NodeName = "node-1"
+		if err := ParseMonitor([]byte("version: v1\narbiter:\n  tick: "+tick+"\n  quantum: 10ms\n  idleAfter: 5ms\n"), c); err != nil {
+			t.Fatalf("tick %s: %v", tick, err)
+		}
+		if c.Arbiter.HandOverPoll.Duration != 100*time.Microsecond {
+			t.Errorf("tick %s: handOverPoll %v, want the default 100µs", tick, c.Arbiter.HandOverPoll)
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("tick %s: %v", tick, err)
+		}
+	}
+	c := DefaultMonitor()
+	if err := ParseMonitor([]byte("version: v1\narbiter:\n  handOverPoll: 250us\n"), c); err != nil || c.Arbiter.HandOverPoll.Duration != 250*time.Microsecond {
+		t.Errorf("handOverPoll: 250us read as %v (%v)", c.Arbiter.HandOverPoll, err)
+	}
+}
