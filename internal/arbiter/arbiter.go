@@ -126,21 +126,30 @@ func (a *Arbiter) Run(ctx context.Context) {
 		a.runRealtime(ctx)
 		return
 	}
-	// A timer, not a ticker: while a hand-over drains the next step comes
-	// after the poll, not at the next tick (the GPU idles until a step sees
-	// the previous holder's work done).
+	// A timer, not a ticker: after the steps of a hand-over the tick's phase
+	// starts over.
 	t := time.NewTimer(a.Tick)
 	defer t.Stop()
 	defer a.Close()
-	poll, next := a.handOverPoll(), time.Now().Add(a.Tick)
+	poll, next := uint64(a.handOverPoll()), time.Now().Add(a.Tick)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if (a.Active == nil || a.Active()) && a.Step(time.Now(), Monotonic()) {
-				next = time.Now().Add(poll)
-			} else if next = next.Add(a.Tick); !next.After(time.Now()) {
+			polled := false
+			for (a.Active == nil || a.Active()) && a.Step(time.Now(), Monotonic()) && ctx.Err() == nil {
+				// A hand-over drains: the GPU idles until a step sees the
+				// previous holder's work done. Slept in the kernel: Go's
+				// timers fire no sooner than about a millisecond (the
+				// runtime's poller waits in whole ms), a 100 µs poll too.
+				polled = true
+				ts := unix.NsecToTimespec(int64(Monotonic() + poll))
+				if err := unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil); err != nil && err != unix.EINTR {
+					break
+				}
+			}
+			if next = next.Add(a.Tick); polled || !next.After(time.Now()) {
 				next = time.Now().Add(a.Tick) // late: skip the ticks missed, as a ticker does
 			}
 			t.Reset(time.Until(next))

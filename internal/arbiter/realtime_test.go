@@ -148,10 +148,13 @@ func TestRealtimeLoop(t *testing.T) {
 // holder's work to drain, and at ticks again once nothing drains. Two
 // tenants with demand and work in flight on one GPU: whichever gets the turn
 // waits for the other's count to drain (for two quanta at most; the quantum
-// here is long). A 20 ms tick against a 1 ms poll leaves a wide margin for
-// a loaded machine's late wake-ups.
+// here is long). The poll is the default, 100 µs: below what a Go timer
+// does (about a millisecond at best: the runtime's poller waits in whole
+// ms), so the bound on the mean interval while draining, 800 µs, fails a loop
+// that sleeps the poll on a Go timer; on a loaded 2-core VM the loop
+// measured 160 µs. A 10 ms tick leaves a wide margin for late wake-ups.
 func TestLoopStepsFastWhileHandingOver(t *testing.T) {
-	const tick, poll, window = 20 * time.Millisecond, time.Millisecond, 400 * time.Millisecond
+	const tick, poll, window = 10 * time.Millisecond, 100 * time.Microsecond, 400 * time.Millisecond
 	for _, prio := range []int{0, 3} {
 		ts := []*tenantSpec{{name: "a", gpus: []string{"GPU-a"}, pct: 50}, {name: "b", gpus: []string{"GPU-a"}, pct: 50}}
 		state := writeStateDir(t, ts)
@@ -187,8 +190,9 @@ func TestLoopStepsFastWhileHandingOver(t *testing.T) {
 		<-done
 		ticks := uint64(window / tick)
 		t.Logf("realtimePriority %d: %d steps in %v while a hand-over drains, %d once drained (%d ticks)", prio, draining, window, drained, ticks)
-		if draining < 4*ticks {
-			t.Errorf("realtimePriority %d: %d steps in %v while a hand-over drains, want ≥ %d (a %v poll; %d ticks)", prio, draining, window, 4*ticks, poll, ticks)
+		if want := uint64(window / (800 * time.Microsecond)); draining < want {
+			t.Errorf("realtimePriority %d: %d steps in %v while a hand-over drains (%v apart), want ≥ %d (800 µs apart; a %v poll; %d ticks)",
+				prio, draining, window, window/time.Duration(max(draining, 1)), want, poll, ticks)
 		}
 		if drained > ticks+2 {
 			t.Errorf("realtimePriority %d: %d steps in %v with nothing draining, want about %d (ticks); the scheduler still hands over: %v",
