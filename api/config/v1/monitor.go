@@ -125,7 +125,11 @@ type ArbiterConfig struct {
 	// HandOverPoll is how soon the loop steps again while a turn waits for
 	// the previous holder's work to drain (0 < handOverPoll <= tick). The
 	// GPU idles from the end of that work until a step sees it: at ticks
-	// only, about half a tick per hand-over (40-100 a second).
+	// only, about half a tick per hand-over (40-100 a second). Equal to the
+	// tick: steps at ticks only. Below it the loop wakes up to
+	// tick/handOverPoll times as often while a hand-over drains (kernel
+	// simulation: 1.5-5.7k steps a second against 1k at ticks only; a step
+	// and its wake-up cost 40-75 us of CPU on a loaded 2-core VM).
 	HandOverPoll Duration `json:"handOverPoll"`
 	// Quantum is how long a tenant holds a GPU before the next in line.
 	Quantum Duration `json:"quantum"`
