@@ -47,8 +47,8 @@ func (a *Arbiter) runRealtime(ctx context.Context) {
 	if !a.Raised { // else scheduled as all the process's threads are
 		a.raise()
 	}
-	tick, poll := uint64(a.Tick), uint64(a.handOverPoll())
-	next := Monotonic() + tick
+	tick, poll := uint64(a.Tick), a.handOverPoll()
+	next, polls := Monotonic()+tick, 0
 	for ctx.Err() == nil {
 		if err := a.sleepUntil(next); err != nil {
 			time.Sleep(a.Tick) // not expected; never spin
@@ -62,9 +62,11 @@ func (a *Arbiter) runRealtime(ctx context.Context) {
 		}
 		if handingOver {
 			// The GPU idles until a step sees the old holder's work done.
-			next = Monotonic() + poll
+			next = Monotonic() + uint64(handOverWait(poll, a.Tick, polls))
+			polls++
 			continue
 		}
+		polls = 0
 		// A late wake-up skips the ticks it missed (Step accounts for the
 		// real time elapsed) rather than running them back to back.
 		next += tick

@@ -144,17 +144,16 @@ func TestRealtimeLoop(t *testing.T) {
 
 // TestLoopStepsFastWhileHandingOver: the running loop (Run, both as a raised
 // thread and as an ordinary goroutine: realtimePriority 0 is a supported
-// setting) steps every HandOverPoll while a hand-over waits for the previous
-// holder's work to drain, and at ticks again once nothing drains. Two
-// tenants with demand and work in flight on one GPU: whichever gets the turn
-// waits for the other's count to drain (for two quanta at most; the quantum
-// here is long). The poll is the default, 100 µs: below what a Go timer
-// does (about a millisecond at best: the runtime's poller waits in whole
-// ms), so the bound on the mean interval while draining, 800 µs, fails a loop
-// that sleeps the poll on a Go timer; on a loaded 2-core VM the loop
-// measured 160 µs. A 10 ms tick leaves a wide margin for late wake-ups.
+// setting) steps more often than at ticks while a hand-over waits for the
+// previous holder's work to drain (handOverWait: HandOverPoll apart at first,
+// then backing off to half a tick), and at ticks again once nothing drains.
+// Two tenants with demand and work in flight on one GPU: whichever gets the
+// turn waits for the other's count to drain (for two quanta at most; the
+// quantum here is long). With a 2 ms tick a drain that never ends is stepped
+// every millisecond after its first few ms: twice the ticks; a loop that
+// ignores the hand-over steps at ticks only.
 func TestLoopStepsFastWhileHandingOver(t *testing.T) {
-	const tick, poll, window = 10 * time.Millisecond, 100 * time.Microsecond, 400 * time.Millisecond
+	const tick, poll, window = 2 * time.Millisecond, 100 * time.Microsecond, 400 * time.Millisecond
 	for _, prio := range []int{0, 3} {
 		ts := []*tenantSpec{{name: "a", gpus: []string{"GPU-a"}, pct: 50}, {name: "b", gpus: []string{"GPU-a"}, pct: 50}}
 		state := writeStateDir(t, ts)
@@ -190,13 +189,42 @@ func TestLoopStepsFastWhileHandingOver(t *testing.T) {
 		<-done
 		ticks := uint64(window / tick)
 		t.Logf("realtimePriority %d: %d steps in %v while a hand-over drains, %d once drained (%d ticks)", prio, draining, window, drained, ticks)
-		if want := uint64(window / (800 * time.Microsecond)); draining < want {
-			t.Errorf("realtimePriority %d: %d steps in %v while a hand-over drains (%v apart), want ≥ %d (800 µs apart; a %v poll; %d ticks)",
-				prio, draining, window, window/time.Duration(max(draining, 1)), want, poll, ticks)
+		if want := ticks * 7 / 5; draining < want {
+			t.Errorf("realtimePriority %d: %d steps in %v while a hand-over drains (%v apart), want ≥ %d (1.4× the %d ticks; a %v poll backing off to %v)",
+				prio, draining, window, window/time.Duration(max(draining, 1)), want, ticks, poll, tick/2)
 		}
 		if drained > ticks+2 {
 			t.Errorf("realtimePriority %d: %d steps in %v with nothing draining, want about %d (ticks); the scheduler still hands over: %v",
 				prio, drained, window, ticks, still)
 		}
+	}
+}
+
+// The waits of one hand-over's steps: HandOverPoll for the first
+// handOverFastSteps, then doubling every as many, never past half a tick
+// (nor below the poll when the tick is that short).
+func TestHandOverWaitBacksOff(t *testing.T) {
+	const ms, us = time.Millisecond, time.Microsecond
+	for _, c := range []struct {
+		poll, tick time.Duration
+		n          int
+		want       time.Duration
+	}{
+		{100 * us, ms, 0, 100 * us}, {100 * us, ms, 7, 100 * us}, {100 * us, ms, 8, 200 * us},
+		{100 * us, ms, 16, 400 * us}, {100 * us, ms, 24, 500 * us}, {100 * us, ms, 1 << 20, 500 * us},
+		{ms, ms, 0, ms}, {ms, ms, 100, ms}, // the poll equal to the tick: ticks only
+	} {
+		if got := handOverWait(c.poll, c.tick, c.n); got != c.want {
+			t.Errorf("handOverWait(%v, %v, %d) = %v, want %v", c.poll, c.tick, c.n, got, c.want)
+		}
+	}
+	// Stepped this way, a 10 ms drain takes about 30 steps (not 100).
+	steps, at := 0, time.Duration(0)
+	for at < 10*ms {
+		at += handOverWait(100*us, ms, steps)
+		steps++
+	}
+	if steps < 25 || steps > 35 {
+		t.Errorf("a 10 ms drain took %d steps, want about 30", steps)
 	}
 }
