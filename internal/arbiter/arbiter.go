@@ -24,7 +24,7 @@ type Arbiter struct {
 	Tick time.Duration
 	// HandOverPoll is how soon the loop steps again while a hand-over
 	// waits for the previous holder's work to drain (0: Tick/10; at most
-	// Tick).
+	// Tick), backing off to half a tick as the drain goes on (handOverWait).
 	// The GPU idles from that work's end until a step sees it ended and
 	// gives the next holder its go: at every tick, about half a tick per
 	// hand-over on average, and there are 40-100 hand-overs a second.
@@ -214,7 +214,7 @@ func (a *Arbiter) stats() *Stats {
 
 // Step runs one control step at now (mono on CLOCK_MONOTONIC) and reports
 // whether a hand-over on some GPU waits for the previous holder's work to
-// drain (then the loop steps again after HandOverPoll). Between rescans it
+// drain (then the loop steps again sooner than a tick: handOverWait). Between rescans it
 // allocates nothing once the tenants are known.
 func (a *Arbiter) Step(now time.Time, mono uint64) (handingOver bool) {
 	a.stats().observe(mono)
