@@ -121,40 +121,12 @@ func Monotonic() uint64 {
 
 // Run steps until ctx ends, then closes the files.
 func (a *Arbiter) Run(ctx context.Context) {
+	defer a.Close()
 	if a.RealtimePriority > 0 {
-		defer a.Close()
 		a.runRealtime(ctx)
 		return
 	}
-	// A timer, not a ticker: after the steps of a hand-over the tick's phase
-	// starts over.
-	t := time.NewTimer(a.Tick)
-	defer t.Stop()
-	defer a.Close()
-	poll, next := a.handOverPoll(), time.Now().Add(a.Tick)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			polled := false
-			for n := 0; (a.Active == nil || a.Active()) && a.Step(time.Now(), Monotonic()) && ctx.Err() == nil; n++ {
-				// A hand-over drains: the GPU idles until a step sees the
-				// previous holder's work done. Slept in the kernel: Go's
-				// timers fire no sooner than about a millisecond (the
-				// runtime's poller waits in whole ms), a 100 µs poll too.
-				polled = true
-				ts := unix.NsecToTimespec(int64(Monotonic() + uint64(handOverWait(poll, a.Tick, n))))
-				if err := unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil); err != nil && err != unix.EINTR {
-					break
-				}
-			}
-			if next = next.Add(a.Tick); polled || !next.After(time.Now()) {
-				next = time.Now().Add(a.Tick) // late: skip the ticks missed, as a ticker does
-			}
-			t.Reset(time.Until(next))
-		}
-	}
+	a.loop(ctx)
 }
 
 // handOverFastSteps: how many steps of one hand-over come HandOverPoll

@@ -47,6 +47,14 @@ func (a *Arbiter) runRealtime(ctx context.Context) {
 	if !a.Raised { // else scheduled as all the process's threads are
 		a.raise()
 	}
+	a.loop(ctx)
+}
+
+// loop steps every tick, and sooner while a hand-over drains
+// (handOverWait), until ctx ends. The waits are slept in clock_nanosleep
+// (sleepUntil), also on an ordinary goroutine: a Go timer fires no sooner
+// than about a millisecond (the runtime's poller waits in whole ms).
+func (a *Arbiter) loop(ctx context.Context) {
 	tick, poll := uint64(a.Tick), a.handOverPoll()
 	next, polls := Monotonic()+tick, 0
 	for ctx.Err() == nil {
