@@ -346,8 +346,12 @@ static void seq_update(struct ctx_state *cs, uint64_t until)
 }
 
 /* The time by which cs's work in flight should be done, given `ahead` of it
- * from now, with room for a GPU busier than measured. */
-static uint64_t seq_until(uint64_t now, uint64_t ahead) { return now + 2 * ahead + SEQ_GRACE_NS; }
+ * from now at the measured pace (UNMEASURED_AHEAD_NS before any burst is
+ * measured), with room for a GPU busier than measured. */
+static uint64_t seq_until(const struct ctx_state *cs, uint64_t now, uint64_t ahead)
+{
+    return now + 2 * (cs->peak_launch_ns != 0 ? ahead : UNMEASURED_AHEAD_NS) + SEQ_GRACE_NS;
+}
 
 static int event_done(void *e) { return REAL.cuEventQuery((CUevent)e) != CUDA_ERROR_NOT_READY; }
 
@@ -743,7 +747,7 @@ static void open_burst(struct ctx_state *cs, CUstream s)
     uint64_t ahead = inflight_ahead_ns(cs, cs->target);
     /* Counted in flight until its work should be done, even if this thread
      * does not come back (it may go on to wait on the host for good). */
-    seq_update(cs, seq_until(now, cs->peak_launch_ns != 0 ? ahead : UNMEASURED_AHEAD_NS));
+    seq_update(cs, seq_until(cs, now, ahead));
     b->beside = (uint32_t)atomic_load_explicit(&c->inflight, memory_order_relaxed);
     /* Until its work in flight should be done the tenant is not idle, even if
      * this thread does not come back meanwhile (host work between launches, a
@@ -778,7 +782,7 @@ void compute_before_sync_slow(void)
         if (cs->count > 0) {
             uint64_t now = now_ns(), ahead = inflight_ahead_ns(cs, 0);
             atomic_store_explicit(&g_region->compute[cs->idx].demand_ns, now + ahead, memory_order_relaxed);
-            seq_update(cs, seq_until(now, cs->peak_launch_ns != 0 ? ahead : UNMEASURED_AHEAD_NS));
+            seq_update(cs, seq_until(cs, now, ahead));
         }
     }
 }
